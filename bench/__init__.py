@@ -1,0 +1,1 @@
+"""GPU benchmark of the reference solutions against PyTorch baselines."""

@@ -1,0 +1,109 @@
+"""Config sweep for the solution kernels (developer tool, GPU only).
+
+    python -m bench.sweep [w8a8|w4a16|dds ...]
+
+Times every candidate tile config on the shapes that matter and prints the
+best per shape, next to fp16 torch.matmul timed in the same run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import torch
+from triton.testing import do_bench
+
+from bench.problems import dds_problem, w4a16_problem, w8a8_problem
+from solutions import dds as dds_mod
+from solutions import w4a16 as w4a16_mod
+from solutions import w8a8 as w8a8_mod
+
+
+def _ms(fn) -> float:
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def _best(name, shape, base_ms, fn_of_cfg, cfgs):
+    rows = []
+    for cfg in cfgs:
+        try:
+            t = _ms(lambda: fn_of_cfg(cfg))
+        except Exception as e:  # out of shared memory, bad layout
+            print(f"  skip {cfg}: {type(e).__name__}: {str(e)[:80]}")
+            continue
+        rows.append((t, cfg))
+    rows.sort(key=lambda r: r[0])
+    for t, cfg in rows[:3]:
+        print(f"{name} {shape} base {base_ms*1e3:8.1f}us  {t*1e3:8.1f}us  x{base_ms/t:5.2f}  {cfg}", flush=True)
+
+
+def sweep_w8a8():
+    small = [dict(QUANTIZE_A=True, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=w, num_stages=s)
+             for bn, bk, w, s in itertools.product((32, 64, 128), (128, 256, 512), (4,), (3, 5))]
+    large = [dict(QUANTIZE_A=qa, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=s)
+             for qa, (bm, bn), bk, w, s in itertools.product(
+                 (False, True), ((128, 128), (128, 256), (256, 128), (64, 128)), (64, 128), (4, 8), (3, 4))
+             if not (bm * bn >= 32768 and w == 4)]
+    for M, N, K in [(1, 4096, 4096), (16, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008)]:
+        x, wt, sx, sw, w = w8a8_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        _best("w8a8", (M, N, K), base, lambda c: w8a8_mod._launch(x, wt, sx, sw, c), small)
+    for M, N, K in [(256, 4096, 4096), (1024, 4096, 4096), (4096, 4096, 4096), (4096, 11008, 4096)]:
+        x, wt, sx, sw, w = w8a8_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        _best("w8a8", (M, N, K), base, lambda c: w8a8_mod._launch(x, wt, sx, sw, c), large)
+
+
+def sweep_w4a16():
+    small = [dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=w, num_stages=s)
+             for bn, bk, w, s in itertools.product((32, 64, 128), (256, 512, 1024), (4,), (2, 4))]
+    large = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=s)
+             for (bm, bn), bk, w, s in itertools.product(((64, 128), (128, 128), (128, 256), (64, 64)),
+                                                          (128, 256), (4, 8), (2, 3))]
+    for M, N, K in [(1, 4096, 4096), (16, 4096, 4096), (1, 4096, 11008)]:
+        x, qw, s, w = w4a16_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        _best("w4a16", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), small)
+    for M, N, K in [(64, 4096, 4096), (256, 4096, 4096), (1024, 4096, 4096), (4096, 4096, 4096)]:
+        x, qw, s, w = w4a16_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        _best("w4a16", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), large)
+
+
+def sweep_dds():
+    cfgs = [dict(BLOCK_M=bm, num_warps=w, num_stages=s)
+            for bm, w, s in itertools.product((16, 32, 64, 128, 256), (2, 4, 8), (2, 3, 4))
+            if not (bm >= 128 and w == 2)]
+    for M, d in [(16, 0.25), (256, 0.25), (4096, 0.05), (4096, 0.25), (4096, 1.0), (65536, 0.05), (65536, 0.5)]:
+        x, bsr, w = dds_problem(M, 1024, 1024, d)
+        base = _ms(lambda: x @ w.t())
+        _best("dds", (M, d), base, lambda c: dds_mod._launch(x, bsr, c), cfgs)
+
+
+if __name__ == "__main__":
+    which = sys.argv[1:] or ["w8a8", "w4a16", "dds"]
+    smoke_check()
+    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    for name in which:
+        globals()[f"sweep_{name}"]()
+
+
+def smoke_check():
+    """Default configs against plain-PyTorch references on a few full-size shapes."""
+    for M in (1, 16, 1000, 4096):
+        x, wt, sx, sw, w = w8a8_problem(M, 4096, 4096)
+        xq = torch.clamp(torch.round(x.float() / sx), -128, 127)
+        ref = ((xq.double() @ wt.double()).float() * sx * sw.t()).half()
+        err = (w8a8_mod.w8a8_mm(x, wt, sx, sw).float() - ref.float()).abs().max().item()
+        x, qw, s, w = w4a16_problem(M, 4096, 4096)
+        ref4 = (x.float() @ (w4a16_mod_unpack(qw).float() * s.float()).t())
+        err4 = (w4a16_mod.w4a16_mm(x, qw, s).float() - ref4).abs().max().item()
+        x, bsr, w = dds_problem(M, 1024, 1024, 0.25)
+        errd = (dds_mod.dds_mm(x, bsr).float() - x.float() @ w.float().t()).abs().max().item()
+        print(f"smoke M={M}: w8a8 max err {err:.3g}  w4a16 {err4:.3g}  dds {errd:.3g}", flush=True)
+
+
+def w4a16_mod_unpack(qw):
+    from solutions.layers import unpack_int4
+    return unpack_int4(qw).t()  # [K, N]

@@ -1,0 +1,1 @@
+../assignment/__init__.py

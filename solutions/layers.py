@@ -1,0 +1,1 @@
+../assignment/layers.py
