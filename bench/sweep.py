@@ -81,14 +81,6 @@ def sweep_dds():
         _best("dds", (M, d), base, lambda c: dds_mod._launch(x, bsr, c), cfgs)
 
 
-if __name__ == "__main__":
-    which = sys.argv[1:] or ["w8a8", "w4a16", "dds"]
-    smoke_check()
-    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    for name in which:
-        globals()[f"sweep_{name}"]()
-
-
 def smoke_check():
     """Default configs against plain-PyTorch references on a few full-size shapes."""
     for M in (1, 16, 1000, 4096):
@@ -107,3 +99,11 @@ def smoke_check():
 def w4a16_mod_unpack(qw):
     from solutions.layers import unpack_int4
     return unpack_int4(qw).t()  # [K, N]
+
+
+if __name__ == "__main__":
+    which = sys.argv[1:] or ["w8a8", "w4a16", "dds"]
+    smoke_check()
+    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    for name in which:
+        globals()[f"sweep_{name}"]()
