@@ -24,7 +24,7 @@ from .utils import check_w8a8_inputs
 # Adding then subtracting 1.5 * 2**23 rounds a float32 of magnitude < 2**22 to
 # the nearest integer, ties to even (the hardware's default rounding), and it
 # works the same on the GPU and in the CPU interpreter.
-_ROUND_MAGIC = 12582912.0
+_ROUND_MAGIC = tl.constexpr(12582912.0)
 
 
 @triton.jit
