@@ -39,42 +39,43 @@ def _best(name, shape, base_ms, fn_of_cfg, cfgs):
 
 
 def sweep_w8a8():
-    small = [dict(QUANTIZE_A=True, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=w, num_stages=s)
-             for bn, bk, w, s in itertools.product((32, 64, 128), (128, 256, 512), (4,), (3, 5))]
-    large = [dict(QUANTIZE_A=qa, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=s)
-             for qa, (bm, bn), bk, w, s in itertools.product(
-                 (False, True), ((128, 128), (128, 256), (256, 128), (64, 128)), (64, 128), (4, 8), (3, 4))
-             if not (bm * bn >= 32768 and w == 4)]
-    for M, N, K in [(1, 4096, 4096), (16, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008)]:
-        x, wt, sx, sw, w = w8a8_problem(M, N, K)
-        base = _ms(lambda: x @ w.t())
-        _best("w8a8", (M, N, K), base, lambda c: w8a8_mod._launch(x, wt, sx, sw, c), small)
-    for M, N, K in [(256, 4096, 4096), (1024, 4096, 4096), (4096, 4096, 4096), (4096, 11008, 4096)]:
-        x, wt, sx, sw, w = w8a8_problem(M, N, K)
-        base = _ms(lambda: x @ w.t())
-        _best("w8a8", (M, N, K), base, lambda c: w8a8_mod._launch(x, wt, sx, sw, c), large)
+    small = [dict(QUANTIZE_A=False, SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1,
+                  num_warps=4, num_stages=4)
+             for sk, bn, bk in itertools.product((4, 8, 16), (64, 128), (128, 256))]
+    small.append(dict(QUANTIZE_A=True, SPLIT_K=8, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1,
+                      num_warps=4, num_stages=4))
+    mid = [dict(QUANTIZE_A=False, SPLIT_K=sk, BLOCK_M=64, BLOCK_N=bn, BLOCK_K=128, GROUP_M=8,
+                num_warps=w, num_stages=4)
+           for sk, bn, w in itertools.product((1, 2, 4), (128, 256), (4, 8))]
+    large = [dict(QUANTIZE_A=False, SPLIT_K=1, BLOCK_M=128, BLOCK_N=bn, BLOCK_K=128, GROUP_M=8,
+                  num_warps=w, num_stages=s)
+             for bn, w, s in itertools.product((128, 256), (4, 8), (3, 4))]
+    for cfgs, shapes in ((small, [(1, 4096, 4096), (16, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008)]),
+                         (mid, [(64, 4096, 4096), (256, 4096, 4096), (256, 4096, 11008)]),
+                         (large, [(1024, 4096, 4096), (4096, 4096, 4096), (4096, 11008, 4096)])):
+        for M, N, K in shapes:
+            x, wt, sx, sw, w = w8a8_problem(M, N, K)
+            base = _ms(lambda: x @ w.t())
+            _best("w8a8", (M, N, K), base, lambda c: w8a8_mod._launch(x, wt, sx, sw, c), cfgs)
 
 
 def sweep_w4a16():
-    small = [dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=w, num_stages=s)
-             for bn, bk, w, s in itertools.product((32, 64, 128), (256, 512, 1024), (4,), (2, 4))]
-    large = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=s)
-             for (bm, bn), bk, w, s in itertools.product(((64, 128), (128, 128), (128, 256), (64, 64)),
-                                                          (128, 256), (4, 8), (2, 3))]
-    for M, N, K in [(1, 4096, 4096), (16, 4096, 4096), (1, 4096, 11008)]:
-        x, qw, s, w = w4a16_problem(M, N, K)
-        base = _ms(lambda: x @ w.t())
-        _best("w4a16", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), small)
-    for M, N, K in [(64, 4096, 4096), (256, 4096, 4096), (1024, 4096, 4096), (4096, 4096, 4096)]:
-        x, qw, s, w = w4a16_problem(M, N, K)
-        base = _ms(lambda: x @ w.t())
-        _best("w4a16", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), large)
+    small = [dict(SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=4, num_stages=4)
+             for sk, bn, bk in itertools.product((2, 4, 8), (32, 64, 128), (256, 512))]
+    large = [dict(SPLIT_K=1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=3)
+             for bm, bn, bk, w in itertools.product((64, 128), (128, 256), (64, 128), (4, 8))]
+    for cfgs, shapes in ((small, [(1, 4096, 4096), (16, 4096, 4096), (1, 4096, 11008)]),
+                         (large, [(64, 4096, 4096), (256, 4096, 4096), (1024, 4096, 4096), (4096, 4096, 4096)])):
+        for M, N, K in shapes:
+            x, qw, s, w = w4a16_problem(M, N, K)
+            base = _ms(lambda: x @ w.t())
+            _best("w4a16", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
 
 
 def sweep_dds():
-    cfgs = [dict(BLOCK_M=bm, num_warps=w, num_stages=s)
-            for bm, w, s in itertools.product((16, 32, 64, 128, 256), (2, 4, 8), (2, 3, 4))
-            if not (bm >= 128 and w == 2)]
+    cfgs = [dict(BLOCK_M=bm, BLOCKS_PER_STEP=bs, num_warps=w, num_stages=s)
+            for bm, bs, w, s in itertools.product((32, 64, 128, 256), (1, 2, 4), (4, 8), (2, 3))
+            if not (bm <= 64 and w == 8)]
     for M, d in [(16, 0.25), (256, 0.25), (4096, 0.05), (4096, 0.25), (4096, 1.0), (65536, 0.05), (65536, 0.5)]:
         x, bsr, w = dds_problem(M, 1024, 1024, d)
         base = _ms(lambda: x @ w.t())

@@ -23,27 +23,36 @@ from .utils import BSR_BLOCK, check_dds_inputs
 def _dds_kernel(
     x_ptr, values_ptr, crow_ptr, col_ptr, y_ptr, M, num_block_rows,
     stride_xm, stride_xk, stride_ym, stride_yn,
-    BLOCK_M: tl.constexpr, BLOCK: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, BLOCKS_PER_STEP: tl.constexpr,
 ):
     """One [BLOCK_M, BLOCK] tile of y: rows pid_m * BLOCK_M.., block row pid_n."""
     pid = tl.program_id(0)
     pid_n = pid % num_block_rows
     pid_m = pid // num_block_rows
 
+    # Each step takes BLOCKS_PER_STEP stored blocks of the row at once: the
+    # gathered x columns and the stacked blocks make one dot of depth
+    # BLOCKS_PER_STEP * 32, which keeps the tensor cores busier than a 32-deep one.
+    STEP_K: tl.constexpr = BLOCKS_PER_STEP * BLOCK
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_b = tl.arange(0, BLOCK)
+    offs_s = tl.arange(0, STEP_K)
+    slot = offs_s // BLOCK     # which stored block of the step
+    within = offs_s % BLOCK    # column inside that block
     x_rows = x_ptr + (offs_m % M)[:, None] * stride_xm
     # values[i] is W_ij as [BLOCK (n), BLOCK (k)], row-major; read it as its
     # transpose [k, n], which is K-major, the layout the tensor cores want.
-    w_tile = offs_b[None, :] * BLOCK + offs_b[:, None]
+    w_tile = offs_b[None, :] * BLOCK + within[:, None]
 
     start = tl.load(crow_ptr + pid_n)
     end = tl.load(crow_ptr + pid_n + 1)
     acc = tl.zeros((BLOCK_M, BLOCK), dtype=tl.float32)
-    for i in range(start, end):
-        col = tl.load(col_ptr + i)
-        a = tl.load(x_rows + (col * BLOCK + offs_b)[None, :] * stride_xk)
-        w = tl.load(values_ptr + i * (BLOCK * BLOCK) + w_tile)
+    for i in range(start, end, BLOCKS_PER_STEP):
+        blk = i + slot
+        ok = blk < end
+        col = tl.load(col_ptr + blk, mask=ok, other=0)
+        a = tl.load(x_rows + (col * BLOCK + within)[None, :] * stride_xk, mask=ok[None, :], other=0.0)
+        w = tl.load(values_ptr + blk[:, None] * (BLOCK * BLOCK) + w_tile, mask=ok[:, None], other=0.0)
         acc = tl.dot(a, w, acc)
 
     offs_n = pid_n * BLOCK + offs_b
@@ -52,12 +61,12 @@ def _dds_kernel(
 
 
 def _config(M: int, N: int, K: int) -> dict:
-    """Tile shape for one problem; measured on H100 (see docs/performance.md)."""
+    """Tile shape for one problem; measured on H200 (see docs/performance.md)."""
     if M <= 16:
-        return dict(BLOCK_M=16, num_warps=2, num_stages=3)
+        return dict(BLOCK_M=16, BLOCKS_PER_STEP=2, num_warps=2, num_stages=3)
     if M <= 256:
-        return dict(BLOCK_M=64, num_warps=4, num_stages=3)
-    return dict(BLOCK_M=128, num_warps=4, num_stages=4)
+        return dict(BLOCK_M=32, BLOCKS_PER_STEP=2, num_warps=4, num_stages=3)
+    return dict(BLOCK_M=128, BLOCKS_PER_STEP=2, num_warps=4, num_stages=3)
 
 
 def _launch(x, weight_bsr, cfg: dict) -> torch.Tensor:

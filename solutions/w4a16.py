@@ -2,16 +2,17 @@
 
     y[m, n] = sum_k x[m, k] * q[n, k] * s[k // group_size, n]
 
-``qweight[r, n]`` holds ``q[n, 8r + j]`` in bits 4j..4j+3. Instead of
-expanding each packed word into 8 rows of a [BLOCK_K, BLOCK_N] tile, the kernel
-keeps the packed tile as it is ([BLOCK_K // 8, BLOCK_N], every word loaded
-once) and splits the dot along j: nibble j of every word multiplies the x
-columns k = 8r + j, a strided slice of the x tile. Eight dots of depth
-BLOCK_K // 8 then add up to the full product.
+``qweight[r, n]`` holds ``q[n, 8r + j]`` in bits 4j..4j+3. The kernel loads a
+packed tile [BLOCK_K // 8, BLOCK_N] (every word once), widens it to
+[BLOCK_K // 8, 8, BLOCK_N] by extracting nibble j into slot j, and reshapes that
+to [BLOCK_K, BLOCK_N]: row 8r + j is exactly k = 8r + j, so the unpacked tile
+lines up with a plain [BLOCK_M, BLOCK_K] tile of x.
 
 With one scale per channel the scale is applied once, to the fp32 result, so
-the dot sees exact small integers; with group-wise scales each nibble tile is
-scaled in fp16 before its dot.
+the dot sees exact small integers; with group-wise scales each unpacked tile is
+scaled in fp16 before its dot. Small M is memory-bound on the weight: split-K
+puts more programs to work on streaming it and a small kernel adds the fp32
+partial sums.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ from .utils import check_w4a16_inputs
 
 @triton.jit
 def _w4a16_kernel(
-    x_ptr, qw_ptr, s_ptr, y_ptr, M, N, K, group_size,
+    x_ptr, qw_ptr, s_ptr, y_ptr, ws_ptr, M, N, K, group_size,
     stride_xm, stride_xk, stride_qr, stride_qn, stride_sg, stride_sn, stride_ym, stride_yn,
-    GROUPED: tl.constexpr,
+    GROUPED: tl.constexpr, SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
-    """One [BLOCK_M, BLOCK_N] tile of y. BLOCK_K counts unpacked k (a multiple of 128)."""
+    """One [BLOCK_M, BLOCK_N] tile of y, or with SPLIT_K > 1 its fp32 partial
+    sum over one slice of K, written to ws[pid_k, M, N]."""
     pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     group = GROUP_M * num_pid_n
@@ -40,57 +43,91 @@ def _w4a16_kernel(
     pid_m = first_m + (pid % group) % rows_in_group
     pid_n = (pid % group) // rows_in_group
 
+    k_per_split = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
+    k_start = pid_k * k_per_split
+    k_end = min(K, k_start + k_per_split)
+
     BLOCK_R: tl.constexpr = BLOCK_K // 8  # packed rows per K tile
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
     offs_r = tl.arange(0, BLOCK_R)
     safe_m = offs_m % M
     safe_n = offs_n % N
-    x_rows = x_ptr + safe_m[:, None] * stride_xm
-    q_ptrs = qw_ptr + offs_r[:, None] * stride_qr + safe_n[None, :] * stride_qn
+    x_ptrs = x_ptr + safe_m[:, None] * stride_xm + (k_start + offs_k)[None, :] * stride_xk
+    q_ptrs = qw_ptr + (k_start // 8 + offs_r)[:, None] * stride_qr + safe_n[None, :] * stride_qn
+    # Shift nibble j to the top bits, then shift back arithmetically: that
+    # sign-extends it into [-8, 7] (a plain "& 0xF" would read -1 as 15).
+    up_shift = (28 - 4 * tl.arange(0, 8))[None, :, None]
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        r_ok = offs_r < (K - k0) // 8
-        packed = tl.load(q_ptrs, mask=r_ok[:, None], other=0)
-        for j in tl.static_range(8):
-            k = k0 + offs_r * 8 + j  # the x columns that nibble j multiplies
-            a = tl.load(x_rows + k[None, :] * stride_xk, mask=r_ok[None, :], other=0.0)
-            # Move nibble j to the top bits, then shift back arithmetically:
-            # that sign-extends it into [-8, 7].
-            w = ((packed << (28 - 4 * j)) >> 28).to(tl.float16)
-            if GROUPED:
-                s = tl.load(s_ptr + (k // group_size)[:, None] * stride_sg + safe_n[None, :] * stride_sn,
-                            mask=r_ok[:, None], other=0.0)
-                w = w * s
-            acc = tl.dot(a, w, acc)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        k_left = k_end - k0
+        a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        packed = tl.load(q_ptrs, mask=offs_r[:, None] < k_left // 8, other=0)
+        q = (packed[:, None, :] << up_shift) >> 28
+        w = tl.reshape(q, (BLOCK_K, BLOCK_N)).to(tl.float16)
+        if GROUPED:
+            g = (k0 + offs_k) // group_size
+            s = tl.load(s_ptr + g[:, None] * stride_sg + safe_n[None, :] * stride_sn,
+                        mask=offs_k[:, None] < k_left, other=0.0)
+            w = w * s
+        acc = tl.dot(a, w, acc)
+        x_ptrs += BLOCK_K * stride_xk
         q_ptrs += BLOCK_R * stride_qr
 
     if not GROUPED:
         acc = acc * tl.load(s_ptr + safe_n * stride_sn).to(tl.float32)[None, :]
-    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
-    tl.store(y_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    out_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if SPLIT_K == 1:
+        y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+        tl.store(y_ptrs, acc.to(tl.float16), mask=out_mask)
+    else:
+        tl.store(ws_ptr + pid_k * M * N + offs_m[:, None] * N + offs_n[None, :], acc, mask=out_mask)
+
+
+@triton.jit
+def _splitk_sum_kernel(
+    ws_ptr, y_ptr, M, N, stride_ym, stride_yn,
+    SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """y = fp16(sum over the SPLIT_K fp32 partials in ws [SPLIT_K, M, N])."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(SPLIT_K):
+        acc += tl.load(ws_ptrs, mask=mask, other=0.0)
+        ws_ptrs += M * N
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, acc.to(tl.float16), mask=mask)
 
 
 def _config(M: int, N: int, K: int) -> dict:
-    """Tile shape for one problem; measured on H100 (see docs/performance.md)."""
+    """Tile shape for one problem; measured on H200 (see docs/performance.md)."""
     if M <= 16:
-        return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=512, GROUP_M=1, num_warps=4, num_stages=4)
+        return dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=4)
     if M <= 128:
-        return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=256, GROUP_M=8, num_warps=4, num_stages=3)
-    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=3)
+        return dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3)
+    return dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
 
 
 def _launch(x, qweight, scales, group_size: int, cfg: dict) -> torch.Tensor:
     M, K = x.shape
     N = qweight.shape[1]
+    split_k = cfg["SPLIT_K"]
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
+    ws = torch.empty((split_k, M, N), device=x.device, dtype=torch.float32) if split_k > 1 else y
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), split_k)
     _w4a16_kernel[grid](
-        x, qweight, scales, y, M, N, K, group_size,
+        x, qweight, scales, y, ws, M, N, K, group_size,
         x.stride(0), x.stride(1), qweight.stride(0), qweight.stride(1),
         scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
         GROUPED=scales.shape[0] > 1, **cfg)
+    if split_k > 1:
+        grid = (triton.cdiv(M, 16), triton.cdiv(N, 256))
+        _splitk_sum_kernel[grid](ws, y, M, N, y.stride(0), y.stride(1),
+                                 SPLIT_K=split_k, BLOCK_M=16, BLOCK_N=256, num_warps=4)
     return y
 
 

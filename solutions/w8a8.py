@@ -4,13 +4,16 @@ quantized per output channel, int8 x int8 -> int32 on the tensor cores.
     y[m, n] = s_x[m] * s_w[n] * sum_k q_x[m, k] * q_w[n, k]
     q_x[m, k] = clamp(round_half_even(x[m, k] / s_x[m]), -128, 127)
 
-Two regimes share one GEMM kernel:
-- small M (decode): a GEMV in disguise. The weight is the only large operand,
-  so tiles are narrow in N (many programs to stream it) and deep in K, and x is
-  quantized on the fly inside the K loop (it is tiny and stays in L1).
-- large M: quantizing inside the GEMM would redo the same work for every N
-  tile; one cheap pass writes q_x as int8 first, then both dot operands are
-  loaded as int8, K-major, straight into shared memory.
+One cheap pass quantizes x to int8 first: quantizing inside the GEMM would
+redo the same division for every N tile. Both dot operands are then int8 and
+K-major (the weight stays [N, K]; its transpose is read as a view), the layout
+the int8 tensor-core instructions want.
+
+Small M (decode) is a GEMV in disguise: the weight is the only large operand
+and there are too few output tiles to keep every SM streaming it. Split-K
+gives each program a slice of K, writes int32 partial sums, and a last small
+kernel adds them up and dequantizes. Large M uses grouped tile order so that
+neighbouring programs share weight tiles in L2.
 """
 
 from __future__ import annotations
@@ -54,18 +57,20 @@ def _quantize_rows_kernel(
 
 @triton.jit
 def _w8a8_gemm_kernel(
-    a_ptr, w_ptr, sx_ptr, sw_ptr, y_ptr, M, N, K,
+    a_ptr, w_ptr, sx_ptr, sw_ptr, y_ptr, ws_ptr, M, N, K,
     stride_am, stride_ak, stride_wk, stride_wn, stride_ym, stride_yn,
-    QUANTIZE_A: tl.constexpr, EVEN_K: tl.constexpr,
+    QUANTIZE_A: tl.constexpr, EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
-    """y[BLOCK_M, BLOCK_N] tile of dequant(A_q @ W_q).
+    """y[BLOCK_M, BLOCK_N] tile of dequant(A_q @ W_q), or with SPLIT_K > 1 the
+    int32 partial sum over one slice of K, written to ws[pid_k, M, N].
 
     A is x (fp16, quantized here when QUANTIZE_A) or q_x (int8); W is the
     [K, N] K-major view of the int8 weight.
     """
     # Grouped launch order: GROUP_M consecutive M tiles share each W tile in L2.
     pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     group_size = GROUP_M * num_pid_n
@@ -74,9 +79,14 @@ def _w8a8_gemm_kernel(
     pid_m = first_m + (pid % group_size) % rows_in_group
     pid_n = (pid % group_size) // rows_in_group
 
+    # Each of the SPLIT_K programs of a tile sums over its own slice of K.
+    k_per_split = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
+    k_start = pid_k * k_per_split
+    k_end = min(K, k_start + k_per_split)
+
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
+    offs_k = k_start + tl.arange(0, BLOCK_K)
     # Out-of-range rows/columns read a valid row/column instead of being
     # masked; their results are dropped by the masked store.
     safe_m = offs_m % M
@@ -86,12 +96,12 @@ def _w8a8_gemm_kernel(
     s_x = tl.load(sx_ptr + safe_m)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(k_start, k_end, BLOCK_K):
         if EVEN_K:
             a = tl.load(a_ptrs)
             w = tl.load(w_ptrs)
         else:
-            k_ok = offs_k < K - k0
+            k_ok = offs_k < k_end - (k0 - k_start)
             a = tl.load(a_ptrs, mask=k_ok[None, :], other=0)
             w = tl.load(w_ptrs, mask=k_ok[:, None], other=0)
         if QUANTIZE_A:
@@ -100,28 +110,56 @@ def _w8a8_gemm_kernel(
         a_ptrs += BLOCK_K * stride_ak
         w_ptrs += BLOCK_K * stride_wk
 
-    s_w = tl.load(sw_ptr + safe_n)
+    out_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if SPLIT_K == 1:
+        s_w = tl.load(sw_ptr + safe_n)
+        y = acc.to(tl.float32) * s_x[:, None] * s_w[None, :]
+        y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+        tl.store(y_ptrs, y.to(tl.float16), mask=out_mask)
+    else:
+        ws_ptrs = ws_ptr + pid_k * M * N + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(ws_ptrs, acc, mask=out_mask)
+
+
+@triton.jit
+def _splitk_dequant_kernel(
+    ws_ptr, sx_ptr, sw_ptr, y_ptr, M, N, stride_ym, stride_yn,
+    SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """y = dequant(sum over the SPLIT_K int32 partials in ws [SPLIT_K, M, N])."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    for _ in range(SPLIT_K):
+        acc += tl.load(ws_ptrs, mask=mask, other=0)
+        ws_ptrs += M * N
+    s_x = tl.load(sx_ptr + offs_m, mask=offs_m < M, other=0.0)
+    s_w = tl.load(sw_ptr + offs_n, mask=offs_n < N, other=0.0)
     y = acc.to(tl.float32) * s_x[:, None] * s_w[None, :]
-    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
-    tl.store(y_ptrs, y.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, y.to(tl.float16), mask=mask)
 
 
 def _gemm_config(M: int, N: int, K: int) -> dict:
-    """Tile shape for one problem; measured on H100 (see docs/performance.md)."""
+    """Tile shape for one problem; measured on H200 (see docs/performance.md)."""
     if M <= 16:
-        return dict(QUANTIZE_A=True, BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1,
+        return dict(QUANTIZE_A=False, SPLIT_K=8, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1,
                     num_warps=4, num_stages=4)
     if M <= 128:
-        return dict(QUANTIZE_A=True, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8,
+        return dict(QUANTIZE_A=False, SPLIT_K=2, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8,
                     num_warps=4, num_stages=4)
-    return dict(QUANTIZE_A=False, BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_M=8,
-                num_warps=8, num_stages=3)
+    if M <= 512:
+        return dict(QUANTIZE_A=False, SPLIT_K=1, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8,
+                    num_warps=8, num_stages=4)
+    return dict(QUANTIZE_A=False, SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8,
+                num_warps=4, num_stages=3)
 
 
 def _launch(x, qweight_t, input_scale, weight_scale, cfg: dict) -> torch.Tensor:
     M, K = x.shape
     N = qweight_t.shape[1]
-    cfg = dict(cfg)
+    split_k = cfg["SPLIT_K"]
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     a = x
     if not cfg["QUANTIZE_A"]:
@@ -130,12 +168,17 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: dict) -> torch.Tensor:
         _quantize_rows_kernel[grid](
             x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1),
             BLOCK_M=64, BLOCK_K=128, num_warps=4)
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
+    ws = torch.empty((split_k, M, N), device=x.device, dtype=torch.int32) if split_k > 1 else y
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), split_k)
     _w8a8_gemm_kernel[grid](
-        a, qweight_t, input_scale, weight_scale, y, M, N, K,
+        a, qweight_t, input_scale, weight_scale, y, ws, M, N, K,
         a.stride(0), a.stride(1), qweight_t.stride(0), qweight_t.stride(1),
         y.stride(0), y.stride(1),
-        EVEN_K=(K % cfg["BLOCK_K"] == 0), **cfg)
+        EVEN_K=(K % (cfg["BLOCK_K"] * split_k) == 0), **cfg)
+    if split_k > 1:
+        grid = (triton.cdiv(M, 16), triton.cdiv(N, 256))
+        _splitk_dequant_kernel[grid](ws, input_scale, weight_scale, y, M, N, y.stride(0), y.stride(1),
+                                     SPLIT_K=split_k, BLOCK_M=16, BLOCK_N=256, num_warps=4)
     return y
 
 
