@@ -1,0 +1,50 @@
+# Student and TA entry points. `make grade` and `make test` set themselves up.
+PYTHON ?= python3
+VENV ?= .venv
+ifeq ($(NO_VENV),1)
+PY := $(PYTHON)
+else
+PY := $(VENV)/bin/python
+endif
+SUBMISSION ?= assignment
+REPORT_DIR ?= grade-report
+SUBMISSIONS ?= submissions
+BATCH_DIR ?= batch-reports
+SEED ?=
+GRADE_FLAGS ?=
+
+export PYTHON VENV NO_VENV
+
+.PHONY: help setup grade test test-fast batch dist gradescope bench clean
+
+help:
+	@echo "make grade                 grade assignment/ (SUBMISSION=path for a folder or .zip)"
+	@echo "make test                  the project's own test suite"
+	@echo "make batch SUBMISSIONS=dir grade a whole class (TA)"
+	@echo "make dist                  build the student bundle in dist/ (TA)"
+	@echo "make gradescope            build a Gradescope autograder zip (TA)"
+	@echo "make bench                 GPU benchmark of the reference solutions"
+
+setup:
+	@bash tools/setup_env.sh
+
+grade: setup
+	$(PY) -m grader grade $(SUBMISSION) --report-dir $(REPORT_DIR) $(if $(SEED),--seed $(SEED)) $(GRADE_FLAGS)
+
+test: setup
+	$(PY) -m pytest tests -q
+
+batch: setup
+	$(PY) -m grader batch $(SUBMISSIONS) --out $(BATCH_DIR) $(GRADE_FLAGS)
+
+dist: setup
+	$(PY) -m tools.dist dist
+
+gradescope: setup
+	$(PY) -m tools.gradescope dist/gradescope.zip
+
+bench: setup
+	$(PY) -m bench.bench
+
+clean:
+	rm -rf $(REPORT_DIR) dist .pytest_cache

@@ -1,0 +1,1 @@
+"""The autograder. ``python -m grader`` grades a submission; see README.md."""

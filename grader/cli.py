@@ -1,0 +1,61 @@
+"""Command line: python -m grader [grade] [SUBMISSION] [options] | python -m grader batch DIR."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _grade_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("submission", nargs="?", default=str(ROOT / "assignment"),
+                   help="folder or .zip holding w8a8.py, w4a16.py, dds.py (default: assignment/)")
+    p.add_argument("--report-dir", default="grade-report", help="where the reports go (default: grade-report/)")
+    p.add_argument("--rubric", default=None, help="rubric TOML (default: grader/rubric.toml)")
+    p.add_argument("--seed", type=int, default=None, help="reuse a seed to reproduce a run")
+    p.add_argument("--device", choices=["cuda", "cpu"], default=None,
+                   help="force a device (default: cuda when available)")
+    p.add_argument("--tasks", default=None, help="comma-separated subset, e.g. w8a8,dds")
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
+    sub = parser.add_subparsers(dest="command")
+    _grade_args(sub.add_parser("grade", help="grade one submission (the default command)"))
+    b = sub.add_parser("batch", help="grade every submission in a folder (TA)")
+    b.add_argument("submissions", help="folder with one folder or .zip per student")
+    b.add_argument("--out", default="batch-reports", help="output folder (default: batch-reports/)")
+    b.add_argument("--rubric", default=None)
+    b.add_argument("--force", action="store_true", help="regrade students that already have a result")
+    b.add_argument("--timeout", type=float, default=None, help="wall-clock limit per student, seconds")
+    if not argv or argv[0] not in ("grade", "batch", "-h", "--help"):
+        argv.insert(0, "grade")
+    args = parser.parse_args(argv)
+
+    from .rubric import DEFAULT_RUBRIC, RubricError, load_rubric
+    try:
+        rubric = load_rubric(args.rubric or DEFAULT_RUBRIC)
+    except RubricError as e:
+        print(f"rubric error: {e}", file=sys.stderr)
+        return 2
+    if args.command == "batch":
+        from .batch import run_batch
+        return run_batch(args.submissions, args.out, rubric, force=args.force, timeout_s=args.timeout)
+
+    from .grade import grade
+    from .report import remove_reports, terminal_table, write_reports
+    tasks = args.tasks.split(",") if args.tasks else None
+    unknown = set(tasks or []) - set(rubric.tasks)
+    if unknown:
+        print(f"unknown task(s) {sorted(unknown)}; expected some of {sorted(rubric.tasks)}", file=sys.stderr)
+        return 2
+    remove_reports(args.report_dir)  # a stale report must never pass for this run's
+    result = grade(args.submission, rubric, seed=args.seed, device=args.device, tasks=tasks)
+    out = write_reports(result, args.report_dir)
+    print()
+    print(terminal_table(result))
+    print(f"\nreports: {out}/report.md, report.json, results.json (Gradescope)")
+    return 0

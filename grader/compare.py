@@ -1,0 +1,82 @@
+"""Compare a submission's output with the reference and say what differs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# |out - ref| <= TOL * (|ref| + rms(ref)), elementwise. W8A8 accumulates
+# exactly, so only the fp16 rounding of the result can differ: one fp16 ulp is
+# <= 2**-10 relative. W4A16 and DDS add fp32 accumulation order and, for a
+# weight dequantized in fp16, one more rounding of each weight: 2e-3 is about
+# four fp16 ulps, ten times less than any real bug (a wrong nibble or block
+# is an O(1) error).
+TOLERANCE = {"w8a8": 1e-3, "w4a16": 2e-3, "dds": 2e-3}
+# Looser check against the unquantized fp16 layer, ||y - x W^T|| / ||x W^T||:
+# int8 rounds to 1/255 of the range, int4 to 1/15 of it.
+SANITY = {"w8a8": 0.05, "w4a16": 0.35, "dds": 0.01}
+
+
+@dataclass
+class Check:
+    passed: bool
+    message: str
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    bad: int = 0
+
+
+def _indices(mask: torch.Tensor, limit: int = 5) -> list[tuple[int, ...]]:
+    return [tuple(int(i) for i in idx) for idx in mask.nonzero()[:limit].tolist()]
+
+
+def check_output(out, ref: torch.Tensor, task: str, expected_shape: tuple[int, int]) -> Check:
+    """Tight check of ``out`` (fp16 [M, N]) against ``ref``."""
+    if not isinstance(out, torch.Tensor):
+        return Check(False, f"returned {type(out).__name__}, expected a torch.Tensor")
+    if out.layout != torch.strided:
+        return Check(False, f"returned a {out.layout} tensor, expected a dense (strided) tensor")
+    if out.dtype != torch.float16:
+        return Check(False, f"output dtype is {out.dtype}, expected torch.float16")
+    if tuple(out.shape) != tuple(expected_shape):
+        return Check(False, f"output shape is {tuple(out.shape)}, expected {tuple(expected_shape)}")
+    y = out.to(ref.device).double()
+    r = ref.double()
+    nonfinite = ~torch.isfinite(y)
+    if nonfinite.any():
+        n = int(nonfinite.sum())
+        return Check(False, f"{n} of {y.numel()} output elements are NaN or Inf, first at "
+                            f"{_indices(nonfinite)}", bad=n)
+    tol = TOLERANCE[task]
+    rms = float(r.pow(2).mean().sqrt()) if r.numel() else 0.0
+    err = (y - r).abs()
+    bound = tol * (r.abs() + rms)
+    bad = err > bound
+    max_abs = float(err.max()) if err.numel() else 0.0
+    rel = err / r.abs().clamp_min(max(rms, 1e-30))
+    max_rel = float(rel.max()) if rel.numel() else 0.0
+    n_bad = int(bad.sum())
+    if n_bad == 0:
+        return Check(True, f"max abs error {max_abs:.3g}, max rel error {max_rel:.3g} "
+                           f"(tolerance {tol:g})", max_abs, max_rel)
+    first = _indices(bad)
+    samples = ", ".join(f"{i}: got {float(y[i]):.5g}, expected {float(r[i]):.5g}" for i in first[:3])
+    return Check(False, f"{n_bad} of {y.numel()} elements differ beyond tolerance {tol:g} "
+                        f"(|err| <= tol * (|ref| + rms(ref)), rms(ref) = {rms:.3g}); "
+                        f"max abs error {max_abs:.4g}, max rel error {max_rel:.4g}; "
+                        f"first bad at {first}; {samples}", max_abs, max_rel, n_bad)
+
+
+def check_sanity(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, task: str) -> Check:
+    """Loose check against the unquantized fp16 nn.Linear: relative Frobenius error."""
+    ref = x.double() @ weight.double().t()
+    norm = float(ref.norm())
+    if norm == 0.0:
+        ok = float(out.double().abs().max()) == 0.0 if out.numel() else True
+        return Check(ok, "fp16 layer output is all zero" + ("" if ok else "; the kernel's is not"))
+    rel = float((out.to(ref.device).double() - ref).norm()) / norm
+    limit = SANITY[task]
+    ok = rel <= limit
+    return Check(ok, f"relative error vs the fp16 nn.Linear {rel:.3g} (limit {limit:g})"
+                 + ("" if ok else ": the result is not the layer's output"))

@@ -1,0 +1,84 @@
+"""Graded results as documented dataclasses, and how points are resolved."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .rubric import Rubric, TestSpec
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class TestResult:
+    """One rubric test. ``status``: passed | partial | failed | not_run."""
+    name: str
+    task: str
+    kind: str
+    score: float
+    max_score: float
+    status: str
+    message: str
+    visibility: str = "visible"
+    bonus: bool = False
+    details: dict = field(default_factory=dict)
+
+
+@dataclass
+class TaskResult:
+    """One task's totals, and why it lost points as a whole (flags) if it did."""
+    task: str
+    title: str
+    score: float
+    max_score: float
+    summary: str
+    flags: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    log_tail: str = ""
+
+
+@dataclass
+class GradeResult:
+    """Everything a report needs. ``partial`` is true when some tests could not run here."""
+    schema_version: int
+    submission: str
+    started: str
+    seconds: float
+    device: str
+    gpu: str | None
+    versions: dict
+    seed: int
+    rubric: str
+    score: float
+    max_score: float
+    max_score_all_tests: float
+    partial: bool
+    notes: list[str]
+    tasks: list[TaskResult]
+    tests: list[TestResult]
+
+
+def round_to_step(value: float, step: float) -> float:
+    return round(round(value / step) * step, 6) if step > 0 else value
+
+
+def resolve_test(spec: TestSpec, fraction: float | None, message: str, step: float,
+                 details: dict | None = None) -> TestResult:
+    """Points for one test; ``fraction`` None means the test did not run here."""
+    common = dict(name=spec.name, task=spec.task, kind=spec.kind, max_score=spec.points,
+                  visibility=spec.visibility, bonus=spec.bonus, details=details or {})
+    if fraction is None:
+        return TestResult(score=0.0, status="not_run", message=message, **common)
+    score = round_to_step(max(0.0, min(1.0, fraction)) * spec.points, step)
+    status = "passed" if score >= spec.points else ("partial" if score > 0 else "failed")
+    return TestResult(score=score, status=status, message=message, **common)
+
+
+def totals(rubric: Rubric, tests: list[TestResult]) -> tuple[float, float, float]:
+    """(score, max over tests that ran, max over all tests); bonus adds to score only."""
+    score = sum(t.score for t in tests)
+    ran = sum(t.max_score for t in tests if not t.bonus and t.status != "not_run")
+    everything = sum(t.max_score for t in tests if not t.bonus)
+    if rubric.settings.cap_at_max:
+        score = min(score, ran)
+    return round(score, 6), ran, everything
