@@ -19,6 +19,7 @@ from .pytest_plugin import GradingPlugin
 from .rubric import Rubric, TestSpec
 from .runner import TaskRun, run_task
 from .sandbox.cases import make_inputs
+from .staticcheck import check_source
 from .scoring import SCHEMA_VERSION, GradeResult, TaskResult, resolve_test, totals
 from .submission import Submission, SubmissionError, load_submission
 
@@ -40,6 +41,7 @@ class GradingState:
         self.baselines: dict[str, float] = {}
         self.bandwidth_gbs = 0.0
         self.verdicts: dict[str, Verdict] = {}
+        self.static: dict[str, list[str]] = {}
 
     def selected_tests(self) -> list[TestSpec]:
         order = {"correctness": 0, "performance": 1}
@@ -48,6 +50,12 @@ class GradingState:
 
     def runs_here(self, spec: TestSpec) -> bool:
         return spec.shape_on(self.device) is not None
+
+    def flags(self, task: str) -> list[str]:
+        """Reasons that void the whole task: forbidden code, then what the child saw."""
+        static = self.static.get(task, [])
+        flags = [f"forbidden code in {self.rubric.tasks[task].file}: " + "; ".join(static[:5])] if static else []
+        return flags + (task_flags(self.runs[task]) if task in self.runs else [])
 
     def judge(self, spec: TestSpec) -> Verdict:
         if spec.name not in self.verdicts:
@@ -63,7 +71,7 @@ class GradingState:
             return Verdict(False, "; ".join(p for p in self.sub.problems if task.file in p)
                            or f"{task.file} missing")
         run = self.runs[spec.task]
-        flags = task_flags(run)
+        flags = self.flags(spec.task)
         if flags:
             return Verdict(False, "no points for this task: " + "; ".join(flags))
         seed = case_seed(self.seed, spec.name)
@@ -130,7 +138,9 @@ def _summary(task: str, state: GradingState, flags: list[str]) -> str:
     errors = [str(r.get("error", "")) for r in run.records.values() if r.get("status") == "error"]
     if errors and all("NotImplementedError" in e for e in errors):
         return "not implemented (the stub raises NotImplementedError)"
-    return run.failure_reason() or ("; ".join(flags) if flags else "ran to completion")
+    if flags:
+        return "no points: " + flags[0].split(":")[0]
+    return run.failure_reason() or "ran to completion"
 
 
 def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
@@ -159,6 +169,9 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
         if t.file not in sub.files:
             log(f"{task}: {t.file} missing, not graded")
             continue
+        if rubric.settings.static_checks:
+            found = check_source(sub.files[t.file], set(rubric.settings.extra_allowed_imports))
+            state.static[task] = [str(f) for f in found]
         job = _job(state, task)
         timeout = rubric.settings.task_timeout_s if device == "cuda" else rubric.settings.cpu_task_timeout_s
         log(f"{task}: running {len(job['cases'])} case(s) in a child process ...")
@@ -175,7 +188,7 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
     task_results = []
     for task in tasks:
         mine = [r for r in results if r.task == task]
-        flags = task_flags(state.runs[task]) if task in state.runs else []
+        flags = state.flags(task)
         run = state.runs.get(task)
         task_results.append(TaskResult(
             task=task, title=rubric.tasks[task].title, score=sum(r.score for r in mine),

@@ -65,6 +65,8 @@ class Settings:
     cpu_task_timeout_s: float = 600
     timing_reps: int = 40
     timing_rounds: int = 3
+    static_checks: bool = True
+    extra_allowed_imports: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,9 @@ def _test(entry: dict, index: int, tasks: dict) -> TestSpec:
 def parse_rubric(data: dict, source: str = "<memory>") -> Rubric:
     if data.get("schema_version") != 1:
         raise RubricError(f"{source}: schema_version must be 1, got {data.get('schema_version')!r}")
-    settings = Settings(**data.get("settings", {}))
+    raw = dict(data.get("settings", {}))
+    raw["extra_allowed_imports"] = tuple(raw.get("extra_allowed_imports", ()))
+    settings = Settings(**raw)
     tasks = {}
     for name, t in data.get("tasks", {}).items():
         if name not in TASKS:

@@ -64,7 +64,7 @@ def run_case(fn, case: dict, job: dict, launches: LaunchRecorder, out_dir: str) 
             out = fn(*args)
         _sync(device)
         record["status"] = "ok"
-    except Exception:
+    except BaseException:  # sys.exit() in one case loses that case only
         record.update(status="error", error=_error_text())
         out = None
     record["seconds"] = time.perf_counter() - t0

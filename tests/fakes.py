@@ -1,0 +1,58 @@
+"""Small fake submissions for the grader's tests, built from the reference
+solutions plus one deliberate fault or attack each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader.grade import grade
+from grader.rubric import parse_rubric
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = {name: (ROOT / "solutions" / f"{name}.py").read_text() for name in ("w8a8", "w4a16", "dds")}
+
+
+def mutate(task: str, old: str, new: str) -> str:
+    src = SOLUTION[task]
+    assert old in src, f"mutation anchor not found in solutions/{task}.py: {old!r}"
+    return src.replace(old, new)
+
+
+def wrap_entry(task: str, body: str, entry: str | None = None) -> str:
+    """The solution with its entry point renamed to _real and a new entry whose
+    body is ``body`` (it may call _real(*args))."""
+    entry = entry or f"{task}_mm"
+    src = SOLUTION[task].replace(f"def {entry}(", "def _real(")
+    return src + f"\n\ndef {entry}(*args):\n" + "\n".join("    " + l for l in body.strip().splitlines()) + "\n"
+
+
+def rubric(timeout_s: float = 120, static: bool = True, same_shape_twice: bool = False):
+    """Two or three small correctness tests per task and one performance test each."""
+    tests = []
+    for task, shapes, opts in (("w8a8", [[5, 64, 96], [17, 32, 64]], {}),
+                               ("w4a16", [[3, 64, 128], [9, 32, 64]], {}),
+                               ("dds", [[9, 64, 96], [4, 96, 64]], {"density": 0.5})):
+        if same_shape_twice:
+            shapes = [shapes[0], shapes[0], shapes[1]]
+        for i, s in enumerate(shapes):
+            tests.append(dict(name=f"{task}/c{i}", task=task, kind="correctness", points=2,
+                              shape=s, cpu_shape=s, **opts))
+        tests.append(dict(name=f"{task}/perf", task=task, kind="performance", points=3,
+                          shape=[64, 256, 256], full_ratio=1.0, zero_ratio=0.5, **opts))
+    tasks = {t: dict(title=t, file=f"{t}.py", entry=f"{t}_mm") for t in ("w8a8", "w4a16", "dds")}
+    settings = dict(cpu_task_timeout_s=timeout_s, task_timeout_s=timeout_s, static_checks=static,
+                    timing_reps=10, timing_rounds=2)
+    return parse_rubric({"schema_version": 1, "settings": settings, "tasks": tasks, "tests": tests})
+
+
+def grade_files(tmp_path: Path, files: dict[str, str], tasks: list[str], **rubric_kw):
+    """Write ``files`` ({"w8a8": source, ...}) as a submission folder and grade ``tasks``."""
+    sub = tmp_path / "submission"
+    sub.mkdir(exist_ok=True)
+    for task, src in files.items():
+        (sub / f"{task}.py").write_text(src)
+    return grade(sub, rubric(**rubric_kw), seed=1234, tasks=tasks, log=lambda *_: None)
+
+
+def by_name(result) -> dict:
+    return {t.name: t for t in result.tests}

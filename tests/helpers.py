@@ -1,0 +1,18 @@
+"""Shared by the project's tests: devices, random problems, GPU skip marker."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader.references import dds_reference, w4a16_reference, w8a8_reference  # noqa: F401
+from grader.sandbox.cases import make_inputs
+
+HAS_CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+needs_gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (full-size shapes and timing)")
+
+
+def problem(task: str, shape, seed: int, **options):
+    """Fresh random kernel arguments on DEVICE (the grader's own generator)."""
+    return make_inputs(task, shape, options, seed, DEVICE)

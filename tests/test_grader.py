@@ -1,0 +1,158 @@
+"""The grader on small fake submissions: each fault costs exactly what it should,
+with a message that says why; the reports are complete and well-formed."""
+
+import json
+import zipfile
+
+import pytest
+
+from grader.report import gradescope, markdown, write_reports
+from grader.rubric import RubricError, load_rubric, parse_rubric
+from tests.fakes import SOLUTION, by_name, grade_files, mutate, wrap_entry
+from tests.helpers import HAS_CUDA
+
+
+def _correctness(result, task):
+    return [t for t in result.tests if t.task == task and t.kind == "correctness"]
+
+
+def test_correct_submission_gets_full_correctness(tmp_path):
+    result = grade_files(tmp_path, SOLUTION, ["w8a8", "w4a16", "dds"])
+    for t in result.tests:
+        if t.kind == "correctness":
+            assert t.status == "passed", f"{t.name}: {t.message}"
+    if not HAS_CUDA:
+        perf = [t for t in result.tests if t.kind == "performance"]
+        assert all(t.status == "not_run" and "needs a CUDA GPU" in t.message for t in perf)
+        assert result.partial and result.score == result.max_score == 12
+        assert any("partial" in n for n in result.notes)
+
+
+def test_unsigned_int4_unpack_fails_with_a_numeric_diff(tmp_path):
+    src = mutate("w4a16", "q = (packed[:, None, :] << up_shift) >> 28",
+                 "q = (packed[:, None, :] >> (28 - up_shift)) & 0xF")
+    result = grade_files(tmp_path, {"w4a16": src}, ["w4a16"])
+    for t in _correctness(result, "w4a16"):
+        assert t.score == 0 and "differ beyond tolerance" in t.message and "first bad at" in t.message
+
+
+def test_missing_tail_mask_is_caught(tmp_path):
+    # The store loses its mask: rows past M land outside y (or the interpreter refuses).
+    src = mutate("dds", "tl.store(y_ptrs, acc.to(tl.float16), mask=offs_m[:, None] < M)",
+                 "tl.store(y_ptrs, acc.to(tl.float16))")
+    result = grade_files(tmp_path, {"dds": src}, ["dds"])
+    assert result.score < 4, [t.message for t in result.tests]
+
+
+def test_nan_output(tmp_path):
+    src = wrap_entry("w8a8", "y = _real(*args)\ny[0, 0] = float('nan')\nreturn y")
+    t = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))["w8a8/c0"]
+    assert t.score == 0 and "NaN or Inf" in t.message and "(0, 0)" in t.message
+
+
+def test_wrong_dtype(tmp_path):
+    src = wrap_entry("w8a8", "return _real(*args).float()")
+    t = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))["w8a8/c0"]
+    assert t.score == 0 and "dtype is torch.float32, expected torch.float16" in t.message
+
+
+def test_wrong_shape(tmp_path):
+    src = wrap_entry("w8a8", "return _real(*args)[:, :-1]")
+    t = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))["w8a8/c0"]
+    assert t.score == 0 and "output shape" in t.message
+
+
+def test_import_error_costs_only_that_task(tmp_path):
+    files = dict(SOLUTION, w8a8="def w8a8_mm(:\n")
+    result = grade_files(tmp_path, files, ["w8a8", "dds"])
+    tasks = {t.task: t for t in result.tasks}
+    assert tasks["w8a8"].score == 0 and "could not be imported" in tasks["w8a8"].summary
+    assert "SyntaxError" in tasks["w8a8"].summary
+    assert tasks["dds"].score == 4
+
+
+def test_missing_function(tmp_path):
+    src = SOLUTION["w8a8"].replace("def w8a8_mm(", "def w8a8_matmul(")
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
+    assert result.score == 0 and "w8a8_mm" in result.tasks[0].summary
+
+
+def test_missing_file(tmp_path):
+    result = grade_files(tmp_path, {"dds": SOLUTION["dds"]}, ["w8a8", "dds"])
+    tasks = {t.task: t for t in result.tasks}
+    assert "w8a8.py not found" in tasks["w8a8"].summary and tasks["dds"].score == 4
+
+
+def test_hang_is_killed_and_costs_only_that_task(tmp_path):
+    files = dict(SOLUTION, w4a16=wrap_entry("w4a16", "while True:\n    pass"))
+    result = grade_files(tmp_path, files, ["w4a16", "dds"], timeout_s=15)
+    tasks = {t.task: t for t in result.tasks}
+    assert tasks["w4a16"].score == 0 and "time limit exceeded" in tasks["w4a16"].summary
+    assert tasks["dds"].score == 4
+
+
+def test_crash_is_reported(tmp_path):
+    src = wrap_entry("w8a8", "import signal\nos.kill(os.getpid(), signal.SIGSEGV)").replace(
+        "from __future__ import annotations", "from __future__ import annotations\nimport os")
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
+    assert result.score == 0 and "crashed (SIGSEGV)" in result.tasks[0].summary
+
+
+def test_exception_message_reaches_the_report(tmp_path):
+    src = wrap_entry("w8a8", "raise RuntimeError('my kernel broke')")
+    t = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))["w8a8/c0"]
+    assert "RuntimeError: my kernel broke" in t.message
+
+
+def test_unreadable_zip_is_a_report_not_a_crash(tmp_path):
+    bad = tmp_path / "student.zip"
+    bad.write_bytes(b"PK\x03\x04 this is not really a zip")
+    from grader.grade import grade
+    from tests.fakes import rubric
+    result = grade(bad, rubric(), seed=1, tasks=["dds"], log=lambda *_: None)
+    assert result.score == 0 and result.tests
+
+
+def test_zip_submission_with_top_folder(tmp_path):
+    z = tmp_path / "s.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("alice/dds.py", SOLUTION["dds"])
+        zf.writestr("../evil.py", "x = 1")
+    from grader.grade import grade
+    from tests.fakes import rubric
+    result = grade(z, rubric(), seed=1, tasks=["dds"], log=lambda *_: None)
+    assert result.score == 4
+
+
+def test_reports_and_gradescope_schema(tmp_path):
+    result = grade_files(tmp_path, SOLUTION, ["dds"])
+    out = write_reports(result, tmp_path / "report")
+    gs = json.loads((out / "results.json").read_text())
+    assert set(gs) >= {"score", "max_score", "tests"}
+    assert isinstance(gs["score"], (int, float)) and isinstance(gs["max_score"], (int, float))
+    for t in gs["tests"]:
+        assert set(t) >= {"name", "score", "max_score", "status", "output", "visibility"}
+        assert t["status"] in ("passed", "failed")
+        assert t["visibility"] in ("visible", "hidden", "after_due_date", "after_published")
+    full = json.loads((out / "report.json").read_text())
+    assert full["schema_version"] == 1 and full["seed"] == 1234
+    md = (out / "report.md").read_text()
+    assert "dds/c0" in md and "SEED=1234" in md
+    assert markdown(result) == md and gradescope(result)["score"] == gs["score"]
+
+
+def test_default_rubric_totals():
+    r = load_rubric()
+    main = lambda kind: sum(t.points for t in r.tests if t.kind == kind and not t.bonus)  # noqa: E731
+    assert (main("correctness"), main("performance")) == (60, 40)
+    assert all(t.cpu_shape for t in r.tests if t.kind == "correctness")
+
+
+def test_rubric_errors_name_the_entry():
+    with pytest.raises(RubricError, match=r"tests\[0\] \(x\): missing 'shape'"):
+        parse_rubric({"schema_version": 1, "tasks": {"dds": dict(title="d", file="dds.py", entry="dds_mm")},
+                      "tests": [dict(name="x", task="dds", kind="correctness", points=1)]})
+    with pytest.raises(RubricError, match="zero_ratio < full_ratio"):
+        parse_rubric({"schema_version": 1, "tasks": {"dds": dict(title="d", file="dds.py", entry="dds_mm")},
+                      "tests": [dict(name="x", task="dds", kind="performance", points=1, shape=[1, 32, 32],
+                                     full_ratio=0.5, zero_ratio=0.9)]})

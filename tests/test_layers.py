@@ -1,0 +1,94 @@
+"""The three predefined layers: weight preparation, [..., K] inputs, bias, errors."""
+
+import pytest
+import torch
+
+from solutions.layers import (QuantizedLinear_w8a8, QuantLinear_w4a16, SparseLinear, pack_int4,
+                              unpack_int4)
+from grader.references import unpack_int4 as grader_unpack
+from grader.sandbox.cases import pack_int4_reference
+from tests.helpers import DEVICE
+
+
+def _layer(cls, K=64, N=96, **kw):
+    torch.manual_seed(0)
+    layer = cls(K, N, bias=True, device=DEVICE, **kw)
+    with torch.no_grad():
+        layer.weight.normal_()
+        layer.bias.normal_()
+    return layer
+
+
+def test_pack_int4_matches_the_grader_and_round_trips():
+    q = torch.randint(-8, 8, (48, 64), dtype=torch.int8)
+    packed = pack_int4(q)
+    assert packed.shape == (8, 48) and packed.dtype == torch.int32
+    assert torch.equal(packed, pack_int4_reference(q))
+    assert torch.equal(unpack_int4(packed), q)
+    assert torch.equal(grader_unpack(packed).to(torch.int8), q)
+
+
+def test_pack_int4_worked_example_from_the_handout():
+    # k = 0..7 hold 1, -1, 2, -2, 3, -3, 7, -8: nibbles 1 F 2 E 3 D 7 8, lowest k lowest.
+    q = torch.tensor([[1, -1, 2, -2, 3, -3, 7, -8]], dtype=torch.int8)
+    word = pack_int4(q)[0, 0].item() & 0xFFFFFFFF
+    assert word == 0x87D3E2F1
+
+
+@pytest.mark.parametrize("cls,kw,tol", [
+    (QuantizedLinear_w8a8, {}, 0.03),
+    (QuantLinear_w4a16, {}, 0.25),
+    (QuantLinear_w4a16, {"group_size": 32}, 0.15),
+    (SparseLinear, {}, 0.01),
+])
+def test_layer_matches_fp16_linear_on_3d_input(cls, kw, tol):
+    layer = _layer(cls, **kw).prepare_for_eval()
+    x = torch.randn(2, 5, 64, device=DEVICE, dtype=torch.float16)
+    y = layer(x)
+    assert y.shape == (2, 5, 96) and y.dtype == torch.float16
+    ref = x.float() @ layer.weight.float().t() + layer.bias.float()
+    rel = ((y.float() - ref).norm() / ref.norm()).item()
+    assert rel < tol, f"{cls.__name__}: relative error {rel:.3g} >= {tol}"
+
+
+@pytest.mark.parametrize("cls", [QuantizedLinear_w8a8, QuantLinear_w4a16, SparseLinear])
+def test_zero_rows_give_bias_not_nan(cls):
+    layer = _layer(cls).prepare_for_eval()
+    x = torch.randn(4, 64, device=DEVICE, dtype=torch.float16)
+    x[1] = 0
+    y = layer(x)
+    assert torch.isfinite(y).all()
+    assert torch.allclose(y[1].float(), layer.bias.float(), atol=1e-3)
+
+
+def test_sparse_layer_skips_zero_blocks():
+    layer = _layer(SparseLinear)
+    with torch.no_grad():
+        layer.weight[:32] = 0  # first block row empty
+        layer.weight[:, 32:] = 0
+    layer.prepare_for_eval()
+    assert layer.weight_bsr.values().shape[0] == 2  # blocks (1, 0) and (2, 0)
+    x = torch.randn(3, 64, device=DEVICE, dtype=torch.float16)
+    y = layer(x)
+    assert torch.allclose(y[:, :32].float(), layer.bias[:32].float().expand(3, 32), atol=1e-3)
+
+
+@pytest.mark.parametrize("cls", [QuantizedLinear_w8a8, QuantLinear_w4a16, SparseLinear])
+def test_layer_errors(cls):
+    layer = _layer(cls)
+    with pytest.raises(RuntimeError, match="prepare_for_eval"):
+        layer(torch.randn(2, 64, device=DEVICE, dtype=torch.float16))
+    layer.prepare_for_eval()
+    with pytest.raises(ValueError, match=r"expected input of shape \[\.\.\., 64\]"):
+        layer(torch.randn(2, 63, device=DEVICE, dtype=torch.float16))
+    with pytest.raises(ValueError, match="floating-point"):
+        layer(torch.ones(2, 64, device=DEVICE, dtype=torch.int32))
+
+
+def test_constructor_errors():
+    with pytest.raises(ValueError, match="multiple of 8"):
+        QuantLinear_w4a16(60, 32)
+    with pytest.raises(ValueError, match="group_size"):
+        QuantLinear_w4a16(64, 32, group_size=48)
+    with pytest.raises(ValueError, match="multiples of 32"):
+        SparseLinear(64, 40)

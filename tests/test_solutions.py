@@ -1,0 +1,138 @@
+"""The reference kernels against exact PyTorch references, on small ragged shapes
+(the CPU interpreter) or full-size ones (GPU), with fresh random inputs."""
+
+import random
+
+import pytest
+import torch
+
+from grader.compare import check_output
+from solutions import dds_mm, w4a16_mm, w8a8_mm
+from tests.helpers import DEVICE, dds_reference, needs_gpu, problem, w4a16_reference, w8a8_reference
+
+SEED = random.randrange(2**31)  # fresh inputs every run; printed on failure
+
+
+def _check(task, out, ref, shape):
+    c = check_output(out, ref, task, shape[:2])
+    assert c.passed, f"seed {SEED}: {c.message}"
+
+
+@pytest.mark.parametrize("shape", [(1, 32, 8), (1, 96, 200), (33, 64, 96), (130, 48, 264), (7, 256, 1000)])
+def test_w8a8_bit_exact(shape):
+    args, _ = problem("w8a8", shape, SEED)
+    out = w8a8_mm(*args)
+    assert torch.equal(out, w8a8_reference(*args)), f"seed {SEED}: W8A8 is not bit-exact"
+
+
+@pytest.mark.parametrize("options", [{"ties": True}, {"zero_rows": 3}])
+def test_w8a8_ties_and_zero_rows(options):
+    args, _ = problem("w8a8", (17, 64, 64), SEED, **options)
+    out = w8a8_mm(*args)
+    assert torch.equal(out, w8a8_reference(*args))
+    if "zero_rows" in options:
+        zero = (args[0] == 0).all(dim=1)
+        assert zero.sum() == 3 and (out[zero] == 0).all() and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("shape", [(1, 64, 8), (1, 96, 256), (33, 64, 136), (130, 40, 128), (16, 160, 384)])
+def test_w4a16_per_channel(shape):
+    args, _ = problem("w4a16", shape, SEED)
+    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
+
+
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+def test_w4a16_group_wise(group_size):
+    shape = (9, 64, 256)
+    args, _ = problem("w4a16", shape, SEED, group_size=group_size)
+    assert args[2].shape == (256 // group_size, 64)
+    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
+
+
+def test_w4a16_negative_nibbles_are_signed():
+    # Every weight -1 (nibble 0xF): an unsigned unpack would give +15.
+    M, N, K = 3, 32, 64
+    x = torch.ones(M, K, dtype=torch.float16, device=DEVICE)
+    qweight = torch.full((K // 8, N), -1, dtype=torch.int32, device=DEVICE)  # 0xFFFFFFFF
+    scales = torch.ones(1, N, dtype=torch.float16, device=DEVICE)
+    out = w4a16_mm(x, qweight, scales)
+    assert (out == -K).all(), f"expected every output = {-K}, got {out.unique().tolist()}"
+
+
+@pytest.mark.parametrize("shape,options", [
+    ((33, 96, 64), dict(density=0.25)),
+    ((1, 128, 256), dict(density=0.05)),
+    ((40, 96, 64), dict(density=1.0)),
+    ((17, 64, 96), dict(density=0.0)),
+    ((17, 128, 128), dict(density=0.5, empty_rows=2)),
+    ((10, 64, 160), dict(density=0.3, index_dtype="int32")),
+    ((70, 32, 32), dict(density=1.0)),
+])
+def test_dds(shape, options):
+    args, _ = problem("dds", shape, SEED, **options)
+    out = dds_mm(*args)
+    _check("dds", out, dds_reference(*args), shape)
+    if options["density"] == 0.0:
+        assert (out == 0).all()
+
+
+BAD_INPUTS = [
+    (w8a8_mm, lambda a: (a[0].float(),) + a[1:], "x: expected dtype torch.float16"),
+    (w8a8_mm, lambda a: (a[0][0],) + a[1:], "x: expected a 2-D tensor"),
+    (w8a8_mm, lambda a: (a[0][:, :-1],) + a[1:], "qweight_t: expected \\[K, N\\]"),
+    (w8a8_mm, lambda a: a[:2] + (a[2].t(),) + a[3:], "input_scale: expected shape"),
+    (w8a8_mm, lambda a: (a[0], a[1].to(torch.int32)) + a[2:], "qweight_t: expected dtype torch.int8"),
+]
+
+
+@pytest.mark.parametrize("fn,mutate,message", BAD_INPUTS)
+def test_w8a8_bad_inputs(fn, mutate, message):
+    args, _ = problem("w8a8", (4, 32, 64), SEED)
+    with pytest.raises(ValueError, match=message):
+        fn(*mutate(args))
+
+
+def test_w4a16_bad_inputs():
+    args, _ = problem("w4a16", (4, 32, 64), SEED)
+    x, qw, s = args
+    with pytest.raises(ValueError, match="multiple of 8"):
+        w4a16_mm(x[:, :60].contiguous(), qw, s)
+    with pytest.raises(ValueError, match="qweight: expected \\[K // 8, N\\]"):
+        w4a16_mm(x, qw[:-1], s)
+    with pytest.raises(ValueError, match="scales: expected \\[G, N\\]"):
+        w4a16_mm(x, qw, s[:, :-1])
+    with pytest.raises(ValueError, match="qweight: expected dtype torch.int32"):
+        w4a16_mm(x, qw.to(torch.int64), s)
+
+
+def test_dds_bad_inputs():
+    args, extras = problem("dds", (4, 64, 64), SEED, density=0.5)
+    x, bsr = args
+    with pytest.raises(ValueError, match="expected a torch.sparse_bsr tensor"):
+        dds_mm(x, extras["weight"])
+    with pytest.raises(ValueError, match="blocksize \\(32, 32\\)"):
+        dds_mm(x, extras["weight"].to_sparse_bsr((16, 16)))
+    with pytest.raises(ValueError, match="K = 32"):
+        dds_mm(x[:, :32].contiguous(), bsr)
+    with pytest.raises(ValueError, match="float16"):
+        dds_mm(x.float(), bsr)
+
+
+# ------------------------------------------------------------------ GPU, full size
+@needs_gpu
+@pytest.mark.parametrize("M", [1, 16, 1000, 4096])
+def test_gpu_full_size_quantized(M):
+    args, _ = problem("w8a8", (M, 4096, 4096), SEED)
+    assert torch.equal(w8a8_mm(*args), w8a8_reference(*args))
+    args, _ = problem("w4a16", (M, 4096, 4096), SEED)
+    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), (M, 4096, 4096))
+    args, _ = problem("w4a16", (M, 4096, 4096), SEED, group_size=128)
+    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), (M, 4096, 4096))
+
+
+@needs_gpu
+@pytest.mark.parametrize("M", [1, 256, 4096, 65536])
+@pytest.mark.parametrize("density", [0.0, 0.05, 0.25, 0.5, 1.0])
+def test_gpu_full_size_dds(M, density):
+    args, _ = problem("dds", (M, 1024, 1024), SEED, density=density)
+    _check("dds", dds_mm(*args), dds_reference(*args), (M, 1024, 1024))
