@@ -1,0 +1,198 @@
+"""Adversarial submissions, one per attack: each gets exactly the score it deserves.
+
+Most attacks are stopped twice: by the static check of the kernel file (in the
+trusted parent) and, with that check switched off, by what happens at run time
+(the parent judges outputs it recomputes itself; the child records launches and
+PyTorch ops). Both layers are tested.
+"""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import SOLUTION, by_name, grade_files, wrap_entry
+from tests.helpers import needs_gpu
+
+HEADER = "from __future__ import annotations"
+
+
+def _with_imports(src: str, *lines: str) -> str:
+    return src.replace(HEADER, HEADER + "\n" + "\n".join(lines), 1)
+
+
+def _task(result, name="w8a8"):
+    return {t.task: t for t in result.tasks}[name]
+
+
+TORCH_FALLBACK = wrap_entry("w8a8", """
+x, wt, sx, sw = args
+xq = torch.clamp(torch.round(x.float() / sx), -128, 127)
+return ((xq @ wt.float()) * sx * sw.t()).half()
+""")
+
+
+@pytest.mark.parametrize("static", [True, False])
+def test_torch_fallback_gets_nothing(tmp_path, static):
+    result = grade_files(tmp_path, {"w8a8": TORCH_FALLBACK}, ["w8a8"], static=static)
+    task = _task(result)
+    assert result.score == 0
+    assert ("forbidden code" if static else "library matmul") in " ".join(task.flags)
+
+
+def test_broadcast_product_with_a_token_triton_copy_gets_nothing(tmp_path):
+    # The product as multiply-and-sum in PyTorch, then a Triton launch just to look busy.
+    src = wrap_entry("w8a8", """
+x, wt, sx, sw = args
+xq = torch.clamp(torch.round(x.float() / sx), -128, 127)
+prod = (xq[:, :, None] * wt.float()[None, :, :]).sum(1)
+y = (prod * sx * sw.t()).half()
+_real(*args)
+return y
+""")
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
+    assert result.score == 0 and "computed outside Triton" in " ".join(_task(result).flags)
+
+
+def test_output_caching_that_skips_the_kernel_voids_the_task(tmp_path):
+    src = wrap_entry("w8a8", """
+key = tuple(args[0].shape)
+if key not in _CACHE:
+    _CACHE[key] = _real(*args)
+return _CACHE[key]
+""") + "\n_CACHE = {}\n"
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], same_shape_twice=True)
+    assert result.score == 0 and "no Triton kernel" in " ".join(_task(result).flags)
+
+
+def test_output_caching_fails_on_fresh_inputs(tmp_path):
+    # Launches the kernel every time (so it looks busy) but returns the first answer.
+    src = wrap_entry("w8a8", """
+y = _real(*args)
+return _CACHE.setdefault(tuple(args[0].shape), y)
+""") + "\n_CACHE = {}\n"
+    result = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], same_shape_twice=True))
+    assert result["w8a8/c0"].status == "passed"
+    assert result["w8a8/c1"].score == 0 and "differ" in result["w8a8/c1"].message  # same shape, new data
+    assert result["w8a8/c2"].status == "passed"
+
+
+def test_writing_into_inputs_voids_the_task(tmp_path):
+    src = wrap_entry("w8a8", "y = _real(*args)\nargs[0].mul_(0)\nreturn y")
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
+    assert result.score == 0 and "inputs modified" in " ".join(_task(result).flags)
+
+
+MONKEYPATCHES = {
+    "torch.allclose": "torch.allclose = lambda *a, **k: True",
+    "torch.testing": "torch.testing.assert_close = lambda *a, **k: None",
+    "torch.equal": "torch.equal = lambda *a, **k: True",
+    "cuda events": "torch.cuda.Event.elapsed_time = lambda self, other: 1e-6",
+    "grader child": "import _grader_child.evidence as ev\nev.OpRecorder.library_matmuls = lambda self: []",
+}
+
+
+@pytest.mark.parametrize("name", MONKEYPATCHES)
+def test_monkeypatching_is_flagged(tmp_path, name):
+    src = _with_imports(TORCH_FALLBACK, MONKEYPATCHES[name])
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
+    assert result.score == 0 and "forbidden code" in " ".join(_task(result).flags)
+
+
+def test_monkeypatched_checks_cannot_pass_a_wrong_kernel(tmp_path):
+    # Static check off: the patches run in the child, but judging happens in the parent.
+    patches = "\n".join(v for k, v in MONKEYPATCHES.items() if k != "grader child")
+    src = _with_imports(wrap_entry("w8a8", "return torch.zeros(args[0].shape[0], args[1].shape[1], "
+                                           "dtype=torch.float16)\n_real(*args)"), patches)
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
+    assert result.score == 0
+
+
+def test_patching_the_child_recorders_does_not_hide_a_fallback_from_the_static_check(tmp_path):
+    src = _with_imports(TORCH_FALLBACK, MONKEYPATCHES["grader child"],
+                        "ev.LaunchRecorder.own = lambda self: 1")
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=True)
+    assert result.score == 0
+
+
+def test_fake_report_is_overwritten(tmp_path):
+    report_dir = tmp_path / "report"
+    fake = f"open({str(report_dir / 'report.json')!r}, 'w').write('{{\"score\": 100}}')"
+    src = _with_imports(SOLUTION["w8a8"], "import os", f"os.makedirs({str(report_dir)!r}, exist_ok=True)", fake)
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
+    assert result.score == 0 and "forbidden code" in " ".join(_task(result).flags)
+    from grader.report import write_reports
+    write_reports(result, report_dir)
+    assert '"score": 0' in (report_dir / "report.json").read_text()
+
+
+@pytest.mark.parametrize("how", ["sys.exit(0)", "os._exit(0)"])
+def test_exit_mid_test_loses_only_the_cases_it_stopped(tmp_path, how):
+    body = f"_CALLS.append(1)\nif len(_CALLS) == 2:\n    {how}\nreturn _real(*args)"
+    src = _with_imports(wrap_entry("w8a8", body), "import os, sys") + "\n_CALLS = []\n"
+    tests = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))
+    assert tests["w8a8/c0"].status == "passed"  # before the exit
+    assert tests["w8a8/c1"].score == 0
+    static = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=True)
+    assert static.score == 0
+
+
+def test_forked_process_does_not_outlive_the_task(tmp_path):
+    pid_file = tmp_path / "orphan.pid"
+    body = f"""
+if os.fork() == 0:
+    open({str(pid_file)!r}, "w").write(str(os.getpid()))
+    time.sleep(120)
+    os._exit(0)
+return _real(*args)
+"""
+    src = _with_imports(wrap_entry("w8a8", body), "import os, time")
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
+    assert _task(result).score > 0  # the kernel itself is right
+    deadline = time.time() + 5
+    while not pid_file.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    pid = int(pid_file.read_text())
+    time.sleep(0.5)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], \
+        f"forked process {pid} outlived the task"
+    assert grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=True).score == 0
+
+
+def test_printing_100mb_is_harmless(tmp_path):
+    src = wrap_entry("w8a8", "print('x' * (100 * 1024 * 1024))\nreturn _real(*args)")
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
+    task = _task(result)
+    assert all(t.status == "passed" for t in result.tests if t.kind == "correctness")
+    assert len(task.log_tail) <= 4000
+
+
+def test_cannot_import_solutions_or_the_grader(tmp_path):
+    src = "from solutions.w8a8 import w8a8_mm\n"
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
+    assert result.score == 0 and "No module named 'solutions'" in _task(result).summary
+    src = "from grader.references import w8a8_reference as w8a8_mm\n"
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
+    assert result.score == 0 and "No module named 'grader'" in _task(result).summary
+
+
+def test_reading_other_files_is_flagged(tmp_path):
+    solution = Path(__file__).resolve().parent.parent / "solutions" / "w8a8.py"
+    src = f"exec(open({str(solution)!r}).read().replace('from .utils', 'from submission.utils'))\n"
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
+    assert result.score == 0 and "forbidden code" in " ".join(_task(result).flags)
+
+
+@needs_gpu
+def test_side_stream_work_is_not_timed(tmp_path):
+    src = wrap_entry("w8a8", """
+s = _STREAM.setdefault("s", torch.cuda.Stream())
+s.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(s):
+    y = _real(*args)
+return y
+""") + "\n_STREAM = {}\n"
+    result = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))
+    perf = result["w8a8/perf"]
+    assert perf.score == 0, perf.message
