@@ -61,12 +61,14 @@ def _dds_kernel(
 
 
 def _config(M: int, N: int, K: int) -> dict:
-    """Tile shape for one problem; measured on H200 (see docs/performance.md)."""
+    """Tile shape for one problem; measured on H200 (docs/performance.md)."""
     if M <= 16:
-        return dict(BLOCK_M=16, BLOCKS_PER_STEP=2, num_warps=2, num_stages=3)
+        return dict(BLOCK_M=32, BLOCKS_PER_STEP=4, num_warps=4, num_stages=3)
     if M <= 256:
-        return dict(BLOCK_M=32, BLOCKS_PER_STEP=2, num_warps=4, num_stages=3)
-    return dict(BLOCK_M=128, BLOCKS_PER_STEP=2, num_warps=4, num_stages=3)
+        return dict(BLOCK_M=64, BLOCKS_PER_STEP=4, num_warps=4, num_stages=2)
+    if M <= 8192:
+        return dict(BLOCK_M=128, BLOCKS_PER_STEP=2, num_warps=4, num_stages=2)
+    return dict(BLOCK_M=256, BLOCKS_PER_STEP=1, num_warps=4, num_stages=2)
 
 
 def _launch(x, weight_bsr, cfg: dict) -> torch.Tensor:

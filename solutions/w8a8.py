@@ -59,14 +59,13 @@ def _quantize_rows_kernel(
 def _w8a8_gemm_kernel(
     a_ptr, w_ptr, sx_ptr, sw_ptr, y_ptr, ws_ptr, M, N, K,
     stride_am, stride_ak, stride_wk, stride_wn, stride_ym, stride_yn,
-    QUANTIZE_A: tl.constexpr, EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """y[BLOCK_M, BLOCK_N] tile of dequant(A_q @ W_q), or with SPLIT_K > 1 the
     int32 partial sum over one slice of K, written to ws[pid_k, M, N].
 
-    A is x (fp16, quantized here when QUANTIZE_A) or q_x (int8); W is the
-    [K, N] K-major view of the int8 weight.
+    A is q_x ([M, K] int8); W is the [K, N] K-major view of the int8 weight.
     """
     # Grouped launch order: GROUP_M consecutive M tiles share each W tile in L2.
     pid = tl.program_id(0)
@@ -104,8 +103,6 @@ def _w8a8_gemm_kernel(
             k_ok = offs_k < k_end - (k0 - k_start)
             a = tl.load(a_ptrs, mask=k_ok[None, :], other=0)
             w = tl.load(w_ptrs, mask=k_ok[:, None], other=0)
-        if QUANTIZE_A:
-            a = _quantize_int8(a.to(tl.float32), s_x[:, None])
         acc = tl.dot(a, w, acc, out_dtype=tl.int32)
         a_ptrs += BLOCK_K * stride_ak
         w_ptrs += BLOCK_K * stride_wk
@@ -142,18 +139,15 @@ def _splitk_dequant_kernel(
 
 
 def _gemm_config(M: int, N: int, K: int) -> dict:
-    """Tile shape for one problem; measured on H200 (see docs/performance.md)."""
+    """Tile shape for one problem; measured on H200 (docs/performance.md)."""
     if M <= 16:
-        return dict(QUANTIZE_A=False, SPLIT_K=8, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1,
-                    num_warps=4, num_stages=4)
+        return dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4)
     if M <= 128:
-        return dict(QUANTIZE_A=False, SPLIT_K=2, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8,
-                    num_warps=4, num_stages=4)
+        return dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4)
     if M <= 512:
-        return dict(QUANTIZE_A=False, SPLIT_K=1, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8,
-                    num_warps=8, num_stages=4)
-    return dict(QUANTIZE_A=False, SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8,
-                num_warps=4, num_stages=3)
+        return dict(SPLIT_K=2 if K > 2 * N else 1, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8,
+                    num_warps=4, num_stages=4)
+    return dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3)
 
 
 def _launch(x, qweight_t, input_scale, weight_scale, cfg: dict) -> torch.Tensor:
@@ -161,13 +155,11 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: dict) -> torch.Tensor:
     N = qweight_t.shape[1]
     split_k = cfg["SPLIT_K"]
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
-    a = x
-    if not cfg["QUANTIZE_A"]:
-        a = torch.empty((M, K), device=x.device, dtype=torch.int8)
-        grid = (triton.cdiv(M, 64), triton.cdiv(K, 128))
-        _quantize_rows_kernel[grid](
-            x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1),
-            BLOCK_M=64, BLOCK_K=128, num_warps=4)
+    a = torch.empty((M, K), device=x.device, dtype=torch.int8)
+    grid = (triton.cdiv(M, 64), triton.cdiv(K, 128))
+    _quantize_rows_kernel[grid](
+        x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1),
+        BLOCK_M=64, BLOCK_K=128, num_warps=4)
     ws = torch.empty((split_k, M, N), device=x.device, dtype=torch.int32) if split_k > 1 else y
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), split_k)
     _w8a8_gemm_kernel[grid](

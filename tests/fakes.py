@@ -26,12 +26,15 @@ def wrap_entry(task: str, body: str, entry: str | None = None) -> str:
     return src + f"\n\ndef {entry}(*args):\n" + "\n".join("    " + l for l in body.strip().splitlines()) + "\n"
 
 
-def rubric(timeout_s: float = 120, static: bool = True, same_shape_twice: bool = False):
+def rubric_dict(timeout_s: float = 120, static: bool = True, same_shape_twice: bool = False,
+                tasks=("w8a8", "w4a16", "dds")) -> dict:
     """Two or three small correctness tests per task and one performance test each."""
     tests = []
     for task, shapes, opts in (("w8a8", [[5, 64, 96], [17, 32, 64]], {}),
                                ("w4a16", [[3, 64, 128], [9, 32, 64]], {}),
                                ("dds", [[9, 64, 96], [4, 96, 64]], {"density": 0.5})):
+        if task not in tasks:
+            continue
         if same_shape_twice:
             shapes = [shapes[0], shapes[0], shapes[1]]
         for i, s in enumerate(shapes):
@@ -39,10 +42,35 @@ def rubric(timeout_s: float = 120, static: bool = True, same_shape_twice: bool =
                               shape=s, cpu_shape=s, **opts))
         tests.append(dict(name=f"{task}/perf", task=task, kind="performance", points=3,
                           shape=[64, 256, 256], full_ratio=1.0, zero_ratio=0.5, **opts))
-    tasks = {t: dict(title=t, file=f"{t}.py", entry=f"{t}_mm") for t in ("w8a8", "w4a16", "dds")}
+    task_table = {t: dict(title=t, file=f"{t}.py", entry=f"{t}_mm") for t in tasks}
     settings = dict(cpu_task_timeout_s=timeout_s, task_timeout_s=timeout_s, static_checks=static,
                     timing_reps=10, timing_rounds=2)
-    return parse_rubric({"schema_version": 1, "settings": settings, "tasks": tasks, "tests": tests})
+    return {"schema_version": 1, "settings": settings, "tasks": task_table, "tests": tests}
+
+
+def rubric(**kw):
+    return parse_rubric(rubric_dict(**kw))
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return repr(v)
+
+
+def rubric_toml(**kw) -> str:
+    """The small rubric as TOML text, for tests that run the grader's command line."""
+    d = rubric_dict(**kw)
+    out = ["schema_version = 1", "[settings]"] + [f"{k} = {_toml_value(v)}" for k, v in d["settings"].items()]
+    for name, t in d["tasks"].items():
+        out += [f"[tasks.{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in t.items()]
+    for t in d["tests"]:
+        out += ["[[tests]]"] + [f"{k} = {_toml_value(v)}" for k, v in t.items()]
+    return "\n".join(out) + "\n"
 
 
 def grade_files(tmp_path: Path, files: dict[str, str], tasks: list[str], **rubric_kw):
