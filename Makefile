@@ -31,8 +31,14 @@ setup:
 grade: setup
 	$(PY) -m grader grade $(SUBMISSION) --report-dir $(REPORT_DIR) $(if $(SEED),--seed $(SEED)) $(GRADE_FLAGS)
 
+ifneq ($(wildcard tests),)
+test:
+	@REQUIREMENTS=requirements-dev.txt bash tools/setup_env.sh
+	$(PY) -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile
+else
 test: setup
-	$(PY) -m pytest tests -q
+	@echo "The student bundle has no project tests: run 'make grade' to check your kernels."
+endif
 
 batch: setup
 	$(PY) -m grader batch $(SUBMISSIONS) --out $(BATCH_DIR) $(GRADE_FLAGS)

@@ -64,7 +64,8 @@ def _grade_one(sid: str, path: Path, students: Path, rubric: Rubric, timeout_s: 
     cmd = [sys.executable, "-m", "grader", "grade", str(path), "--report-dir", str(tmp),
            "--rubric", rubric.source]
     try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, start_new_session=True)
+        proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, start_new_session=True,
+                              cwd=Path(__file__).resolve().parent.parent)
         complete = all((tmp / n).is_file() for n in ("report.md", "report.json", "results.json"))
         if proc.returncode == 0 and complete:
             final = students / sid

@@ -12,14 +12,15 @@
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-STAMP="$VENV/.requirements-installed"
+REQUIREMENTS=${REQUIREMENTS:-requirements.txt}   # make test passes requirements-dev.txt
+STAMP="$VENV/.installed-$(basename "$REQUIREMENTS" .txt)"
 
 if [ "${NO_VENV:-0}" = "1" ]; then
-  "$PYTHON" -c "import torch, pytest, tabulate" 2>/dev/null || {
-    echo "NO_VENV=1 but $PYTHON lacks torch/pytest/tabulate; pip install -r requirements.txt" >&2; exit 1; }
+  "$PYTHON" -c "import torch, pytest, tabulate, tqdm" 2>/dev/null || {
+    echo "NO_VENV=1 but $PYTHON lacks torch/pytest/tabulate/tqdm; pip install -r $REQUIREMENTS" >&2; exit 1; }
   exit 0
 fi
-if [ -f "$STAMP" ] && [ "$STAMP" -nt requirements.txt ]; then
+if [ -f "$STAMP" ] && [ "$STAMP" -nt "$REQUIREMENTS" ] && [ "$STAMP" -nt requirements.txt ]; then
   exit 0
 fi
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || {
@@ -39,7 +40,7 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
     "${PIP[@]}" torch
   fi
 fi
-echo "setup: installing requirements.txt into $VENV ..."
-"${PIP[@]}" -r requirements.txt
+echo "setup: installing $REQUIREMENTS into $VENV ..."
+"${PIP[@]}" -r "$REQUIREMENTS"
 "$PY" -c "import torch, pytest, tabulate; print('setup: torch', torch.__version__)"
 touch "$STAMP"

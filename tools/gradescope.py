@@ -1,0 +1,50 @@
+"""Build a Gradescope autograder zip: python -m tools.gradescope OUT.zip  (make gradescope).
+
+Gradescope unpacks it in /autograder/source, runs setup.sh once when the image
+is built and run_autograder for every submission; run_autograder grades
+/autograder/submission with the same grader and writes
+/autograder/results/results.json. Gradescope's machines have no GPU by
+default, so the score there is the correctness part (the report says so).
+"""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+from pathlib import Path
+
+from tools.dist import ROOT
+
+SETUP = """#!/usr/bin/env bash
+set -euo pipefail
+apt-get update && apt-get install -y python3 python3-pip python3-venv make
+cd /autograder/source
+python3 -m pip install --index-url https://download.pytorch.org/whl/cpu torch
+python3 -m pip install -r requirements.txt
+"""
+RUN = """#!/usr/bin/env bash
+cd /autograder/source
+python3 -m grader grade /autograder/submission --report-dir /autograder/results
+"""
+FILES = ["assignment", "grader", "requirements.txt", "Makefile", "tools/__init__.py", "tools/setup_env.sh"]
+
+
+def build(out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name in FILES:
+            src = ROOT / name
+            paths = [p for p in sorted(src.rglob("*")) if p.is_file()] if src.is_dir() else [src]
+            for p in paths:
+                if "__pycache__" not in p.parts:
+                    zf.write(p, p.relative_to(ROOT).as_posix())
+        for name, text in (("setup.sh", SETUP), ("run_autograder", RUN)):
+            info = zipfile.ZipInfo(name)
+            info.external_attr = 0o755 << 16
+            zf.writestr(info, text)
+    return out
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "dist/gradescope.zip")
+    print(f"Gradescope autograder: {build(target)}")
