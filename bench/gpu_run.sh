@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One device session's worth of GPU checks (developer tool; the device has no network).
-#   bash bench/gpu_run.sh grade|bench|tests   [wheels dir, default .wheels]
+#   bash bench/gpu_run.sh MODE...   (MODE: grade bench profile tests; WHEELS=dir, default .wheels)
 # Writes logs and JSON under $OUT (default ./gpu-out).
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-WHEELS=${2:-.wheels}
+WHEELS=${WHEELS:-.wheels}
 export PYTHONUNBUFFERED=1
 if [ -d "$WHEELS" ]; then
   python3 -m pip install -q --no-index --find-links "$WHEELS" pytest-json-report tabulate tqdm \
@@ -12,7 +12,8 @@ if [ -d "$WHEELS" ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
-case "$1" in
+for mode in "$@"; do
+case "$mode" in
   grade)
     /usr/bin/time -f "grade wall %e s" python3 -m grader grade solutions --report-dir "$OUT/grade-solutions" 2>&1 \
       | tee "$OUT/grade-solutions.log" | tail -45
@@ -20,6 +21,11 @@ case "$1" in
   bench)
     python3 -m bench.bench --json "$OUT/bench.json" 2>&1 | grep -v Warning > "$OUT/bench.log"
     tail -60 "$OUT/bench.log" ;;
+  profile)
+    python3 -m bench.profile_small_m 2>&1 | grep -v Warning | tee "$OUT/profile.log" ;;
+  quant)
+    python3 -m bench.quant_variants 2>&1 | grep -v Warning | tee "$OUT/quant.log" ;;
   tests)
     python3 -m pytest tests -q -p no:cacheprovider -n 4 --dist loadfile -rs 2>&1 | tee "$OUT/tests.log" | tail -30 ;;
 esac
+done

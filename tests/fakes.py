@@ -84,3 +84,8 @@ def grade_files(tmp_path: Path, files: dict[str, str], tasks: list[str], **rubri
 
 def by_name(result) -> dict:
     return {t.name: t for t in result.tests}
+
+
+def correctness(result, task: str | None = None) -> float:
+    """Correctness points only: performance points exist only on a GPU."""
+    return sum(t.score for t in result.tests if t.kind == "correctness" and task in (None, t.task))
