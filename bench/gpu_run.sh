@@ -25,6 +25,8 @@ case "$mode" in
     python3 -m bench.profile_small_m 2>&1 | grep -v Warning | tee "$OUT/profile.log" ;;
   quant)
     python3 -m bench.quant_variants 2>&1 | grep -v Warning | tee "$OUT/quant.log" ;;
+  sweep-mid)
+    python3 -m bench.sweep w4a16_mid 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/sweep-mid.log" ;;
   tests)
     python3 -m pytest tests -q -p no:cacheprovider -n 4 --dist loadfile -rs 2>&1 | tee "$OUT/tests.log" | tail -30 ;;
 esac

@@ -70,6 +70,15 @@ def sweep_w4a16():
             _best("w4a16", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
 
 
+def sweep_w4a16_mid():
+    cfgs = [dict(SPLIT_K=sk, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=s)
+            for sk, bm, bn, bk, w, s in itertools.product((1, 2), (16, 32, 64), (64, 128), (128, 256), (4,), (3, 4))]
+    for M, N, K in [(64, 4096, 4096), (256, 4096, 4096), (64, 4096, 11008)]:
+        x, qw, s, w = w4a16_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        _best("w4a16", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
+
+
 def sweep_dds():
     cfgs = [dict(BLOCK_M=bm, BLOCKS_PER_STEP=bs, num_warps=w, num_stages=s)
             for bm, bs, w, s in itertools.product((32, 64, 128, 256), (1, 2, 4), (4, 8), (2, 3))

@@ -156,10 +156,11 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: dict) -> torch.Tensor:
     split_k = cfg["SPLIT_K"]
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     a = torch.empty((M, K), device=x.device, dtype=torch.int8)
-    grid = (triton.cdiv(M, 64), triton.cdiv(K, 128))
-    _quantize_rows_kernel[grid](
+    # Few rows per tile: rows past M would still pay for their divisions.
+    qm, qk = (1, 256) if M <= 16 else (4, 512)
+    _quantize_rows_kernel[(triton.cdiv(M, qm), triton.cdiv(K, qk))](
         x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1),
-        BLOCK_M=64, BLOCK_K=128, num_warps=4)
+        BLOCK_M=qm, BLOCK_K=qk, num_warps=4)
     ws = torch.empty((split_k, M, N), device=x.device, dtype=torch.int32) if split_k > 1 else y
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), split_k)
     _w8a8_gemm_kernel[grid](
