@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device session's worth of GPU checks (developer tool; the device has no network).
-#   bash bench/gpu_run.sh MODE...   (MODE: grade bench profile tests; WHEELS=dir, default .wheels)
+#   bash bench/gpu_run.sh MODE...   (MODE: grade grade-naive bench profile quant sweep-mid tests; WHEELS=dir, default .wheels)
 # Writes logs and JSON under $OUT (default ./gpu-out).
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -18,6 +18,8 @@ case "$mode" in
     /usr/bin/time -f "grade wall %e s" python3 -m grader grade solutions --report-dir "$OUT/grade-solutions" 2>&1 \
       | tee "$OUT/grade-solutions.log" | tail -45
     python3 -m grader grade assignment --report-dir "$OUT/grade-stubs" --tasks dds 2>&1 | tail -4 ;;
+  grade-naive)
+    python3 -m grader grade bench/naive --report-dir "$OUT/grade-naive" 2>&1 | tee "$OUT/grade-naive.log" | tail -45 ;;
   bench)
     python3 -m bench.bench --json "$OUT/bench.json" 2>&1 | grep -v Warning > "$OUT/bench.log"
     tail -60 "$OUT/bench.log" ;;
