@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 
 import torch
+import triton
+import triton.language as tl
 
 INT8_QMIN, INT8_QMAX = -128, 127
 INT4_QMIN, INT4_QMAX = -8, 7
@@ -122,3 +124,24 @@ def check_dds_inputs(x, weight_bsr) -> tuple[int, int, int]:
     if M == 0:
         raise ValueError("x: M = 0; expected at least one row")
     return M, N, K
+
+
+@triton.jit
+def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of program ``pid`` in grouped order: GROUP_M consecutive
+    row tiles run next to each other and share every column tile in L2
+    (Triton tutorial 03, "L2 cache optimizations")."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    group = GROUP_M * num_pid_n
+    first_m = (pid // group) * GROUP_M
+    rows_in_group = min(num_pid_m - first_m, GROUP_M)
+    return first_m + (pid % group) % rows_in_group, (pid % group) // rows_in_group
+
+
+@triton.jit
+def split_k_range(pid_k, K, SPLIT_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """[k_start, k_end) of split ``pid_k`` out of SPLIT_K: whole BLOCK_K tiles, the last one ragged."""
+    k_per_split = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
+    k_start = pid_k * k_per_split
+    return k_start, min(K, k_start + k_per_split)

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import check_w4a16_inputs
+from .utils import check_w4a16_inputs, grouped_tile, split_k_range
 
 
 @triton.jit
@@ -33,19 +33,9 @@ def _w4a16_kernel(
 ):
     """One [BLOCK_M, BLOCK_N] tile of y, or with SPLIT_K > 1 its fp32 partial
     sum over one slice of K, written to ws[pid_k, M, N]."""
-    pid = tl.program_id(0)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    group = GROUP_M * num_pid_n
-    first_m = (pid // group) * GROUP_M
-    rows_in_group = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group) % rows_in_group
-    pid_n = (pid % group) // rows_in_group
-
-    k_per_split = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
-    k_start = pid_k * k_per_split
-    k_end = min(K, k_start + k_per_split)
+    k_start, k_end = split_k_range(pid_k, K, SPLIT_K, BLOCK_K)
 
     BLOCK_R: tl.constexpr = BLOCK_K // 8  # packed rows per K tile
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import check_w8a8_inputs
+from .utils import check_w8a8_inputs, grouped_tile, split_k_range
 
 # Adding then subtracting 1.5 * 2**23 rounds a float32 of magnitude < 2**22 to
 # the nearest integer, ties to even (the hardware's default rounding), and it
@@ -67,21 +67,9 @@ def _w8a8_gemm_kernel(
 
     A is q_x ([M, K] int8); W is the [K, N] K-major view of the int8 weight.
     """
-    # Grouped launch order: GROUP_M consecutive M tiles share each W tile in L2.
-    pid = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    group_size = GROUP_M * num_pid_n
-    first_m = (pid // group_size) * GROUP_M
-    rows_in_group = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group_size) % rows_in_group
-    pid_n = (pid % group_size) // rows_in_group
-
-    # Each of the SPLIT_K programs of a tile sums over its own slice of K.
-    k_per_split = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
-    k_start = pid_k * k_per_split
-    k_end = min(K, k_start + k_per_split)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid_k = tl.program_id(1)  # each of the SPLIT_K programs of a tile sums its own slice of K
+    k_start, k_end = split_k_range(pid_k, K, SPLIT_K, BLOCK_K)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
