@@ -76,3 +76,16 @@ def test_make_grade_in_the_bundle_gives_zero(bundle):
     report = json.loads((bundle / "grade-report" / "report.json").read_text())
     assert report["score"] == 0
     assert "not implemented" in report["tasks"][0]["summary"]
+
+
+def test_gradescope_zip(tmp_path):
+    from tools.gradescope import build as build_gradescope
+    out = build_gradescope(tmp_path / "gs.zip")
+    with zipfile.ZipFile(out) as zf:
+        names = set(zf.namelist())
+        for needed in ("setup.sh", "run_autograder", "grader/__main__.py", "assignment/utils.py",
+                       "requirements.txt"):
+            assert needed in names
+        assert not any(n.startswith(("solutions/", "tests/")) for n in names)
+        assert (zf.getinfo("run_autograder").external_attr >> 16) & 0o111
+        assert "/autograder/results" in zf.read("run_autograder").decode()
