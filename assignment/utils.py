@@ -17,6 +17,20 @@ BSR_BLOCK = 32
 SCALE_EPS = 1e-8
 
 
+_COUNTERS: dict = {}
+
+
+def tile_counters(device: torch.device, n: int) -> torch.Tensor:
+    """A zeroed int32 buffer of at least ``n`` split-K tile counters, reused by
+    every call on ``device``: the kernel resets each counter it uses, so the
+    buffer is zero again when the kernel ends (calls on one stream only)."""
+    buf = _COUNTERS.get(device)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+        _COUNTERS[device] = buf
+    return buf
+
+
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -11,8 +11,8 @@ lines up with a plain [BLOCK_M, BLOCK_K] tile of x.
 With one scale per channel the scale is applied once, to the fp32 result, so
 the dot sees exact small integers; with group-wise scales each unpacked tile is
 scaled in fp16 before its dot. Small M is memory-bound on the weight: split-K
-puts more programs to work on streaming it and a small kernel adds the fp32
-partial sums.
+puts more programs to work on streaming it, and the last program of each tile
+to finish adds the fp32 partial sums (no second kernel).
 """
 
 from __future__ import annotations
@@ -21,18 +21,19 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import check_w4a16_inputs, grouped_tile, split_k_range
+from .utils import check_w4a16_inputs, grouped_tile, split_k_range, tile_counters
 
 
 @triton.jit
 def _w4a16_kernel(
-    x_ptr, qw_ptr, s_ptr, y_ptr, ws_ptr, M, N, K, group_size,
+    x_ptr, qw_ptr, s_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, group_size,
     stride_xm, stride_xk, stride_qr, stride_qn, stride_sg, stride_sn, stride_ym, stride_yn,
     GROUPED: tl.constexpr, SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
-    """One [BLOCK_M, BLOCK_N] tile of y, or with SPLIT_K > 1 its fp32 partial
-    sum over one slice of K, written to ws[pid_k, M, N]."""
+    """One [BLOCK_M, BLOCK_N] tile of y. With SPLIT_K > 1 each program writes
+    its fp32 partial sum to ws[pid_k, M, N]; the last of the tile's programs to
+    finish (tile counter in cnt) adds them up and stores y."""
     pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)
     k_start, k_end = split_k_range(pid_k, K, SPLIT_K, BLOCK_K)
@@ -69,28 +70,22 @@ def _w4a16_kernel(
     if not GROUPED:
         acc = acc * tl.load(s_ptr + safe_n * stride_sn).to(tl.float32)[None, :]
     out_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if SPLIT_K == 1:
+    finisher = True  # does this program store the tile?
+    if SPLIT_K > 1:
+        ws_tile = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(ws_tile + pid_k * M * N, acc, mask=out_mask)
+        tl.debug_barrier()  # every thread's partial is written before the counter moves
+        tile = pid_m * tl.cdiv(N, BLOCK_N) + pid_n
+        last = tl.atomic_add(cnt_ptr + tile, 1) == SPLIT_K - 1  # acq_rel: sees the others' partials
+        if last:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in range(SPLIT_K):  # fixed order: the sum does not depend on who finished last
+                acc += tl.load(ws_tile + s * M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
+            tl.store(cnt_ptr + tile, 0)  # leave the counter zeroed for the next call
+        finisher = last
+    if finisher:
         y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
         tl.store(y_ptrs, acc.to(tl.float16), mask=out_mask)
-    else:
-        tl.store(ws_ptr + pid_k * M * N + offs_m[:, None] * N + offs_n[None, :], acc, mask=out_mask)
-
-
-@triton.jit
-def _splitk_sum_kernel(
-    ws_ptr, y_ptr, M, N, stride_ym, stride_yn,
-    SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    """y = fp16(sum over the SPLIT_K fp32 partials in ws [SPLIT_K, M, N])."""
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for _ in range(SPLIT_K):
-        acc += tl.load(ws_ptrs, mask=mask, other=0.0)
-        ws_ptrs += M * N
-    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, acc.to(tl.float16), mask=mask)
 
 
 def _config(M: int, N: int, K: int) -> dict:
@@ -109,17 +104,13 @@ def _launch(x, qweight, scales, group_size: int, cfg: dict) -> torch.Tensor:
     N = qweight.shape[1]
     split_k = cfg["SPLIT_K"]
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     ws = torch.empty((split_k, M, N), device=x.device, dtype=torch.float32) if split_k > 1 else y
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), split_k)
-    _w4a16_kernel[grid](
-        x, qweight, scales, y, ws, M, N, K, group_size,
+    _w4a16_kernel[(tiles, split_k)](
+        x, qweight, scales, y, ws, tile_counters(x.device, tiles), M, N, K, group_size,
         x.stride(0), x.stride(1), qweight.stride(0), qweight.stride(1),
         scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
         GROUPED=scales.shape[0] > 1, **cfg)
-    if split_k > 1:
-        grid = (triton.cdiv(M, 16), triton.cdiv(N, 256))
-        _splitk_sum_kernel[grid](ws, y, M, N, y.stride(0), y.stride(1),
-                                 SPLIT_K=split_k, BLOCK_M=16, BLOCK_N=256, num_warps=4)
     return y
 
 

@@ -11,8 +11,9 @@ the int8 tensor-core instructions want.
 
 Small M (decode) is a GEMV in disguise: the weight is the only large operand
 and there are too few output tiles to keep every SM streaming it. Split-K
-gives each program a slice of K, writes int32 partial sums, and a last small
-kernel adds them up and dequantizes. Large M uses grouped tile order so that
+gives each program a slice of K and an int32 partial sum; the last program of
+each tile to finish (an atomic tile counter) adds the partials up and
+dequantizes, so no separate reduction kernel is launched. Large M uses grouped tile order so that
 neighbouring programs share weight tiles in L2.
 """
 
@@ -22,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import check_w8a8_inputs, grouped_tile, split_k_range
+from .utils import check_w8a8_inputs, grouped_tile, split_k_range, tile_counters
 
 # Adding then subtracting 1.5 * 2**23 rounds a float32 of magnitude < 2**22 to
 # the nearest integer, ties to even (the hardware's default rounding), and it
@@ -57,13 +58,14 @@ def _quantize_rows_kernel(
 
 @triton.jit
 def _w8a8_gemm_kernel(
-    a_ptr, w_ptr, sx_ptr, sw_ptr, y_ptr, ws_ptr, M, N, K,
+    a_ptr, w_ptr, sx_ptr, sw_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K,
     stride_am, stride_ak, stride_wk, stride_wn, stride_ym, stride_yn,
     EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
-    """y[BLOCK_M, BLOCK_N] tile of dequant(A_q @ W_q), or with SPLIT_K > 1 the
-    int32 partial sum over one slice of K, written to ws[pid_k, M, N].
+    """y[BLOCK_M, BLOCK_N] tile of dequant(A_q @ W_q). With SPLIT_K > 1 each
+    program writes its int32 partial sum to ws[pid_k, M, N]; the last of the
+    tile's programs to finish (tile counter in cnt) adds them up and stores y.
 
     A is q_x ([M, K] int8); W is the [K, N] K-major view of the int8 weight.
     """
@@ -96,34 +98,24 @@ def _w8a8_gemm_kernel(
         w_ptrs += BLOCK_K * stride_wk
 
     out_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if SPLIT_K == 1:
+    finisher = True  # does this program store the tile?
+    if SPLIT_K > 1:
+        ws_tile = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(ws_tile + pid_k * M * N, acc, mask=out_mask)
+        tl.debug_barrier()  # every thread's partial is written before the counter moves
+        tile = pid_m * tl.cdiv(N, BLOCK_N) + pid_n
+        last = tl.atomic_add(cnt_ptr + tile, 1) == SPLIT_K - 1  # acq_rel: sees the others' partials
+        if last:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+            for s in range(SPLIT_K):
+                acc += tl.load(ws_tile + s * M * N, mask=out_mask, other=0, cache_modifier=".cg")
+            tl.store(cnt_ptr + tile, 0)  # leave the counter zeroed for the next call
+        finisher = last
+    if finisher:
         s_w = tl.load(sw_ptr + safe_n)
         y = acc.to(tl.float32) * s_x[:, None] * s_w[None, :]
         y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
         tl.store(y_ptrs, y.to(tl.float16), mask=out_mask)
-    else:
-        ws_ptrs = ws_ptr + pid_k * M * N + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(ws_ptrs, acc, mask=out_mask)
-
-
-@triton.jit
-def _splitk_dequant_kernel(
-    ws_ptr, sx_ptr, sw_ptr, y_ptr, M, N, stride_ym, stride_yn,
-    SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    """y = dequant(sum over the SPLIT_K int32 partials in ws [SPLIT_K, M, N])."""
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    for _ in range(SPLIT_K):
-        acc += tl.load(ws_ptrs, mask=mask, other=0)
-        ws_ptrs += M * N
-    s_x = tl.load(sx_ptr + offs_m, mask=offs_m < M, other=0.0)
-    s_w = tl.load(sw_ptr + offs_n, mask=offs_n < N, other=0.0)
-    y = acc.to(tl.float32) * s_x[:, None] * s_w[None, :]
-    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, y.to(tl.float16), mask=mask)
 
 
 def _gemm_config(M: int, N: int, K: int) -> dict:
@@ -149,17 +141,14 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: dict) -> torch.Tensor:
     _quantize_rows_kernel[(triton.cdiv(M, qm), triton.cdiv(K, qk))](
         x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1),
         BLOCK_M=qm, BLOCK_K=qk, num_warps=4)
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     ws = torch.empty((split_k, M, N), device=x.device, dtype=torch.int32) if split_k > 1 else y
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), split_k)
-    _w8a8_gemm_kernel[grid](
-        a, qweight_t, input_scale, weight_scale, y, ws, M, N, K,
+    counters = tile_counters(x.device, tiles)
+    _w8a8_gemm_kernel[(tiles, split_k)](
+        a, qweight_t, input_scale, weight_scale, y, ws, counters, M, N, K,
         a.stride(0), a.stride(1), qweight_t.stride(0), qweight_t.stride(1),
         y.stride(0), y.stride(1),
         EVEN_K=(K % (cfg["BLOCK_K"] * split_k) == 0), **cfg)
-    if split_k > 1:
-        grid = (triton.cdiv(M, 16), triton.cdiv(N, 256))
-        _splitk_dequant_kernel[grid](ws, input_scale, weight_scale, y, M, N, y.stride(0), y.stride(1),
-                                     SPLIT_K=split_k, BLOCK_M=16, BLOCK_N=256, num_warps=4)
     return y
 
 

@@ -136,3 +136,15 @@ def test_gpu_full_size_quantized(M):
 def test_gpu_full_size_dds(M, density):
     args, _ = problem("dds", (M, 1024, 1024), SEED, density=density)
     _check("dds", dds_mm(*args), dds_reference(*args), (M, 1024, 1024))
+
+
+@pytest.mark.parametrize("task,fn,shape", [("w8a8", w8a8_mm, (3, 256, 1024)), ("w4a16", w4a16_mm, (2, 256, 1024))])
+def test_split_k_reduction_is_deterministic_and_resets_its_counters(task, fn, shape):
+    from solutions.utils import tile_counters
+    args, _ = problem(task, shape, SEED)
+    first = fn(*args)  # small M: split-K, reduced by the last program of each tile
+    for _ in range(3):
+        assert torch.equal(fn(*args), first)
+    assert int(tile_counters(first.device, 1).abs().sum()) == 0
+    ref = w8a8_reference(*args) if task == "w8a8" else w4a16_reference(*args)
+    _check(task, first, ref, shape)
