@@ -79,6 +79,22 @@ def sweep_w4a16_mid():
         _best("w4a16", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
 
 
+def sweep_small():
+    """The decode regime (M <= 16) of both quantized kernels."""
+    w8 = [dict(SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=4, num_stages=st)
+          for sk, bn, bk, st in itertools.product((4, 8, 16), (32, 64, 128), (128, 256), (3, 5))]
+    for M, N, K in [(1, 4096, 4096), (16, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008)]:
+        x, wt, sx, sw, w = w8a8_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        _best("w8a8", (M, N, K), base, lambda c: w8a8_mod._launch(x, wt, sx, sw, c), w8)
+    w4 = [dict(SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=4, num_stages=st)
+          for sk, bn, bk, st in itertools.product((2, 4, 8), (32, 64, 128), (128, 256, 512), (4,))]
+    for M, N, K in [(1, 4096, 4096), (16, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008)]:
+        x, qw, s, w = w4a16_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        _best("w4a16", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), w4)
+
+
 def sweep_dds():
     cfgs = [dict(BLOCK_M=bm, BLOCKS_PER_STEP=bs, num_warps=w, num_stages=s)
             for bm, bs, w, s in itertools.product((32, 64, 128, 256), (1, 2, 4), (4, 8), (2, 3))
