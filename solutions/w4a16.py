@@ -91,7 +91,7 @@ def _w4a16_kernel(
 def _config(M: int, N: int, K: int) -> dict:
     """Tile shape for one problem; measured on H200 (docs/performance.md)."""
     if M <= 16:
-        return dict(SPLIT_K=4 if M <= 4 else 2, BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1,
+        return dict(SPLIT_K=8 if M <= 4 else 4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1,
                     num_warps=4, num_stages=4)
     if M <= 512:
         return dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=64 if M <= 128 else 128, BLOCK_K=128, GROUP_M=8,

@@ -121,7 +121,7 @@ def _w8a8_gemm_kernel(
 def _gemm_config(M: int, N: int, K: int) -> dict:
     """Tile shape for one problem; measured on H200 (docs/performance.md)."""
     if M <= 16:
-        return dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4)
+        return dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=3)
     if M <= 128:
         return dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4)
     if M <= 512:
