@@ -93,9 +93,10 @@ def _config(M: int, N: int, K: int) -> dict:
     if M <= 16:
         return dict(SPLIT_K=8 if M <= 4 else 4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1,
                     num_warps=4, num_stages=4)
+    if M <= 128:
+        return dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3)
     if M <= 512:
-        return dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=64 if M <= 128 else 128, BLOCK_K=128, GROUP_M=8,
-                    num_warps=4, num_stages=3)
+        return dict(SPLIT_K=1, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4)
     return dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
 
 
