@@ -159,3 +159,23 @@ def split_k_range(pid_k, K, SPLIT_K: tl.constexpr, BLOCK_K: tl.constexpr):
     k_per_split = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
     k_start = pid_k * k_per_split
     return k_start, min(K, k_start + k_per_split)
+
+
+@triton.jit
+def split_k_reduce(acc, ws_ptr, cnt_ptr, tile, pid_k, offs, mask, stride_split, SPLIT_K: tl.constexpr):
+    """Add up a tile's SPLIT_K partial sums without a second kernel.
+
+    Each program stores its partial ``acc`` at ws_ptr + pid_k * stride_split + offs
+    and bumps the tile's counter; the last one to arrive reads all partials (in
+    a fixed order, so the result does not depend on who was last), resets the
+    counter and gets (sum, True); the others get (acc, False) and store nothing.
+    """
+    tl.store(ws_ptr + pid_k * stride_split + offs, acc, mask=mask)
+    tl.debug_barrier()  # every thread's partial is written before the counter moves
+    last = tl.atomic_add(cnt_ptr + tile, 1) == SPLIT_K - 1  # acq_rel: sees the others' partials
+    if last:
+        acc = tl.zeros_like(acc)
+        for s in range(SPLIT_K):
+            acc += tl.load(ws_ptr + s * stride_split + offs, mask=mask, other=0, cache_modifier=".cg")
+        tl.store(cnt_ptr + tile, 0)  # leave the counter zeroed for the next call
+    return acc, last

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import check_w8a8_inputs, grouped_tile, split_k_range, tile_counters
+from .utils import check_w8a8_inputs, grouped_tile, split_k_range, split_k_reduce, tile_counters
 
 # Adding then subtracting 1.5 * 2**23 rounds a float32 of magnitude < 2**22 to
 # the nearest integer, ties to even (the hardware's default rounding), and it
@@ -100,17 +100,8 @@ def _w8a8_gemm_kernel(
     out_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     finisher = True  # does this program store the tile?
     if SPLIT_K > 1:
-        ws_tile = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(ws_tile + pid_k * M * N, acc, mask=out_mask)
-        tl.debug_barrier()  # every thread's partial is written before the counter moves
-        tile = pid_m * tl.cdiv(N, BLOCK_N) + pid_n
-        last = tl.atomic_add(cnt_ptr + tile, 1) == SPLIT_K - 1  # acq_rel: sees the others' partials
-        if last:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-            for s in range(SPLIT_K):
-                acc += tl.load(ws_tile + s * M * N, mask=out_mask, other=0, cache_modifier=".cg")
-            tl.store(cnt_ptr + tile, 0)  # leave the counter zeroed for the next call
-        finisher = last
+        acc, finisher = split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m * tl.cdiv(N, BLOCK_N) + pid_n, pid_k,
+                                       offs_m[:, None] * N + offs_n[None, :], out_mask, M * N, SPLIT_K)
     if finisher:
         s_w = tl.load(sw_ptr + safe_n)
         y = acc.to(tl.float32) * s_x[:, None] * s_w[None, :]

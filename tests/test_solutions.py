@@ -41,9 +41,10 @@ def test_w4a16_per_channel(shape):
     _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
 
 
+@pytest.mark.parametrize("M", [1, 3, 9])  # the decode GEMV path (M <= 4) and the tl.dot path
 @pytest.mark.parametrize("group_size", [32, 64, 128])
-def test_w4a16_group_wise(group_size):
-    shape = (9, 64, 256)
+def test_w4a16_group_wise(group_size, M):
+    shape = (M, 64, 256)
     args, _ = problem("w4a16", shape, SEED, group_size=group_size)
     assert args[2].shape == (256 // group_size, 64)
     _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
