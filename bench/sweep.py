@@ -95,21 +95,6 @@ def sweep_small():
         _best("w4a16", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), w4)
 
 
-def sweep_gemv():
-    """W4A16 decode GEMV (M <= 4)."""
-    cfgs = [dict(GEMV=True, SPLIT_K=sk, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=3)
-            for bm in (1, 4) for sk, bn, bk, w in itertools.product((2, 4, 8), (64, 128, 256), (128, 256, 512), (4,))]
-    for M, N, K in [(1, 4096, 4096), (4, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008)]:
-        x, qw, s, w = w4a16_problem(M, N, K)
-        base = _ms(lambda: x @ w.t())
-        mine = [c for c in cfgs if c["BLOCK_M"] == triton_next_pow2(M)]
-        _best("w4a16", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), mine)
-
-
-def triton_next_pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
-
-
 def sweep_dds():
     cfgs = [dict(BLOCK_M=bm, BLOCKS_PER_STEP=bs, num_warps=w, num_stages=s)
             for bm, bs, w, s in itertools.product((32, 64, 128, 256), (1, 2, 4), (4, 8), (2, 3))

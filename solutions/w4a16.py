@@ -12,8 +12,7 @@ With one scale per channel the scale is applied once, to the fp32 result, so
 the dot sees exact small integers; with group-wise scales each unpacked tile is
 scaled in fp16 before its dot. Small M is memory-bound on the weight: split-K
 puts more programs to work on streaming it, and the last program of each tile
-to finish adds the fp32 partial sums (no second kernel). At M <= 4 a GEMV
-kernel skips tl.dot altogether (a 16-row dot tile would be mostly padding).
+to finish adds the fp32 partial sums (no second kernel).
 """
 
 from __future__ import annotations
@@ -80,61 +79,8 @@ def _w4a16_kernel(
         tl.store(y_ptrs, acc.to(tl.float16), mask=out_mask)
 
 
-@triton.jit
-def _w4a16_gemv_kernel(
-    x_ptr, qw_ptr, s_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, group_size,
-    stride_xm, stride_xk, stride_qr, stride_qn, stride_sg, stride_sn, stride_ym, stride_yn,
-    GROUPED: tl.constexpr, SPLIT_K: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-):
-    """Decode (M <= BLOCK_M <= 4): y[:, BLOCK_N columns] on the CUDA cores, no tl.dot.
-
-    The weight is the only large operand, so each packed word is loaded once
-    (rows of qweight are contiguous along N: coalesced), its 8 nibbles are
-    multiplied by the 8 matching x columns and summed in fp32.
-    """
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    k_start, k_end = split_k_range(pid_k, K, SPLIT_K, BLOCK_K)
-    BLOCK_R: tl.constexpr = BLOCK_K // 8
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_r = tl.arange(0, BLOCK_R)
-    m_ok = offs_m < M
-    safe_n = offs_n % N
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(k_start, k_end, BLOCK_K):
-        r_ok = offs_r < (k_end - k0) // 8
-        packed = tl.load(qw_ptr + (k0 // 8 + offs_r)[:, None] * stride_qr + safe_n[None, :] * stride_qn,
-                         mask=r_ok[:, None], other=0)
-        for j in tl.static_range(8):
-            k = k0 + 8 * offs_r + j  # the x columns that nibble j multiplies
-            w = ((packed << (28 - 4 * j)) >> 28).to(tl.float32)
-            if GROUPED:
-                w = w * tl.load(s_ptr + (k // group_size)[:, None] * stride_sg + safe_n[None, :] * stride_sn,
-                                mask=r_ok[:, None], other=0.0).to(tl.float32)
-            xj = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk,
-                         mask=m_ok[:, None] & r_ok[None, :], other=0.0).to(tl.float32)
-            acc += tl.sum(xj[:, :, None] * w[None, :, :], axis=1)
-
-    if not GROUPED:
-        acc = acc * tl.load(s_ptr + safe_n * stride_sn).to(tl.float32)[None, :]
-    out_mask = m_ok[:, None] & (offs_n[None, :] < N)
-    finisher = True
-    if SPLIT_K > 1:
-        acc, finisher = split_k_reduce(acc, ws_ptr, cnt_ptr, pid_n, pid_k,
-                                       offs_m[:, None] * N + offs_n[None, :], out_mask, M * N, SPLIT_K)
-    if finisher:
-        y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
-        tl.store(y_ptrs, acc.to(tl.float16), mask=out_mask)
-
-
 def _config(M: int, N: int, K: int) -> dict:
-    """Kernel and tile shape for one problem; measured on H200 (docs/performance.md)."""
-    if M <= 4:
-        return dict(GEMV=True, SPLIT_K=4, BLOCK_M=triton.next_power_of_2(M), BLOCK_N=128, BLOCK_K=256,
-                    num_warps=4, num_stages=3)
+    """Tile shape for one problem; measured on H200 (docs/performance.md)."""
     if M <= 16:
         return dict(SPLIT_K=8 if M <= 4 else 4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1,
                     num_warps=4, num_stages=4)
@@ -148,18 +94,11 @@ def _config(M: int, N: int, K: int) -> dict:
 def _launch(x, qweight, scales, group_size: int, cfg: dict) -> torch.Tensor:
     M, K = x.shape
     N = qweight.shape[1]
-    cfg = dict(cfg)
-    gemv = cfg.pop("GEMV", False)
     split_k = cfg["SPLIT_K"]
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     ws = torch.empty((split_k, M, N), device=x.device, dtype=torch.float32) if split_k > 1 else y
-    if gemv:
-        tiles = triton.cdiv(N, cfg["BLOCK_N"])
-        kernel = _w4a16_gemv_kernel
-    else:
-        tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
-        kernel = _w4a16_kernel
-    kernel[(tiles, split_k)](
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    _w4a16_kernel[(tiles, split_k)](
         x, qweight, scales, y, ws, tile_counters(x.device, tiles), M, N, K, group_size,
         x.stride(0), x.stride(1), qweight.stride(0), qweight.stride(1),
         scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),

@@ -41,7 +41,7 @@ def test_w4a16_per_channel(shape):
     _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
 
 
-@pytest.mark.parametrize("M", [1, 3, 9])  # the decode GEMV path (M <= 4) and the tl.dot path
+@pytest.mark.parametrize("M", [1, 3, 9])  # decode (split-K) and the wider-tile path
 @pytest.mark.parametrize("group_size", [32, 64, 128])
 def test_w4a16_group_wise(group_size, M):
     shape = (M, 64, 256)
