@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from tests.fakes import ROOT, SOLUTION, rubric_toml, wrap_entry
+from tests.helpers import HAS_CUDA
 
 
 def _class(tmp_path: Path) -> Path:
@@ -48,7 +49,9 @@ def _batch(subs, out, rubric_path, **popen):
 def test_batch_survives_a_kill_and_resumes(tmp_path):
     subs = _class(tmp_path)
     rubric_path = tmp_path / "rubric.toml"
-    rubric_path.write_text(rubric_toml(tasks=("dds",), timeout_s=10))
+    # The limit only needs to stop the hanging student quickly; on a GPU the child
+    # also initializes CUDA and compiles the kernel, which can take over 10 s.
+    rubric_path.write_text(rubric_toml(tasks=("dds",), timeout_s=60 if HAS_CUDA else 10))
     out = tmp_path / "out"
 
     first = _batch(subs, out, rubric_path, start_new_session=True)
