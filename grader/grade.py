@@ -7,12 +7,12 @@ import hashlib
 import json
 import platform
 import secrets
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+import triton
 
 from .judge import Verdict, judge_correctness, judge_performance, task_flags
 from .pytest_plugin import GradingPlugin
@@ -195,7 +195,6 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
             max_score=sum(r.max_score for r in mine if not r.bonus), summary=_summary(task, state, flags),
             flags=flags, seconds=run.seconds if run else 0.0, log_tail=run.log_tail[-4000:] if run else ""))
     score, ran, everything = totals(rubric, results)
-    import triton
     return GradeResult(
         schema_version=SCHEMA_VERSION, submission=str(submission),
         started=dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds"),
@@ -206,7 +205,3 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
         seed=seed, rubric=rubric.source, score=score, max_score=ran,
         max_score_all_tests=everything, partial=ran < everything, notes=notes,
         tasks=task_results, tests=results)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use: python -m grader")

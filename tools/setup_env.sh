@@ -16,8 +16,10 @@ REQUIREMENTS=${REQUIREMENTS:-requirements.txt}   # make test passes requirements
 STAMP="$VENV/.installed-$(basename "$REQUIREMENTS" .txt)"
 
 if [ "${NO_VENV:-0}" = "1" ]; then
-  "$PYTHON" -c "import torch, pytest, tabulate, tqdm" 2>/dev/null || {
-    echo "NO_VENV=1 but $PYTHON lacks torch/pytest/tabulate/tqdm; pip install -r $REQUIREMENTS" >&2; exit 1; }
+  mods="torch, pytest, pytest_jsonreport, tabulate, tqdm"
+  [ "$REQUIREMENTS" = requirements-dev.txt ] && mods="$mods, xdist"
+  "$PYTHON" -c "import $mods" 2>/dev/null || {
+    echo "NO_VENV=1 but $PYTHON lacks one of: $mods; pip install -r $REQUIREMENTS" >&2; exit 1; }
   exit 0
 fi
 if [ -f "$STAMP" ] && [ "$STAMP" -nt "$REQUIREMENTS" ] && [ "$STAMP" -nt requirements.txt ]; then
