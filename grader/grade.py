@@ -190,9 +190,12 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
         mine = [r for r in results if r.task == task]
         flags = state.flags(task)
         run = state.runs.get(task)
+        ran = sum(r.max_score for r in mine if not r.bonus and r.status != "not_run")
+        earned = sum(r.score for r in mine)
         task_results.append(TaskResult(
-            task=task, title=rubric.tasks[task].title, score=sum(r.score for r in mine),
-            max_score=sum(r.max_score for r in mine if not r.bonus), summary=_summary(task, state, flags),
+            task=task, title=rubric.tasks[task].title,
+            score=min(earned, ran) if rubric.settings.cap_at_max else earned,
+            max_score=ran, summary=_summary(task, state, flags),
             flags=flags, seconds=run.seconds if run else 0.0, log_tail=run.log_tail[-4000:] if run else ""))
     score, ran, everything = totals(rubric, results)
     return GradeResult(

@@ -47,7 +47,7 @@ def markdown(result: GradeResult) -> str:
                f"assignment is out of {_fmt(result.max_score_all_tests)}.", ""]
     md += [f"- Submission: `{result.submission}`",
            f"- Device: {result.gpu or 'CPU (Triton interpreter)'}; "
-           + ", ".join(f"{k} {v}" for k, v in result.versions.items()),
+           + ", ".join(f"{k} {v}" for k, v in result.versions.items() if v),
            f"- Graded: {result.started} in {result.seconds:g} s",
            f"- Seed: `{result.seed}` (reproduce: `make grade SEED={result.seed}`)", ""]
     md += [f"- {n}" for n in result.notes] + ([""] if result.notes else [])

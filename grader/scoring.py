@@ -26,7 +26,8 @@ class TestResult:
 
 @dataclass
 class TaskResult:
-    """One task's totals, and why it lost points as a whole (flags) if it did."""
+    """One task's totals over the tests that ran here (bonus capped like the
+    total), and why it lost points as a whole (flags) if it did."""
     task: str
     title: str
     score: float
