@@ -106,6 +106,14 @@ def _util(t_ms, flops, nbytes, peak_tops, bw_gbs):
     return (max(mem_ms, cmp_ms) / t_ms), ("mem" if mem_ms >= cmp_ms else "mma")
 
 
+def _matmul_peaks(n: int = 8192) -> dict:
+    """fp16 torch.matmul TFLOP/s and int8 torch._int_mm TOP/s at n^3, measured now."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    a8 = torch.randint(-128, 127, (n, n), device="cuda", dtype=torch.int8)
+    return {"fp16": 2 * n**3 / (median_ms(lambda: a @ a, reps=10) * 1e-3) / 1e12,
+            "int8": 2 * n**3 / (median_ms(lambda: torch._int_mm(a8, a8.t()), reps=10) * 1e-3) / 1e12}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
@@ -115,11 +123,7 @@ def main(argv=None) -> int:
         print("make bench needs a CUDA GPU (none found); correctness runs on CPU with `make test`.")
         return 1
     bw = copy_bandwidth_gbs()
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
-    a8 = torch.randint(-128, 127, (8192, 8192), device="cuda", dtype=torch.int8)
-    peaks = {"fp16": 2 * 8192**3 / (median_ms(lambda: a @ a, reps=10) * 1e-3) / 1e12,
-             "int8": 2 * 8192**3 / (median_ms(lambda: torch._int_mm(a8, a8.t()), reps=10) * 1e-3) / 1e12}
-    del a, a8
+    peaks = _matmul_peaks()
     gpu = torch.cuda.get_device_name()
     import triton
     print(f"{gpu}, torch {torch.__version__}, triton {triton.__version__}: copy {bw:.0f} GB/s, "

@@ -80,22 +80,26 @@ class GradingState:
         correct = all(self.judge(t).passed for t in self.rubric.tests_for(spec.task, "correctness")
                       if not t.bonus and self.runs_here(t))
         return judge_performance(spec, run, seed, self.baselines[spec.name], self.bandwidth_gbs,
-                                 correct, self.rubric.settings.timing_reps)
+                                 correct)
 
 
 def _measure_baselines(state: GradingState) -> None:
-    from .sandbox.timing import copy_bandwidth_gbs, median_ms
+    from .sandbox.timing import copy_bandwidth_gbs
 
     state.bandwidth_gbs = copy_bandwidth_gbs()
     for spec in state.selected_tests():
-        if spec.kind != "performance":
-            continue
-        args, extras = make_inputs(spec.task, spec.shape, spec.options, 0, "cuda")
-        x, w_t = args[0], extras["weight"].t()
-        state.baselines[spec.name] = median_ms(lambda: torch.matmul(x, w_t),
-                                               reps=2 * state.rubric.settings.timing_reps)
-        del args, extras, x, w_t
+        if spec.kind == "performance":
+            state.baselines[spec.name] = _baseline_ms(spec, 2 * state.rubric.settings.timing_reps)
     torch.cuda.empty_cache()
+
+
+def _baseline_ms(spec: TestSpec, reps: int) -> float:
+    """fp16 torch.matmul on the test's shape (the dense weight for DDS), timed like the kernel."""
+    from .sandbox.timing import median_ms
+
+    args, extras = make_inputs(spec.task, spec.shape, spec.options, 0, "cuda")
+    x, w_t = args[0], extras["weight"].t()
+    return median_ms(lambda: torch.matmul(x, w_t), reps=reps)
 
 
 def _job(state: GradingState, task: str) -> dict:

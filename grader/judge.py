@@ -5,8 +5,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-import torch
-
 from .compare import check_output, check_sanity
 from .references import REFERENCES
 from .rubric import TestSpec
@@ -89,7 +87,7 @@ def memory_floor_bytes(spec: TestSpec) -> int:
 
 
 def judge_performance(spec: TestSpec, run: TaskRun, seed: int, baseline_ms: float,
-                      bandwidth_gbs: float, correct: bool, reps: int) -> Verdict:
+                      bandwidth_gbs: float, correct: bool) -> Verdict:
     if not correct:
         return Verdict(False, "not timed: performance counts only for a kernel that passes "
                               "all of this task's correctness tests")

@@ -51,7 +51,10 @@ class TaskRun:
             return f"time limit exceeded after {self.seconds:.0f} s; the process was killed"
         if not self.finished:
             if self.exit_code is not None and self.exit_code < 0:
-                name = signal.Signals(-self.exit_code).name if -self.exit_code in signal.Signals._value2member_map_ else "?"
+                try:
+                    name = signal.Signals(-self.exit_code).name
+                except ValueError:
+                    name = f"signal {-self.exit_code}"
                 return f"the process crashed ({name})"
             return f"the process exited early with code {self.exit_code}"
         return None

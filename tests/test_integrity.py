@@ -6,7 +6,6 @@ trusted parent) and, with that check switched off, by what happens at run time
 PyTorch ops). Both layers are tested.
 """
 
-import os
 import time
 from pathlib import Path
 
