@@ -95,6 +95,19 @@ def sweep_small():
         _best("w4a16", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), w4)
 
 
+def sweep_w8a8_fused():
+    """Decode W8A8 with the quantization in the GEMM (one launch) or in a pre-pass (two)."""
+    tiles = [(4, 64, 256), (4, 128, 256), (8, 64, 256), (2, 128, 512), (8, 128, 128), (4, 32, 256), (8, 64, 128)]
+    for M, N, K in [(1, 4096, 4096), (16, 4096, 4096), (1, 11008, 4096), (16, 11008, 4096),
+                    (1, 4096, 11008), (16, 4096, 11008)]:
+        x, wt, sx, sw, w = w8a8_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        for fused in (False, True):
+            cfgs = [dict(QUANTIZE_A=fused, SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1,
+                         num_warps=4, num_stages=3) for sk, bn, bk in tiles]
+            _best(f"w8a8 fused={fused:d}", (M, N, K), base, lambda c: w8a8_mod._launch(x, wt, sx, sw, c), cfgs)
+
+
 def sweep_dds():
     cfgs = [dict(BLOCK_M=bm, BLOCKS_PER_STEP=bs, num_warps=w, num_stages=s)
             for bm, bs, w, s in itertools.product((32, 64, 128, 256), (1, 2, 4), (4, 8), (2, 3))
