@@ -82,11 +82,16 @@ def _grouped_kernel(
         kb = tl.load(list_ptr + pid_g * KB + tt, mask=tt < count, other=-1)             # [STEPS]
         idx = tl.load(map_ptr + rows_g[None, :] * KB + kb[:, None],
                       mask=(kb[:, None] >= 0) & (rows_g[None, :] < NB), other=-1)      # [STEPS, G]
-        kb_k = tl.reshape(tl.broadcast_to(kb[:, None], (STEPS, BLOCK)), (STEP_K,))
+        # The expanded indices are constant over each 32 x 32 block, so the x
+        # columns and block values are runs of 32 contiguous elements; the
+        # hints let the compiler vectorize loads whose addresses come from data.
+        kb_k = tl.max_constancy(tl.reshape(tl.broadcast_to(kb[:, None], (STEPS, BLOCK)), (STEP_K,)), [BLOCK])
         idx_kn = tl.reshape(tl.broadcast_to(idx[:, None, :, None], (STEPS, BLOCK, G, BLOCK)), (STEP_K, BLOCK_N))
-        a = tl.load(x_rows + (kb_k * BLOCK + offs_s % BLOCK)[None, :] * stride_xk,
-                    mask=(kb_k >= 0)[None, :], other=0.0)
-        w = tl.load(values_ptr + idx_kn.to(tl.int64) * (BLOCK * BLOCK) + w_inner, mask=idx_kn >= 0, other=0.0)
+        idx_kn = tl.max_constancy(idx_kn, [BLOCK, BLOCK])
+        x_off = tl.max_contiguous(tl.multiple_of(kb_k * BLOCK + offs_s % BLOCK, [BLOCK]), [BLOCK])
+        a = tl.load(x_rows + x_off[None, :] * stride_xk, mask=(kb_k >= 0)[None, :], other=0.0)
+        w_off = tl.max_contiguous(tl.multiple_of(idx_kn * (BLOCK * BLOCK) + w_inner, [BLOCK, 1]), [BLOCK, 1])
+        w = tl.load(values_ptr + w_off, mask=idx_kn >= 0, other=0.0)
         acc = tl.dot(a, w, acc)
 
     cols = pid_g * BLOCK_N + offs_n

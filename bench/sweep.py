@@ -79,6 +79,25 @@ def sweep_w4a16_mid():
         _best("w4a16", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
 
 
+def sweep_w4a16_large():
+    """Large-M W4A16: unpack in the GEMM loop, or dequantize once and run an fp16 GEMM."""
+    fused = [dict(SPLIT_K=1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=st)
+             for bm, bn, bk, w, st in [(64, 64, 128, 4, 4), (128, 128, 64, 8, 3)]]
+    dequant = [dict(DEQUANTIZED=True, SPLIT_K=1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
+                    num_warps=w, num_stages=st)
+               for bm, bn, bk, w, st in [(128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 128, 64, 4, 4),
+                                         (128, 128, 64, 8, 3), (256, 128, 64, 8, 3), (64, 128, 64, 4, 4),
+                                         (128, 128, 128, 8, 3)]]
+    for M, (N, K) in itertools.product((256, 512, 1024, 4096), ((4096, 4096), (11008, 4096), (4096, 11008))):
+        x, qw, s, w = w4a16_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        if M == 256:
+            pre = _ms(lambda: w4a16_mod._dequantize(qw, s, K))
+            print(f"w4a16 dequantize pass {N}x{K}: {pre*1e3:.1f} us", flush=True)
+        _best("w4a16 fused  ", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), fused)
+        _best("w4a16 dequant", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), dequant)
+
+
 def sweep_small():
     """The decode regime (M <= 16) of both quantized kernels."""
     w8 = [dict(SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=4, num_stages=st)
@@ -93,19 +112,6 @@ def sweep_small():
         x, qw, s, w = w4a16_problem(M, N, K)
         base = _ms(lambda: x @ w.t())
         _best("w4a16", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), w4)
-
-
-def sweep_w8a8_fused():
-    """Decode W8A8 with the quantization in the GEMM (one launch) or in a pre-pass (two)."""
-    tiles = [(4, 64, 256), (4, 128, 256), (8, 64, 256), (2, 128, 512), (8, 128, 128), (4, 32, 256), (8, 64, 128)]
-    for M, N, K in [(1, 4096, 4096), (16, 4096, 4096), (1, 11008, 4096), (16, 11008, 4096),
-                    (1, 4096, 11008), (16, 4096, 11008)]:
-        x, wt, sx, sw, w = w8a8_problem(M, N, K)
-        base = _ms(lambda: x @ w.t())
-        for fused in (False, True):
-            cfgs = [dict(QUANTIZE_A=fused, SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1,
-                         num_warps=4, num_stages=3) for sk, bn, bk in tiles]
-            _best(f"w8a8 fused={fused:d}", (M, N, K), base, lambda c: w8a8_mod._launch(x, wt, sx, sw, c), cfgs)
 
 
 def sweep_dds():

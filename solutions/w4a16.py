@@ -13,6 +13,13 @@ the dot sees exact small integers; with group-wise scales each unpacked tile is
 scaled in fp16 before its dot. Small M is memory-bound on the weight: split-K
 puts more programs to work on streaming it, and the last program of each tile
 to finish adds the fp32 partial sums (no second kernel).
+
+Large M is compute-bound, and there the unpack in the inner loop costs more
+than it saves: every row tile unpacks every weight tile again, and the
+unpacked tile must pass through shared memory to reach the tensor cores. From
+M = DEQUANT_MIN_M up, a pre-pass writes the scaled fp16 weight [K, N] once
+(reading 0.5 and writing 2 bytes per weight) and the same GEMM kernel then
+runs as a plain fp16 GEMM over it.
 """
 
 from __future__ import annotations
@@ -24,16 +31,54 @@ import triton.language as tl
 from .utils import check_w4a16_inputs, grouped_tile, split_k_range, split_k_reduce, tile_counters
 
 
+# From this many rows of x, dequantize the weight once and run an fp16 GEMM.
+DEQUANT_MIN_M = 512
+
+
+@triton.jit
+def _unpack_int4(packed, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[BLOCK_K // 8, BLOCK_N] int32 words -> [BLOCK_K, BLOCK_N] int32 in [-8, 7]; row 8r + j is nibble j of row r."""
+    # Shift nibble j to the top bits, then shift back arithmetically: that
+    # sign-extends it into [-8, 7] (a plain "& 0xF" would read -1 as 15).
+    up_shift = (28 - 4 * tl.arange(0, 8))[None, :, None]
+    return tl.reshape((packed[:, None, :] << up_shift) >> 28, (BLOCK_K, BLOCK_N))
+
+
+@triton.jit
+def _dequantize_kernel(
+    qw_ptr, s_ptr, w_ptr, N, K, group_size,
+    stride_qr, stride_qn, stride_sg, stride_sn, stride_wk, stride_wn,
+    BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """w[k, n] = q[n, k] * s[k // group_size, n] as fp16, one [BLOCK_K, BLOCK_N] tile of the [K, N] output."""
+    BLOCK_R: tl.constexpr = BLOCK_K // 8
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n[None, :] < N
+    packed = tl.load(qw_ptr + offs_r[:, None] * stride_qr + offs_n[None, :] * stride_qn,
+                     mask=(offs_r[:, None] < K // 8) & mask_n, other=0)
+    mask = (offs_k[:, None] < K) & mask_n
+    s = tl.load(s_ptr + (offs_k // group_size)[:, None] * stride_sg + offs_n[None, :] * stride_sn,
+                mask=mask, other=0.0)
+    w = _unpack_int4(packed, BLOCK_K, BLOCK_N).to(tl.float16) * s
+    tl.store(w_ptr + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn, w, mask=mask)
+
+
 @triton.jit
 def _w4a16_kernel(
     x_ptr, qw_ptr, s_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, group_size,
     stride_xm, stride_xk, stride_qr, stride_qn, stride_sg, stride_sn, stride_ym, stride_yn,
-    GROUPED: tl.constexpr, SPLIT_K: tl.constexpr,
+    GROUPED: tl.constexpr, DEQUANTIZED: tl.constexpr, SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """One [BLOCK_M, BLOCK_N] tile of y. With SPLIT_K > 1 each program writes
     its fp32 partial sum to ws[pid_k, M, N]; the last of the tile's programs to
-    finish (tile counter in cnt) adds them up and stores y."""
+    finish (tile counter in cnt) adds them up and stores y.
+
+    qw is the packed [K // 8, N] int32 weight, or with DEQUANTIZED the scaled
+    fp16 [K, N] weight from _dequantize_kernel; stride_qr is its row stride.
+    """
     pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)
     k_start, k_end = split_k_range(pid_k, K, SPLIT_K, BLOCK_K)
@@ -46,28 +91,31 @@ def _w4a16_kernel(
     safe_m = offs_m % M
     safe_n = offs_n % N
     x_ptrs = x_ptr + safe_m[:, None] * stride_xm + (k_start + offs_k)[None, :] * stride_xk
-    q_ptrs = qw_ptr + (k_start // 8 + offs_r)[:, None] * stride_qr + safe_n[None, :] * stride_qn
-    # Shift nibble j to the top bits, then shift back arithmetically: that
-    # sign-extends it into [-8, 7] (a plain "& 0xF" would read -1 as 15).
-    up_shift = (28 - 4 * tl.arange(0, 8))[None, :, None]
+    if DEQUANTIZED:
+        q_ptrs = qw_ptr + (k_start + offs_k)[:, None] * stride_qr + safe_n[None, :] * stride_qn
+    else:
+        q_ptrs = qw_ptr + (k_start // 8 + offs_r)[:, None] * stride_qr + safe_n[None, :] * stride_qn
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
         k_left = k_end - k0
         a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-        packed = tl.load(q_ptrs, mask=offs_r[:, None] < k_left // 8, other=0)
-        q = (packed[:, None, :] << up_shift) >> 28
-        w = tl.reshape(q, (BLOCK_K, BLOCK_N)).to(tl.float16)
-        if GROUPED:
-            g = (k0 + offs_k) // group_size
-            s = tl.load(s_ptr + g[:, None] * stride_sg + safe_n[None, :] * stride_sn,
-                        mask=offs_k[:, None] < k_left, other=0.0)
-            w = w * s
+        if DEQUANTIZED:
+            w = tl.load(q_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            q_ptrs += BLOCK_K * stride_qr
+        else:
+            packed = tl.load(q_ptrs, mask=offs_r[:, None] < k_left // 8, other=0)
+            w = _unpack_int4(packed, BLOCK_K, BLOCK_N).to(tl.float16)
+            if GROUPED:
+                g = (k0 + offs_k) // group_size
+                s = tl.load(s_ptr + g[:, None] * stride_sg + safe_n[None, :] * stride_sn,
+                            mask=offs_k[:, None] < k_left, other=0.0)
+                w = w * s
+            q_ptrs += BLOCK_R * stride_qr
         acc = tl.dot(a, w, acc)
         x_ptrs += BLOCK_K * stride_xk
-        q_ptrs += BLOCK_R * stride_qr
 
-    if not GROUPED:
+    if not (GROUPED or DEQUANTIZED):
         acc = acc * tl.load(s_ptr + safe_n * stride_sn).to(tl.float32)[None, :]
     out_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     finisher = True  # does this program store the tile?
@@ -88,19 +136,36 @@ def _config(M: int, N: int, K: int) -> dict:
         return dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3)
     if M <= 256 and N <= 8192:  # measured: 64x64 tiles win here, 128x128 for wider N or M = 512
         return dict(SPLIT_K=1, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4)
-    return dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
+    if M < DEQUANT_MIN_M:
+        return dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
+    return dict(DEQUANTIZED=True, SPLIT_K=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8,
+                num_warps=8, num_stages=3)
+
+
+def _dequantize(qweight, scales, group_size: int) -> torch.Tensor:
+    """The scaled fp16 weight [K, N] (N contiguous, the layout of x @ w)."""
+    K, N = 8 * qweight.shape[0], qweight.shape[1]
+    w = torch.empty((K, N), device=qweight.device, dtype=torch.float16)
+    block_k, block_n = 64, 128
+    _dequantize_kernel[(triton.cdiv(K, block_k), triton.cdiv(N, block_n))](
+        qweight, scales, w, N, K, group_size, qweight.stride(0), qweight.stride(1),
+        scales.stride(0), scales.stride(1), w.stride(0), w.stride(1),
+        BLOCK_K=block_k, BLOCK_N=block_n, num_warps=4)
+    return w
 
 
 def _launch(x, qweight, scales, group_size: int, cfg: dict) -> torch.Tensor:
     M, K = x.shape
     N = qweight.shape[1]
+    cfg = {"DEQUANTIZED": False, **cfg}
     split_k = cfg["SPLIT_K"]
+    w = _dequantize(qweight, scales, group_size) if cfg["DEQUANTIZED"] else qweight
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     ws = torch.empty((split_k, M, N), device=x.device, dtype=torch.float32) if split_k > 1 else y
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     _w4a16_kernel[(tiles, split_k)](
-        x, qweight, scales, y, ws, tile_counters(x.device, tiles), M, N, K, group_size,
-        x.stride(0), x.stride(1), qweight.stride(0), qweight.stride(1),
+        x, w, scales, y, ws, tile_counters(x.device, tiles), M, N, K, group_size,
+        x.stride(0), x.stride(1), w.stride(0), w.stride(1),
         scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
         GROUPED=scales.shape[0] > 1, **cfg)
     return y

@@ -4,12 +4,10 @@ quantized per output channel, int8 x int8 -> int32 on the tensor cores.
     y[m, n] = s_x[m] * s_w[n] * sum_k q_x[m, k] * q_w[n, k]
     q_x[m, k] = clamp(round_half_even(x[m, k] / s_x[m]), -128, 127)
 
-From M = 17 up, one cheap pass quantizes x first: quantizing inside the GEMM
-would redo the same division for every N tile. Both dot operands are then int8
-and K-major (the weight stays [N, K]; its transpose is read as a view), the
-layout the int8 tensor-core instructions want. At M <= 16 the GEMM quantizes
-each x tile as it loads it instead: x is a few rows, so the repeated divisions
-cost less than the second kernel launch they save.
+One cheap pass quantizes x to int8 first: quantizing inside the GEMM would
+redo the same division for every N tile. Both dot operands are then int8 and
+K-major (the weight stays [N, K]; its transpose is read as a view), the layout
+the int8 tensor-core instructions want.
 
 Small M (decode) is a GEMV in disguise: the weight is the only large operand
 and there are too few output tiles to keep every SM streaming it. Split-K
@@ -62,16 +60,14 @@ def _quantize_rows_kernel(
 def _w8a8_gemm_kernel(
     a_ptr, w_ptr, sx_ptr, sw_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K,
     stride_am, stride_ak, stride_wk, stride_wn, stride_ym, stride_yn,
-    EVEN_K: tl.constexpr, QUANTIZE_A: tl.constexpr, SPLIT_K: tl.constexpr,
+    EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """y[BLOCK_M, BLOCK_N] tile of dequant(A_q @ W_q). With SPLIT_K > 1 each
     program writes its int32 partial sum to ws[pid_k, M, N]; the last of the
     tile's programs to finish (tile counter in cnt) adds them up and stores y.
 
-    A is q_x ([M, K] int8), or with QUANTIZE_A x itself ([M, K] fp16), which is
-    then quantized tile by tile as it is loaded; W is the [K, N] K-major view of
-    the int8 weight.
+    A is q_x ([M, K] int8); W is the [K, N] K-major view of the int8 weight.
     """
     pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)  # each of the SPLIT_K programs of a tile sums its own slice of K
@@ -97,8 +93,6 @@ def _w8a8_gemm_kernel(
             k_ok = offs_k < k_end - (k0 - k_start)
             a = tl.load(a_ptrs, mask=k_ok[None, :], other=0)
             w = tl.load(w_ptrs, mask=k_ok[:, None], other=0)
-        if QUANTIZE_A:
-            a = _quantize_int8(a.to(tl.float32), s_x[:, None])
         acc = tl.dot(a, w, acc, out_dtype=tl.int32)
         a_ptrs += BLOCK_K * stride_ak
         w_ptrs += BLOCK_K * stride_wk
@@ -118,8 +112,7 @@ def _w8a8_gemm_kernel(
 def _gemm_config(M: int, N: int, K: int) -> dict:
     """Tile shape for one problem; measured on H200 (docs/performance.md)."""
     if M <= 16:
-        return dict(QUANTIZE_A=True, SPLIT_K=4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1,
-                    num_warps=4, num_stages=3)
+        return dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=3)
     if M <= 128:
         return dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4)
     if M <= 512:
@@ -133,16 +126,12 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: dict) -> torch.Tensor:
     N = qweight_t.shape[1]
     split_k = cfg["SPLIT_K"]
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
-    cfg = {"QUANTIZE_A": False, **cfg}
-    if cfg["QUANTIZE_A"]:
-        a = x
-    else:
-        a = torch.empty((M, K), device=x.device, dtype=torch.int8)
-        # Few rows per tile: rows past M would still pay for their divisions.
-        qm, qk = (1, 256) if M <= 16 else (4, 512)
-        _quantize_rows_kernel[(triton.cdiv(M, qm), triton.cdiv(K, qk))](
-            x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1),
-            BLOCK_M=qm, BLOCK_K=qk, num_warps=4)
+    a = torch.empty((M, K), device=x.device, dtype=torch.int8)
+    # Few rows per tile: rows past M would still pay for their divisions.
+    qm, qk = (1, 256) if M <= 16 else (4, 512)
+    _quantize_rows_kernel[(triton.cdiv(M, qm), triton.cdiv(K, qk))](
+        x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1),
+        BLOCK_M=qm, BLOCK_K=qk, num_warps=4)
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     ws = torch.empty((split_k, M, N), device=x.device, dtype=torch.int32) if split_k > 1 else y
     counters = tile_counters(x.device, tiles)

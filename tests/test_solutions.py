@@ -8,6 +8,8 @@ import torch
 
 from grader.compare import check_output
 from solutions import dds_mm, w4a16_mm, w8a8_mm
+from solutions import w4a16 as w4a16_solution
+from solutions.layers import unpack_int4
 from tests.helpers import DEVICE, dds_reference, needs_gpu, problem, w4a16_reference, w8a8_reference
 
 SEED = random.randrange(2**31)  # fresh inputs every run; printed on failure
@@ -49,6 +51,19 @@ def test_w4a16_group_wise(group_size, M):
     args, _ = problem("w4a16", shape, SEED, group_size=group_size)
     assert args[2].shape == (256 // group_size, 64)
     _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
+
+
+@pytest.mark.parametrize("group_size", [None, 32, 128])
+def test_w4a16_large_m_dequantizes_once(group_size):
+    # From DEQUANT_MIN_M rows the weight is dequantized by a pre-pass, then an fp16 GEMM runs.
+    shape = (w4a16_solution.DEQUANT_MIN_M + 9, 72, 256 if group_size else 136)
+    args, _ = problem("w4a16", shape, SEED, group_size=group_size)
+    assert w4a16_solution._config(*shape).get("DEQUANTIZED")
+    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
+    qweight, scales = args[1], args[2]
+    q = unpack_int4(qweight).to(torch.float16)  # [N, K]
+    expected = (q * scales.repeat_interleave(shape[2] // scales.shape[0], dim=0).t()).t()
+    assert torch.equal(w4a16_solution._dequantize(qweight, scales, shape[2] // scales.shape[0]), expected)
 
 
 def test_w4a16_negative_nibbles_are_signed():
