@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session's worth of GPU checks (developer tool; the device has no network).
 #   bash bench/gpu_run.sh MODE...   (MODE: grade grade-naive bench profile quant sweep-mid
-#                                    w4a16-variants w4a16-large dds-grouped batch-test tests; WHEELS=dir, default .wheels)
+#                                    w4a16-large batch-test tests; WHEELS=dir, default .wheels)
 # Writes logs and JSON under $OUT (default ./gpu-out).
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -30,12 +30,8 @@ case "$mode" in
     python3 -m bench.quant_variants 2>&1 | grep -v Warning | tee "$OUT/quant.log" ;;
   sweep-mid)
     python3 -m bench.sweep w4a16_mid 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/sweep-mid.log" ;;
-  w4a16-variants)
-    python3 -m bench.w4a16_variants 2>&1 | grep -v Warning | tee "$OUT/w4a16-variants.log" ;;
   w4a16-large)
     python3 -m bench.sweep w4a16_large 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/w4a16-large.log" ;;
-  dds-grouped)
-    python3 -m bench.dds_grouped 2>&1 | grep -v Warning | tee "$OUT/dds-grouped.log" ;;
   batch-test)
     python3 -m pytest tests/test_batch.py -q -p no:cacheprovider -rs 2>&1 | tee "$OUT/batch-test.log" | tail -5 ;;
   tests)

@@ -118,6 +118,8 @@ def sweep_dds():
     cfgs = [dict(BLOCK_M=bm, BLOCKS_PER_STEP=bs, num_warps=w, num_stages=s)
             for bm, bs, w, s in itertools.product((32, 64, 128, 256), (1, 2, 4), (4, 8), (2, 3))
             if not (bm <= 64 and w == 8)]
+    cfgs += [dict(G=g, BLOCK_M=bm, STEPS=st, num_warps=w, num_stages=3)  # block rows per program
+             for g, bm, st, w in itertools.product((2, 4), (64, 128), (1, 2), (4, 8))]
     for M, d in [(16, 0.25), (256, 0.25), (4096, 0.05), (4096, 0.25), (4096, 1.0), (65536, 0.05), (65536, 0.5)]:
         x, bsr, w = dds_problem(M, 1024, 1024, d)
         base = _ms(lambda: x @ w.t())

@@ -8,6 +8,13 @@ blocks (crow_indices[i] .. crow_indices[i+1]) and for each one gathers the 32
 matching columns of x. Zero blocks cost nothing, an empty block row writes
 zeros. Programs are ordered block-row fastest, so all block rows for one tile
 of x run at about the same time and read it from L2, not from memory.
+
+A 32-wide output tile gives the tensor cores little work per load. For dense
+enough weights at large M, a program instead owns G block rows ([BLOCK_M, 32 G]
+of y) and walks the union of their block columns, reading a block that one of
+its rows does not store as zeros: that wastes multiply work on the missing
+blocks but makes every dot G times wider. A small plan pass lists, per group,
+the union columns and a (block row, block column) -> stored block map.
 """
 
 from __future__ import annotations
@@ -60,8 +67,86 @@ def _dds_kernel(
     tl.store(y_ptrs, acc.to(tl.float16), mask=offs_m[:, None] < M)
 
 
-def _config(M: int, N: int, K: int) -> dict:
-    """Tile shape for one problem; measured on H200 (docs/performance.md)."""
+@triton.jit
+def _plan_kernel(crow_ptr, col_ptr, map_ptr, list_ptr, count_ptr, NB, KB,
+                 G: tl.constexpr, BLOCK_KB: tl.constexpr, CHUNK: tl.constexpr):
+    """Group g: map[row, kb] for its G block rows, then the union column list and its length."""
+    g = tl.program_id(0)
+    rows = g * G + tl.arange(0, G)
+    offs_c = tl.arange(0, BLOCK_KB)
+    for c0 in range(0, KB, BLOCK_KB):
+        ok = (rows[:, None] < NB) & (c0 + offs_c < KB)[None, :]
+        tl.store(map_ptr + rows[:, None] * KB + (c0 + offs_c)[None, :], -1, mask=ok)
+    tl.debug_barrier()
+    offs_b = tl.arange(0, CHUNK)
+    for r in tl.static_range(G):
+        row = g * G + r
+        start = tl.load(crow_ptr + row, mask=row < NB, other=0)
+        end = tl.load(crow_ptr + row + 1, mask=row < NB, other=0)
+        for b0 in range(start, end, CHUNK):
+            blk = b0 + offs_b
+            col = tl.load(col_ptr + blk, mask=blk < end, other=0)
+            tl.store(map_ptr + row * KB + col, blk.to(tl.int32), mask=blk < end)
+    tl.debug_barrier()
+    count = 0
+    for c0 in range(0, KB, BLOCK_KB):
+        ok = (rows[:, None] < NB) & (c0 + offs_c < KB)[None, :]
+        m = tl.load(map_ptr + rows[:, None] * KB + (c0 + offs_c)[None, :], mask=ok, other=-1)
+        used = (tl.max(m, axis=0) >= 0).to(tl.int32)
+        pos = count + tl.cumsum(used, axis=0) - 1
+        tl.store(list_ptr + g * KB + pos, c0 + offs_c, mask=used > 0)
+        count += tl.sum(used, axis=0)
+    tl.store(count_ptr + g, count)
+
+
+@triton.jit
+def _grouped_kernel(
+    x_ptr, values_ptr, map_ptr, list_ptr, count_ptr, y_ptr, M, NB, KB, num_groups,
+    stride_xm, stride_xk, stride_ym, stride_yn,
+    G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, STEPS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_g = pid % num_groups
+    pid_m = pid // num_groups
+    BLOCK_N: tl.constexpr = G * BLOCK
+    STEP_K: tl.constexpr = STEPS * BLOCK
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_s = tl.arange(0, STEP_K)
+    rows_g = pid_g * G + tl.arange(0, G)
+    x_rows = x_ptr + (offs_m % M)[:, None] * stride_xm
+    # values[blk] is W_blk as [n, k] row-major; read it as [k, n].
+    w_inner = (offs_n % BLOCK)[None, :] * BLOCK + (offs_s % BLOCK)[:, None]
+
+    count = tl.load(count_ptr + pid_g)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for t in range(0, count, STEPS):
+        tt = t + tl.arange(0, STEPS)
+        kb = tl.load(list_ptr + pid_g * KB + tt, mask=tt < count, other=-1)             # [STEPS]
+        idx = tl.load(map_ptr + rows_g[None, :] * KB + kb[:, None],
+                      mask=(kb[:, None] >= 0) & (rows_g[None, :] < NB), other=-1)      # [STEPS, G]
+        # The expanded indices are constant over each 32 x 32 block, so the x
+        # columns and block values are runs of 32 contiguous elements; the
+        # hints let the compiler vectorize loads whose addresses come from data.
+        kb_k = tl.max_constancy(tl.reshape(tl.broadcast_to(kb[:, None], (STEPS, BLOCK)), (STEP_K,)), [BLOCK])
+        idx_kn = tl.reshape(tl.broadcast_to(idx[:, None, :, None], (STEPS, BLOCK, G, BLOCK)), (STEP_K, BLOCK_N))
+        idx_kn = tl.max_constancy(idx_kn, [BLOCK, BLOCK])
+        x_off = tl.max_contiguous(tl.multiple_of(kb_k * BLOCK + offs_s % BLOCK, [BLOCK]), [BLOCK])
+        a = tl.load(x_rows + x_off[None, :] * stride_xk, mask=(kb_k >= 0)[None, :], other=0.0)
+        w_off = tl.max_contiguous(tl.multiple_of(idx_kn * (BLOCK * BLOCK) + w_inner, [BLOCK, 1]), [BLOCK, 1])
+        w = tl.load(values_ptr + w_off, mask=idx_kn >= 0, other=0.0)
+        acc = tl.dot(a, w, acc)
+
+    cols = pid_g * BLOCK_N + offs_n
+    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + cols[None, :] * stride_yn
+    tl.store(y_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (cols[None, :] < NB * BLOCK))
+
+
+def _config(M: int, N: int, K: int, nnz_blocks: int) -> dict:
+    """Kernel and tile shape for one problem; measured on H100/H200 (docs/performance.md)."""
+    density = nnz_blocks / max(1, (N // BSR_BLOCK) * (K // BSR_BLOCK))
+    if M >= 4096 and density > 0.4:  # union of G rows is nearly full: wider tiles win
+        return dict(G=4 if density > 0.75 else 2, BLOCK_M=128, STEPS=2, num_warps=4, num_stages=3)
     if M <= 16:
         return dict(BLOCK_M=32, BLOCKS_PER_STEP=4, num_warps=4, num_stages=3)
     if M <= 256:
@@ -77,12 +162,30 @@ def _launch(x, weight_bsr, cfg: dict) -> torch.Tensor:
     num_block_rows = N // BSR_BLOCK
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     values = weight_bsr.values().contiguous()
+    if "G" in cfg:
+        _launch_grouped(x, values, weight_bsr.crow_indices(), weight_bsr.col_indices(), y, cfg)
+        return y
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * num_block_rows,)
     _dds_kernel[grid](
         x, values, weight_bsr.crow_indices(), weight_bsr.col_indices(), y, M, num_block_rows,
         x.stride(0), x.stride(1), y.stride(0), y.stride(1),
         BLOCK=BSR_BLOCK, **cfg)
     return y
+
+
+def _launch_grouped(x, values, crow, col, y, cfg: dict) -> None:
+    M, K = x.shape
+    NB, KB = y.shape[1] // BSR_BLOCK, K // BSR_BLOCK
+    G = cfg["G"]
+    groups = triton.cdiv(NB, G)
+    block_map = torch.empty((NB, KB), device=x.device, dtype=torch.int32)
+    union_cols = torch.empty((groups, KB), device=x.device, dtype=torch.int32)
+    union_len = torch.empty((groups,), device=x.device, dtype=torch.int32)
+    _plan_kernel[(groups,)](crow, col, block_map, union_cols, union_len, NB, KB,
+                            G=G, BLOCK_KB=min(256, triton.next_power_of_2(KB)), CHUNK=64)
+    _grouped_kernel[(triton.cdiv(M, cfg["BLOCK_M"]) * groups,)](
+        x, values, block_map, union_cols, union_len, y, M, NB, KB, groups,
+        x.stride(0), x.stride(1), y.stride(0), y.stride(1), BLOCK=BSR_BLOCK, **cfg)
 
 
 def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:
@@ -103,4 +206,4 @@ def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:
     M, N, K = check_dds_inputs(x, weight_bsr)
     if N == 0:
         return torch.empty((M, 0), device=x.device, dtype=torch.float16)
-    return _launch(x.contiguous(), weight_bsr, _config(M, N, K))
+    return _launch(x.contiguous(), weight_bsr, _config(M, N, K, weight_bsr.values().shape[0]))

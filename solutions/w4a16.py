@@ -128,7 +128,7 @@ def _w4a16_kernel(
 
 
 def _config(M: int, N: int, K: int) -> dict:
-    """Tile shape for one problem; measured on H200 (docs/performance.md)."""
+    """Tile shape for one problem; measured on H200 and H100 (docs/performance.md)."""
     if M <= 16:
         return dict(SPLIT_K=8 if M <= 4 else 4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1,
                     num_warps=4, num_stages=4)
@@ -138,8 +138,11 @@ def _config(M: int, N: int, K: int) -> dict:
         return dict(SPLIT_K=1, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4)
     if M < DEQUANT_MIN_M:
         return dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
+    if M < 1024:
+        return dict(DEQUANTIZED=True, SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
+                    num_warps=4, num_stages=4)
     return dict(DEQUANTIZED=True, SPLIT_K=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8,
-                num_warps=8, num_stages=3)
+                num_warps=8, num_stages=4)
 
 
 def _dequantize(qweight, scales, group_size: int) -> torch.Tensor:

@@ -29,8 +29,8 @@ def test_correct_submission_gets_full_correctness(tmp_path):
 
 
 def test_unsigned_int4_unpack_fails_with_a_numeric_diff(tmp_path):
-    src = mutate("w4a16", "q = (packed[:, None, :] << up_shift) >> 28",
-                 "q = (packed[:, None, :] >> (28 - up_shift)) & 0xF")
+    src = mutate("w4a16", "(packed[:, None, :] << up_shift) >> 28",
+                 "(packed[:, None, :] >> (28 - up_shift)) & 0xF")
     result = grade_files(tmp_path, {"w4a16": src}, ["w4a16"])
     for t in _correctness(result, "w4a16"):
         assert t.score == 0 and "differ beyond tolerance" in t.message and "first bad at" in t.message

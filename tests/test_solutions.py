@@ -8,6 +8,7 @@ import torch
 
 from grader.compare import check_output
 from solutions import dds_mm, w4a16_mm, w8a8_mm
+from solutions import dds as dds_solution
 from solutions import w4a16 as w4a16_solution
 from solutions.layers import unpack_int4
 from tests.helpers import DEVICE, dds_reference, needs_gpu, problem, w4a16_reference, w8a8_reference
@@ -84,9 +85,14 @@ def test_w4a16_negative_nibbles_are_signed():
     ((17, 128, 128), dict(density=0.5, empty_rows=2)),
     ((10, 64, 160), dict(density=0.3, index_dtype="int32")),
     ((70, 32, 32), dict(density=1.0)),
+    # M >= 4096 with dense weights: G block rows per program over their union of columns
+    ((4100, 160, 96), dict(density=1.0)),                                   # 4 + a partial group of 1
+    ((4097, 96, 320), dict(density=0.8, empty_rows=1, index_dtype="int32")),  # pairs, ragged union
 ])
 def test_dds(shape, options):
     args, _ = problem("dds", shape, SEED, **options)
+    if shape[0] >= 4096:
+        assert "G" in dds_solution._config(*shape, args[1].values().shape[0]), "expected the grouped path"
     out = dds_mm(*args)
     _check("dds", out, dds_reference(*args), shape)
     if options["density"] == 0.0:
