@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session's worth of GPU checks (developer tool; the device has no network).
 #   bash bench/gpu_run.sh MODE...   (MODE: grade grade-naive bench profile quant sweep-mid
-#                                    w4a16-large batch-test tests; WHEELS=dir, default .wheels)
+#                                    w4a16-large dds-grouped batch-test tests; WHEELS=dir, default .wheels)
 # Writes logs and JSON under $OUT (default ./gpu-out).
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -30,6 +30,8 @@ case "$mode" in
     python3 -m bench.quant_variants 2>&1 | grep -v Warning | tee "$OUT/quant.log" ;;
   sweep-mid)
     python3 -m bench.sweep w4a16_mid 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/sweep-mid.log" ;;
+  dds-grouped)
+    python3 -m bench.sweep dds_grouped 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/dds-grouped-wide.log" ;;
   w4a16-large)
     python3 -m bench.sweep w4a16_large 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/w4a16-large.log" ;;
   batch-test)

@@ -126,6 +126,18 @@ def sweep_dds():
         _best("dds", (M, d), base, lambda c: dds_mod._launch(x, bsr, c), cfgs)
 
 
+def sweep_dds_grouped():
+    """Wider settings of the grouped DDS kernel (G block rows per program) on dense-enough weights."""
+    cfgs = [dict(G=g, BLOCK_M=bm, STEPS=st, num_warps=w, num_stages=ns)
+            for g, bm, st, w, ns in itertools.product((4, 8), (128, 256), (2, 4), (4, 8), (3, 4))]
+    for M, d in [(256, 1.0), (1024, 1.0), (4096, 1.0), (65536, 1.0), (16384, 0.5)]:
+        x, bsr, w = dds_problem(M, 1024, 1024, d)
+        base = _ms(lambda: x @ w.t())
+        sol = _ms(lambda: dds_mod.dds_mm(x, bsr))
+        print(f"dds {M} @{d:.0%}: solution {sol*1e3:.1f} us", flush=True)
+        _best("dds grouped", (M, d), base, lambda c: dds_mod._launch(x, bsr, c), cfgs)
+
+
 def smoke_check():
     """Default configs against plain-PyTorch references on a few full-size shapes."""
     for M in (1, 16, 1000, 4096):
