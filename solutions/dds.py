@@ -70,7 +70,13 @@ def _dds_kernel(
 @triton.jit
 def _plan_kernel(crow_ptr, col_ptr, map_ptr, list_ptr, count_ptr, NB, KB,
                  G: tl.constexpr, BLOCK_KB: tl.constexpr, CHUNK: tl.constexpr):
-    """Group g: map[row, kb] for its G block rows, then the union column list and its length."""
+    """Group g: map[row, kb] for its G block rows, then the union column list and its length.
+
+    map: [NB, KB] int32, the stored-block index of (block row, block column),
+    -1 where none; list: [groups, KB] int32, the union columns in order;
+    count: [groups] int32, their number. Each program writes only its own rows
+    and reads them back, so a barrier between the steps is all it needs.
+    """
     g = tl.program_id(0)
     rows = g * G + tl.arange(0, G)
     offs_c = tl.arange(0, BLOCK_KB)
@@ -105,6 +111,12 @@ def _grouped_kernel(
     stride_xm, stride_xk, stride_ym, stride_yn,
     G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, STEPS: tl.constexpr,
 ):
+    """One [BLOCK_M, G * BLOCK] tile of y: rows pid_m * BLOCK_M.., block rows of group pid_g.
+
+    Each step takes STEPS union columns: x[:, those columns] ([BLOCK_M, STEPS * BLOCK])
+    times the [STEPS * BLOCK, G * BLOCK] stack of the group's blocks there,
+    zeros where a row stores none.
+    """
     pid = tl.program_id(0)
     pid_g = pid % num_groups
     pid_m = pid // num_groups
