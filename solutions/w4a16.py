@@ -50,19 +50,24 @@ def _dequantize_kernel(
     stride_qr, stride_qn, stride_sg, stride_sn, stride_wk, stride_wn,
     BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """w[k, n] = q[n, k] * s[k // group_size, n] as fp16, one [BLOCK_K, BLOCK_N] tile of the [K, N] output."""
+    """w[k, n] = q[n, k] * s[k // group_size, n] as fp16, one [BLOCK_K, BLOCK_N] tile of the [K, N] output.
+
+    Works on [BLOCK_K // 8, 8, BLOCK_N] tensors (k = 8r + j) and stores them as
+    they are: each thread writes the nibbles of the words it loaded, so no
+    reshape (and no data movement between threads) is needed.
+    """
     BLOCK_R: tl.constexpr = BLOCK_K // 8
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    offs_j = tl.arange(0, 8)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n[None, :] < N
     packed = tl.load(qw_ptr + offs_r[:, None] * stride_qr + offs_n[None, :] * stride_qn,
-                     mask=(offs_r[:, None] < K // 8) & mask_n, other=0)
-    mask = (offs_k[:, None] < K) & mask_n
-    s = tl.load(s_ptr + (offs_k // group_size)[:, None] * stride_sg + offs_n[None, :] * stride_sn,
-                mask=mask, other=0.0)
-    w = _unpack_int4(packed, BLOCK_K, BLOCK_N).to(tl.float16) * s
-    tl.store(w_ptr + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn, w, mask=mask)
+                     mask=(offs_r[:, None] < K // 8) & (offs_n[None, :] < N), other=0)
+    k = 8 * offs_r[:, None, None] + offs_j[None, :, None]  # [BLOCK_R, 8, 1]
+    n = offs_n[None, None, :]
+    mask = (k < K) & (n < N)
+    s = tl.load(s_ptr + (k // group_size) * stride_sg + n * stride_sn, mask=mask, other=0.0)
+    q = (packed[:, None, :] << (28 - 4 * offs_j)[None, :, None]) >> 28  # sign-extended nibble j
+    tl.store(w_ptr + k * stride_wk + n * stride_wn, q.to(tl.float16) * s, mask=mask)
 
 
 @triton.jit
