@@ -31,6 +31,13 @@ def tile_counters(device: torch.device, n: int) -> torch.Tensor:
     return buf
 
 
+def split_k_workspace(y: torch.Tensor, split_k: int, tiles: int, dtype: torch.dtype):
+    """(ws, counters) for ``split_k_reduce``: ws [split_k, M, N] of the partial
+    sums' dtype (y itself, unused, when split_k == 1) and the tile counters."""
+    ws = torch.empty((split_k, *y.shape), device=y.device, dtype=dtype) if split_k > 1 else y
+    return ws, tile_counters(y.device, tiles)
+
+
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -162,20 +169,29 @@ def split_k_range(pid_k, K, SPLIT_K: tl.constexpr, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
-def split_k_reduce(acc, ws_ptr, cnt_ptr, tile, pid_k, offs, mask, stride_split, SPLIT_K: tl.constexpr):
-    """Add up a tile's SPLIT_K partial sums without a second kernel.
+def split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m, pid_n, pid_k, offs_m, offs_n, M, N,
+                   BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):
+    """Add up the SPLIT_K partial sums of the tile (pid_m, pid_n) without a second kernel.
 
-    Each program stores its partial ``acc`` at ws_ptr + pid_k * stride_split + offs
-    and bumps the tile's counter; the last one to arrive reads all partials (in
-    a fixed order, so the result does not depend on who was last), resets the
-    counter and gets (sum, True); the others get (acc, False) and store nothing.
+    Returns (acc, store): whether this program holds the tile's final sum and
+    must store it. With SPLIT_K == 1 that is (acc, True). Otherwise each
+    program stores its partial ``acc`` (rows offs_m, columns offs_n) in
+    ws[pid_k, M, N] (see ``split_k_workspace``) and bumps the tile's counter;
+    the last one to arrive reads all partials (in a fixed order, so the result
+    does not depend on who was last), resets the counter and gets (sum, True);
+    the others get (acc, False).
     """
-    tl.store(ws_ptr + pid_k * stride_split + offs, acc, mask=mask)
-    tl.debug_barrier()  # every thread's partial is written before the counter moves
-    last = tl.atomic_add(cnt_ptr + tile, 1) == SPLIT_K - 1  # acq_rel: sees the others' partials
-    if last:
-        acc = tl.zeros_like(acc)
-        for s in range(SPLIT_K):
-            acc += tl.load(ws_ptr + s * stride_split + offs, mask=mask, other=0, cache_modifier=".cg")
-        tl.store(cnt_ptr + tile, 0)  # leave the counter zeroed for the next call
+    last = True
+    if SPLIT_K > 1:
+        tile = pid_m * tl.cdiv(N, BLOCK_N) + pid_n
+        offs = offs_m[:, None] * N + offs_n[None, :]
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        tl.store(ws_ptr + pid_k * M * N + offs, acc, mask=mask)
+        tl.debug_barrier()  # every thread's partial is written before the counter moves
+        last = tl.atomic_add(cnt_ptr + tile, 1) == SPLIT_K - 1  # acq_rel: sees the others' partials
+        if last:
+            acc = tl.zeros_like(acc)
+            for s in range(SPLIT_K):
+                acc += tl.load(ws_ptr + s * M * N + offs, mask=mask, other=0, cache_modifier=".cg")
+            tl.store(cnt_ptr + tile, 0)  # leave the counter zeroed for the next call
     return acc, last

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import check_w4a16_inputs, grouped_tile, split_k_range, split_k_reduce, tile_counters
+from .utils import check_w4a16_inputs, grouped_tile, split_k_range, split_k_reduce, split_k_workspace
 
 
 # From this many rows of x, dequantize the weight once and run an fp16 GEMM.
@@ -36,12 +36,18 @@ DEQUANT_MIN_M = 512
 
 
 @triton.jit
-def _unpack_int4(packed, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
-    """[BLOCK_K // 8, BLOCK_N] int32 words -> [BLOCK_K, BLOCK_N] int32 in [-8, 7]; row 8r + j is nibble j of row r."""
+def _nibbles(packed):
+    """[R, C] int32 words -> [R, 8, C] int32 in [-8, 7]: [r, j, c] is nibble j of word [r, c]."""
     # Shift nibble j to the top bits, then shift back arithmetically: that
     # sign-extends it into [-8, 7] (a plain "& 0xF" would read -1 as 15).
     up_shift = (28 - 4 * tl.arange(0, 8))[None, :, None]
-    return tl.reshape((packed[:, None, :] << up_shift) >> 28, (BLOCK_K, BLOCK_N))
+    return (packed[:, None, :] << up_shift) >> 28
+
+
+@triton.jit
+def _unpack_int4(packed, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[BLOCK_K // 8, BLOCK_N] int32 words -> [BLOCK_K, BLOCK_N] int32 in [-8, 7]; row 8r + j is nibble j of row r."""
+    return tl.reshape(_nibbles(packed), (BLOCK_K, BLOCK_N))
 
 
 @triton.jit
@@ -66,8 +72,7 @@ def _dequantize_kernel(
     n = offs_n[None, None, :]
     mask = (k < K) & (n < N)
     s = tl.load(s_ptr + (k // group_size) * stride_sg + n * stride_sn, mask=mask, other=0.0)
-    q = (packed[:, None, :] << (28 - 4 * offs_j)[None, :, None]) >> 28  # sign-extended nibble j
-    tl.store(w_ptr + k * stride_wk + n * stride_wn, q.to(tl.float16) * s, mask=mask)
+    tl.store(w_ptr + k * stride_wk + n * stride_wn, _nibbles(packed).to(tl.float16) * s, mask=mask)
 
 
 @triton.jit
@@ -122,14 +127,10 @@ def _w4a16_kernel(
 
     if not (GROUPED or DEQUANTIZED):
         acc = acc * tl.load(s_ptr + safe_n * stride_sn).to(tl.float32)[None, :]
-    out_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    finisher = True  # does this program store the tile?
-    if SPLIT_K > 1:
-        acc, finisher = split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m * tl.cdiv(N, BLOCK_N) + pid_n, pid_k,
-                                       offs_m[:, None] * N + offs_n[None, :], out_mask, M * N, SPLIT_K)
-    if finisher:
+    acc, store = split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m, pid_n, pid_k, offs_m, offs_n, M, N, BLOCK_N, SPLIT_K)
+    if store:
         y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
-        tl.store(y_ptrs, acc.to(tl.float16), mask=out_mask)
+        tl.store(y_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 def _config(M: int, N: int, K: int) -> dict:
@@ -169,10 +170,10 @@ def _launch(x, qweight, scales, group_size: int, cfg: dict) -> torch.Tensor:
     split_k = cfg["SPLIT_K"]
     w = _dequantize(qweight, scales, group_size) if cfg["DEQUANTIZED"] else qweight
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
-    ws = torch.empty((split_k, M, N), device=x.device, dtype=torch.float32) if split_k > 1 else y
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    ws, counters = split_k_workspace(y, split_k, tiles, torch.float32)
     _w4a16_kernel[(tiles, split_k)](
-        x, w, scales, y, ws, tile_counters(x.device, tiles), M, N, K, group_size,
+        x, w, scales, y, ws, counters, M, N, K, group_size,
         x.stride(0), x.stride(1), w.stride(0), w.stride(1),
         scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
         GROUPED=scales.shape[0] > 1, **cfg)

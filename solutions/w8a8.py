@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import check_w8a8_inputs, grouped_tile, split_k_range, split_k_reduce, tile_counters
+from .utils import check_w8a8_inputs, grouped_tile, split_k_range, split_k_reduce, split_k_workspace
 
 # Adding then subtracting 1.5 * 2**23 rounds a float32 of magnitude < 2**22 to
 # the nearest integer, ties to even (the hardware's default rounding), and it
@@ -97,16 +97,12 @@ def _w8a8_gemm_kernel(
         a_ptrs += BLOCK_K * stride_ak
         w_ptrs += BLOCK_K * stride_wk
 
-    out_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    finisher = True  # does this program store the tile?
-    if SPLIT_K > 1:
-        acc, finisher = split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m * tl.cdiv(N, BLOCK_N) + pid_n, pid_k,
-                                       offs_m[:, None] * N + offs_n[None, :], out_mask, M * N, SPLIT_K)
-    if finisher:
+    acc, store = split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m, pid_n, pid_k, offs_m, offs_n, M, N, BLOCK_N, SPLIT_K)
+    if store:
         s_w = tl.load(sw_ptr + safe_n)
         y = acc.to(tl.float32) * s_x[:, None] * s_w[None, :]
         y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
-        tl.store(y_ptrs, y.to(tl.float16), mask=out_mask)
+        tl.store(y_ptrs, y.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 def _gemm_config(M: int, N: int, K: int) -> dict:
@@ -133,8 +129,7 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: dict) -> torch.Tensor:
         x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1),
         BLOCK_M=qm, BLOCK_K=qk, num_warps=4)
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
-    ws = torch.empty((split_k, M, N), device=x.device, dtype=torch.int32) if split_k > 1 else y
-    counters = tile_counters(x.device, tiles)
+    ws, counters = split_k_workspace(y, split_k, tiles, torch.int32)
     _w8a8_gemm_kernel[(tiles, split_k)](
         a, qweight_t, input_scale, weight_scale, y, ws, counters, M, N, K,
         a.stride(0), a.stride(1), qweight_t.stride(0), qweight_t.stride(1),

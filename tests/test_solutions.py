@@ -28,7 +28,7 @@ def test_w8a8_bit_exact(shape):
     assert torch.equal(out, w8a8_reference(*args)), f"seed {SEED}: W8A8 is not bit-exact"
 
 
-@pytest.mark.parametrize("M", [5, 17])  # quantized inside the GEMM (M <= 16) and by the pre-pass
+@pytest.mark.parametrize("M", [5, 17])  # 1-row quantize tiles + split-K (M <= 16), and 4-row tiles
 @pytest.mark.parametrize("options", [{"ties": True}, {"zero_rows": 3}])
 def test_w8a8_ties_and_zero_rows(options, M):
     args, _ = problem("w8a8", (M, 64, 64), SEED, **options)
