@@ -9,6 +9,14 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # programmatic dependent launch (Hopper+) needs a Triton that has both halves of it
+    from triton.backends.nvidia.compiler import CUDAOptions
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    _HAS_PDL = "launch_pdl" in CUDAOptions.__dataclass_fields__
+except ImportError:  # pragma: no cover - older Triton: dependent_launch() is False
+    gdc_launch_dependents = gdc_wait = None
+    _HAS_PDL = False
+
 INT8_QMIN, INT8_QMAX = -128, 127
 INT4_QMIN, INT4_QMAX = -8, 7
 BSR_BLOCK = 32
@@ -41,6 +49,30 @@ def split_k_workspace(y: torch.Tensor, split_k: int, tiles: int, dtype: torch.dt
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def dependent_launch(t: torch.Tensor) -> bool:
+    """Whether the second of two kernels on ``t``'s device may be launched with
+    ``launch_pdl=True`` (programmatic dependent launch: Hopper or newer, not in
+    the interpreter). It then starts while the first is still running, which
+    hides a launch, and must call ``wait_for_previous_kernel`` before it reads
+    anything the first one wrote."""
+    return (_HAS_PDL and t.is_cuda and not interpreting()
+            and torch.cuda.get_device_capability(t.device)[0] >= 9)
+
+
+@triton.jit
+def release_next_kernel(PDL: tl.constexpr):
+    """Let a kernel launched after this one with ``launch_pdl=True`` start now."""
+    if PDL:
+        gdc_launch_dependents()
+
+
+@triton.jit
+def wait_for_previous_kernel(PDL: tl.constexpr):
+    """With PDL, wait until the previous kernel has finished and its writes are visible."""
+    if PDL:
+        gdc_wait()
 
 
 def check_tensor(t, name: str, dtype: torch.dtype, ndim: int) -> None:

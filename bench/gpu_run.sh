@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device session's worth of GPU checks (developer tool; the device has no network).
 #   bash bench/gpu_run.sh MODE...   (MODE: grade grade-naive bench profile quant sweep-mid
-#                                    w4a16-large dds-grouped batch-test tests; WHEELS=dir, default .wheels)
+#                                    w4a16-large dds-grouped
+#                                    w4a16-tall dds-dense pdl solution-tests batch-test tests; WHEELS=dir, default .wheels)
 # Writes logs and JSON under $OUT (default ./gpu-out).
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -34,6 +35,11 @@ case "$mode" in
     python3 -m bench.sweep dds_grouped 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/dds-grouped-wide.log" ;;
   w4a16-large)
     python3 -m bench.sweep w4a16_large 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/w4a16-large.log" ;;
+  w4a16-tall|dds-dense|pdl)
+    python3 -m bench.sweep "${mode//-/_}" 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/sweep-$mode.log" ;;
+  solution-tests)
+    python3 -m pytest tests/test_solutions.py tests/test_layers.py -q -p no:cacheprovider -rs 2>&1 \
+      | tee "$OUT/solution-tests.log" | tail -8 ;;
   batch-test)
     python3 -m pytest tests/test_batch.py -q -p no:cacheprovider -rs 2>&1 | tee "$OUT/batch-test.log" | tail -5 ;;
   tests)

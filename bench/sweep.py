@@ -138,6 +138,56 @@ def sweep_dds_grouped():
         _best("dds grouped", (M, d), base, lambda c: dds_mod._launch(x, bsr, c), cfgs)
 
 
+def sweep_w4a16_tall():
+    """W4A16 at M = 256-1024 with tall row tiles: each program unpacks its weight tile for 256 rows of x."""
+    tall = [dict(SPLIT_K=sk, BLOCK_M=256, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=8, num_stages=st)
+            for sk, bn, bk, st in itertools.product((1, 2), (32, 64, 128), (64, 128), (3, 4))]
+    tall += [dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=3)
+             for bn, bk, w in itertools.product((32, 64), (64, 128), (4, 8))]
+    for M, (N, K) in itertools.product((256, 512, 1024), ((4096, 4096), (11008, 4096), (4096, 11008))):
+        x, qw, s, w = w4a16_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        sol = _ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))
+        print(f"w4a16 {(M, N, K)}: solution {sol*1e3:.1f} us x{base/sol:5.2f}", flush=True)
+        _best("w4a16 tall", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), tall)
+
+
+def sweep_dds_dense():
+    """The densify + union-walk DDS kernel against the one-row kernel at large M."""
+    grouped = [dict(G=g, BLOCK_M=bm, STEPS=st, num_warps=w, num_stages=ns)
+               for g, (bm, w), st, ns in itertools.product((1, 2, 4, 8), ((128, 4), (128, 8), (256, 8)), (2, 4), (3, 4))
+               if not (g == 8 and bm == 256)]
+    for M, d in itertools.product((4096, 16384, 65536), (0.05, 0.25, 0.5, 1.0)):
+        x, bsr, w = dds_problem(M, 1024, 1024, d)
+        base = _ms(lambda: x @ w.t())
+        sol = _ms(lambda: dds_mod.dds_mm(x, bsr))
+        one_row = _ms(lambda: dds_mod._launch(x, bsr, dds_mod._config(M, 1024, 1024, 0)))
+        print(f"dds {M} @{d:.0%}: solution {sol*1e3:.1f} us x{base/sol:5.2f}, one-row {one_row*1e3:.1f} us", flush=True)
+        _best("dds dense", (M, d), base, lambda c: dds_mod._launch(x, bsr, c), grouped)
+
+
+def sweep_pdl():
+    """Two-kernel paths with and without programmatic dependent launch."""
+    def both(name, shape, base, run, cfg):
+        on, off = _ms(lambda: run({**cfg, "PDL": True})), _ms(lambda: run({**cfg, "PDL": False}))
+        print(f"pdl {name} {shape}: base {base*1e3:.1f} us  on {on*1e3:.1f} us x{base/on:5.2f}"
+              f"  off {off*1e3:.1f} us x{base/off:5.2f}", flush=True)
+    for M, (N, K) in itertools.product((1, 4, 16, 256, 4096), ((4096, 4096), (11008, 4096), (4096, 11008))):
+        x, wt, sx, sw, w = w8a8_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        both("w8a8", (M, N, K), base, lambda c: w8a8_mod._launch(x, wt, sx, sw, c), w8a8_mod._gemm_config(M, N, K))
+    for M in (512, 1024, 4096):
+        x, qw, s, w = w4a16_problem(M, 4096, 4096)
+        base = _ms(lambda: x @ w.t())
+        both("w4a16", (M, 4096, 4096), base, lambda c: w4a16_mod._launch(x, qw, s, 4096, c),
+             w4a16_mod._config(M, 4096, 4096))
+    for M, d in ((4096, 1.0), (16384, 0.5)):
+        x, bsr, w = dds_problem(M, 1024, 1024, d)
+        base = _ms(lambda: x @ w.t())
+        both("dds", (M, d), base, lambda c: dds_mod._launch(x, bsr, c),
+             dict(G=4, BLOCK_M=128, STEPS=2, num_warps=4, num_stages=3))
+
+
 def smoke_check():
     """Default configs against plain-PyTorch references on a few full-size shapes."""
     for M in (1, 16, 1000, 4096):

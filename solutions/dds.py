@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import BSR_BLOCK, check_dds_inputs
+from .utils import BSR_BLOCK, check_dds_inputs, dependent_launch, release_next_kernel, wait_for_previous_kernel
 
 
 @triton.jit
@@ -68,54 +68,61 @@ def _dds_kernel(
 
 
 @triton.jit
-def _plan_kernel(crow_ptr, col_ptr, map_ptr, list_ptr, count_ptr, NB, KB,
-                 G: tl.constexpr, BLOCK_KB: tl.constexpr, CHUNK: tl.constexpr):
-    """Group g: map[row, kb] for its G block rows, then the union column list and its length.
+def _densify_kernel(values_ptr, crow_ptr, col_ptr, w_ptr, list_ptr, count_ptr, NB, KB, K,
+                    G: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr, ROW_CAP: tl.constexpr,
+                    UNION_CHUNK: tl.constexpr, PDL: tl.constexpr):
+    """Program (i, c): the dense rows of block row i at block columns c * CHUNK .. c * CHUNK + CHUNK - 1.
 
-    map: [NB, KB] int32, the stored-block index of (block row, block column),
-    -1 where none; list: [groups, KB] int32, the union columns in order;
-    count: [groups] int32, their number. Each program writes only its own rows
-    and reads them back, so a barrier between the steps is all it needs.
+    w: [NB * BLOCK, K] fp16, the weight with its zero blocks written out.
+    Program (g * G, 0) also writes group g's union column list (list: [groups,
+    KB] int32, in increasing order) and its length (count: [groups] int32).
     """
-    g = tl.program_id(0)
-    rows = g * G + tl.arange(0, G)
-    offs_c = tl.arange(0, BLOCK_KB)
-    for c0 in range(0, KB, BLOCK_KB):
-        ok = (rows[:, None] < NB) & (c0 + offs_c < KB)[None, :]
-        tl.store(map_ptr + rows[:, None] * KB + (c0 + offs_c)[None, :], -1, mask=ok)
-    tl.debug_barrier()
-    offs_b = tl.arange(0, CHUNK)
-    for r in tl.static_range(G):
-        row = g * G + r
-        start = tl.load(crow_ptr + row, mask=row < NB, other=0)
-        end = tl.load(crow_ptr + row + 1, mask=row < NB, other=0)
-        for b0 in range(start, end, CHUNK):
-            blk = b0 + offs_b
-            col = tl.load(col_ptr + blk, mask=blk < end, other=0)
-            tl.store(map_ptr + row * KB + col, blk.to(tl.int32), mask=blk < end)
-    tl.debug_barrier()
-    count = 0
-    for c0 in range(0, KB, BLOCK_KB):
-        ok = (rows[:, None] < NB) & (c0 + offs_c < KB)[None, :]
-        m = tl.load(map_ptr + rows[:, None] * KB + (c0 + offs_c)[None, :], mask=ok, other=-1)
-        used = (tl.max(m, axis=0) >= 0).to(tl.int32)
-        pos = count + tl.cumsum(used, axis=0) - 1
-        tl.store(list_ptr + g * KB + pos, c0 + offs_c, mask=used > 0)
-        count += tl.sum(used, axis=0)
-    tl.store(count_ptr + g, count)
+    release_next_kernel(PDL)  # the GEMM may start now; it waits for w before reading it
+    i = tl.program_id(0)
+    offs_s = tl.arange(0, ROW_CAP)
+    offs_b = tl.arange(0, BLOCK)
+    start = tl.load(crow_ptr + i)
+    end = tl.load(crow_ptr + i + 1)
+    cols = tl.load(col_ptr + start + offs_s, mask=offs_s < end - start, other=-1)
+    kb = tl.program_id(1) * CHUNK + tl.arange(0, CHUNK)
+    # Which stored block (if any) sits at each block column of the chunk.
+    hit = cols[:, None] == kb[None, :]                                          # [ROW_CAP, CHUNK]
+    blk = tl.sum(tl.where(hit, start + offs_s[:, None], 0), axis=0)
+    found = tl.max(hit.to(tl.int32), axis=0) > 0
+    r = offs_b[:, None, None]                                                   # [BLOCK, CHUNK, BLOCK]
+    c = offs_b[None, None, :]
+    v = tl.load(values_ptr + blk[None, :, None] * (BLOCK * BLOCK) + r * BLOCK + c,
+                mask=found[None, :, None], other=0.0)
+    tl.store(w_ptr + (i * BLOCK + r) * K + kb[None, :, None] * BLOCK + c, v, mask=(kb < KB)[None, :, None])
+
+    if (tl.program_id(1) == 0) & (i % G == 0):
+        count = 0
+        for c0 in range(0, KB, UNION_CHUNK):
+            col = c0 + tl.arange(0, UNION_CHUNK)
+            used = tl.zeros((UNION_CHUNK,), dtype=tl.int32)
+            for r_g in tl.static_range(G):
+                row = i + r_g
+                s = tl.load(crow_ptr + row, mask=row < NB, other=0)
+                e = tl.load(crow_ptr + row + 1, mask=row < NB, other=0)
+                row_cols = tl.load(col_ptr + s + offs_s, mask=offs_s < e - s, other=-1)
+                used = tl.maximum(used, tl.max((row_cols[:, None] == col[None, :]).to(tl.int32), axis=0))
+            pos = count + tl.cumsum(used, axis=0) - 1
+            tl.store(list_ptr + (i // G) * KB + pos, col, mask=used > 0)
+            count += tl.sum(used, axis=0)
+        tl.store(count_ptr + i // G, count)
 
 
 @triton.jit
 def _grouped_kernel(
-    x_ptr, values_ptr, map_ptr, list_ptr, count_ptr, y_ptr, M, NB, KB, num_groups,
+    x_ptr, w_ptr, list_ptr, count_ptr, y_ptr, M, N, K, KB, num_groups,
     stride_xm, stride_xk, stride_ym, stride_yn,
-    G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, STEPS: tl.constexpr,
+    G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, STEPS: tl.constexpr, PDL: tl.constexpr,
 ):
     """One [BLOCK_M, G * BLOCK] tile of y: rows pid_m * BLOCK_M.., block rows of group pid_g.
 
-    Each step takes STEPS union columns: x[:, those columns] ([BLOCK_M, STEPS * BLOCK])
-    times the [STEPS * BLOCK, G * BLOCK] stack of the group's blocks there,
-    zeros where a row stores none.
+    w is the densified [N, K] weight. Each step takes STEPS union columns:
+    x[:, those columns] ([BLOCK_M, STEPS * BLOCK]) times w[group rows, those
+    columns]^T ([STEPS * BLOCK, G * BLOCK]), zeros where a row stores no block.
     """
     pid = tl.program_id(0)
     pid_g = pid % num_groups
@@ -123,35 +130,28 @@ def _grouped_kernel(
     BLOCK_N: tl.constexpr = G * BLOCK
     STEP_K: tl.constexpr = STEPS * BLOCK
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
+    offs_n = pid_g * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_s = tl.arange(0, STEP_K)
-    rows_g = pid_g * G + tl.arange(0, G)
     x_rows = x_ptr + (offs_m % M)[:, None] * stride_xm
-    # values[blk] is W_blk as [n, k] row-major; read it as [k, n].
-    w_inner = (offs_n % BLOCK)[None, :] * BLOCK + (offs_s % BLOCK)[:, None]
+    w_rows = w_ptr + (offs_n % N)[None, :] * K
 
+    wait_for_previous_kernel(PDL)  # w and the union lists come from _densify_kernel
     count = tl.load(count_ptr + pid_g)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for t in range(0, count, STEPS):
         tt = t + tl.arange(0, STEPS)
-        kb = tl.load(list_ptr + pid_g * KB + tt, mask=tt < count, other=-1)             # [STEPS]
-        idx = tl.load(map_ptr + rows_g[None, :] * KB + kb[:, None],
-                      mask=(kb[:, None] >= 0) & (rows_g[None, :] < NB), other=-1)      # [STEPS, G]
-        # The expanded indices are constant over each 32 x 32 block, so the x
-        # columns and block values are runs of 32 contiguous elements; the
-        # hints let the compiler vectorize loads whose addresses come from data.
-        kb_k = tl.max_constancy(tl.reshape(tl.broadcast_to(kb[:, None], (STEPS, BLOCK)), (STEP_K,)), [BLOCK])
-        idx_kn = tl.reshape(tl.broadcast_to(idx[:, None, :, None], (STEPS, BLOCK, G, BLOCK)), (STEP_K, BLOCK_N))
-        idx_kn = tl.max_constancy(idx_kn, [BLOCK, BLOCK])
-        x_off = tl.max_contiguous(tl.multiple_of(kb_k * BLOCK + offs_s % BLOCK, [BLOCK]), [BLOCK])
-        a = tl.load(x_rows + x_off[None, :] * stride_xk, mask=(kb_k >= 0)[None, :], other=0.0)
-        w_off = tl.max_contiguous(tl.multiple_of(idx_kn * (BLOCK * BLOCK) + w_inner, [BLOCK, 1]), [BLOCK, 1])
-        w = tl.load(values_ptr + w_off, mask=idx_kn >= 0, other=0.0)
+        kb = tl.load(list_ptr + pid_g * KB + tt, mask=tt < count, other=-1)   # [STEPS]
+        # The column offsets come from memory; the hints say they form runs of
+        # BLOCK contiguous columns, so the loads are vectorized like a dense GEMM's.
+        kb_k = tl.reshape(tl.broadcast_to(kb[:, None], (STEPS, BLOCK)), (STEP_K,))
+        ok = tl.max_constancy(kb_k, [BLOCK]) >= 0
+        k_off = tl.max_contiguous(tl.multiple_of(kb_k * BLOCK + offs_s % BLOCK, [BLOCK]), [BLOCK])
+        a = tl.load(x_rows + k_off[None, :] * stride_xk, mask=ok[None, :], other=0.0)
+        w = tl.load(w_rows + k_off[:, None], mask=ok[:, None], other=0.0)
         acc = tl.dot(a, w, acc)
 
-    cols = pid_g * BLOCK_N + offs_n
-    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + cols[None, :] * stride_yn
-    tl.store(y_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (cols[None, :] < NB * BLOCK))
+    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    tl.store(y_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 def _config(M: int, N: int, K: int, nnz_blocks: int) -> dict:
@@ -187,17 +187,22 @@ def _launch(x, weight_bsr, cfg: dict) -> torch.Tensor:
 
 def _launch_grouped(x, values, crow, col, y, cfg: dict) -> None:
     M, K = x.shape
-    NB, KB = y.shape[1] // BSR_BLOCK, K // BSR_BLOCK
-    G = cfg["G"]
+    N = y.shape[1]
+    NB, KB = N // BSR_BLOCK, K // BSR_BLOCK
+    cfg = dict(cfg)
+    pdl = cfg.pop("PDL", True) and dependent_launch(x)
+    G, chunk = cfg["G"], 4
     groups = triton.cdiv(NB, G)
-    block_map = torch.empty((NB, KB), device=x.device, dtype=torch.int32)
+    w = torch.empty((N, K), device=x.device, dtype=torch.float16)
     union_cols = torch.empty((groups, KB), device=x.device, dtype=torch.int32)
     union_len = torch.empty((groups,), device=x.device, dtype=torch.int32)
-    _plan_kernel[(groups,)](crow, col, block_map, union_cols, union_len, NB, KB,
-                            G=G, BLOCK_KB=min(256, triton.next_power_of_2(KB)), CHUNK=64)
+    _densify_kernel[(NB, triton.cdiv(KB, chunk))](
+        values, crow, col, w, union_cols, union_len, NB, KB, K,
+        G=G, BLOCK=BSR_BLOCK, CHUNK=chunk, ROW_CAP=triton.next_power_of_2(KB), UNION_CHUNK=32, PDL=pdl)
     _grouped_kernel[(triton.cdiv(M, cfg["BLOCK_M"]) * groups,)](
-        x, values, block_map, union_cols, union_len, y, M, NB, KB, groups,
-        x.stride(0), x.stride(1), y.stride(0), y.stride(1), BLOCK=BSR_BLOCK, **cfg)
+        x, w, union_cols, union_len, y, M, N, K, KB, groups,
+        x.stride(0), x.stride(1), y.stride(0), y.stride(1), BLOCK=BSR_BLOCK, PDL=pdl, **cfg,
+        **({"launch_pdl": True} if pdl else {}))
 
 
 def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import check_w4a16_inputs, grouped_tile, split_k_range, split_k_reduce, split_k_workspace
+from .utils import (check_w4a16_inputs, dependent_launch, grouped_tile, release_next_kernel, split_k_range,
+                    split_k_reduce, split_k_workspace, wait_for_previous_kernel)
 
 
 # From this many rows of x, dequantize the weight once and run an fp16 GEMM.
@@ -54,7 +55,7 @@ def _unpack_int4(packed, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
 def _dequantize_kernel(
     qw_ptr, s_ptr, w_ptr, N, K, group_size,
     stride_qr, stride_qn, stride_sg, stride_sn, stride_wk, stride_wn,
-    BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr,
 ):
     """w[k, n] = q[n, k] * s[k // group_size, n] as fp16, one [BLOCK_K, BLOCK_N] tile of the [K, N] output.
 
@@ -62,6 +63,7 @@ def _dequantize_kernel(
     they are: each thread writes the nibbles of the words it loaded, so no
     reshape (and no data movement between threads) is needed.
     """
+    release_next_kernel(PDL)  # the GEMM may start now; it waits for w before reading it
     BLOCK_R: tl.constexpr = BLOCK_K // 8
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_j = tl.arange(0, 8)
@@ -79,7 +81,7 @@ def _dequantize_kernel(
 def _w4a16_kernel(
     x_ptr, qw_ptr, s_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, group_size,
     stride_xm, stride_xk, stride_qr, stride_qn, stride_sg, stride_sn, stride_ym, stride_yn,
-    GROUPED: tl.constexpr, DEQUANTIZED: tl.constexpr, SPLIT_K: tl.constexpr,
+    GROUPED: tl.constexpr, DEQUANTIZED: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """One [BLOCK_M, BLOCK_N] tile of y. With SPLIT_K > 1 each program writes
@@ -106,6 +108,7 @@ def _w4a16_kernel(
     else:
         q_ptrs = qw_ptr + (k_start // 8 + offs_r)[:, None] * stride_qr + safe_n[None, :] * stride_qn
 
+    wait_for_previous_kernel(PDL)  # the dequantized weight comes from the previous kernel
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
         k_left = k_end - k0
@@ -151,7 +154,7 @@ def _config(M: int, N: int, K: int) -> dict:
                 num_warps=8, num_stages=4)
 
 
-def _dequantize(qweight, scales, group_size: int) -> torch.Tensor:
+def _dequantize(qweight, scales, group_size: int, pdl: bool = False) -> torch.Tensor:
     """The scaled fp16 weight [K, N] (N contiguous, the layout of x @ w)."""
     K, N = 8 * qweight.shape[0], qweight.shape[1]
     w = torch.empty((K, N), device=qweight.device, dtype=torch.float16)
@@ -159,7 +162,7 @@ def _dequantize(qweight, scales, group_size: int) -> torch.Tensor:
     _dequantize_kernel[(triton.cdiv(K, block_k), triton.cdiv(N, block_n))](
         qweight, scales, w, N, K, group_size, qweight.stride(0), qweight.stride(1),
         scales.stride(0), scales.stride(1), w.stride(0), w.stride(1),
-        BLOCK_K=block_k, BLOCK_N=block_n, num_warps=4)
+        BLOCK_K=block_k, BLOCK_N=block_n, PDL=pdl, num_warps=4)
     return w
 
 
@@ -167,8 +170,9 @@ def _launch(x, qweight, scales, group_size: int, cfg: dict) -> torch.Tensor:
     M, K = x.shape
     N = qweight.shape[1]
     cfg = {"DEQUANTIZED": False, **cfg}
+    pdl = cfg.pop("PDL", True) and cfg["DEQUANTIZED"] and dependent_launch(x)
     split_k = cfg["SPLIT_K"]
-    w = _dequantize(qweight, scales, group_size) if cfg["DEQUANTIZED"] else qweight
+    w = _dequantize(qweight, scales, group_size, pdl) if cfg["DEQUANTIZED"] else qweight
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     ws, counters = split_k_workspace(y, split_k, tiles, torch.float32)
@@ -176,7 +180,7 @@ def _launch(x, qweight, scales, group_size: int, cfg: dict) -> torch.Tensor:
         x, w, scales, y, ws, counters, M, N, K, group_size,
         x.stride(0), x.stride(1), w.stride(0), w.stride(1),
         scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
-        GROUPED=scales.shape[0] > 1, **cfg)
+        GROUPED=scales.shape[0] > 1, PDL=pdl, **cfg, **({"launch_pdl": True} if pdl else {}))
     return y
 
 

@@ -23,7 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import check_w8a8_inputs, grouped_tile, split_k_range, split_k_reduce, split_k_workspace
+from .utils import (check_w8a8_inputs, dependent_launch, grouped_tile, release_next_kernel, split_k_range,
+                    split_k_reduce, split_k_workspace, wait_for_previous_kernel)
 
 # Adding then subtracting 1.5 * 2**23 rounds a float32 of magnitude < 2**22 to
 # the nearest integer, ties to even (the hardware's default rounding), and it
@@ -44,9 +45,10 @@ def _quantize_int8(x, scale):
 def _quantize_rows_kernel(
     x_ptr, sx_ptr, xq_ptr, M, K,
     stride_xm, stride_xk, stride_qm, stride_qk,
-    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
 ):
     """q_x = quantize(x, s_x) for one [BLOCK_M, BLOCK_K] tile."""
+    release_next_kernel(PDL)  # the GEMM may start now; it waits for q_x before reading it
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
@@ -60,7 +62,7 @@ def _quantize_rows_kernel(
 def _w8a8_gemm_kernel(
     a_ptr, w_ptr, sx_ptr, sw_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K,
     stride_am, stride_ak, stride_wk, stride_wn, stride_ym, stride_yn,
-    EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """y[BLOCK_M, BLOCK_N] tile of dequant(A_q @ W_q). With SPLIT_K > 1 each
@@ -84,6 +86,7 @@ def _w8a8_gemm_kernel(
     w_ptrs = w_ptr + offs_k[:, None] * stride_wk + safe_n[None, :] * stride_wn
     s_x = tl.load(sx_ptr + safe_m)
 
+    wait_for_previous_kernel(PDL)  # A is written by the quantize pass
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     for k0 in range(k_start, k_end, BLOCK_K):
         if EVEN_K:
@@ -121,20 +124,23 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: dict) -> torch.Tensor:
     M, K = x.shape
     N = qweight_t.shape[1]
     split_k = cfg["SPLIT_K"]
+    cfg = dict(cfg)
+    pdl = cfg.pop("PDL", True) and dependent_launch(x)
+    launch = {"launch_pdl": True} if pdl else {}
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     a = torch.empty((M, K), device=x.device, dtype=torch.int8)
     # Few rows per tile: rows past M would still pay for their divisions.
     qm, qk = (1, 256) if M <= 16 else (4, 512)
     _quantize_rows_kernel[(triton.cdiv(M, qm), triton.cdiv(K, qk))](
         x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1),
-        BLOCK_M=qm, BLOCK_K=qk, num_warps=4)
+        BLOCK_M=qm, BLOCK_K=qk, PDL=pdl, num_warps=4)
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     ws, counters = split_k_workspace(y, split_k, tiles, torch.int32)
     _w8a8_gemm_kernel[(tiles, split_k)](
         a, qweight_t, input_scale, weight_scale, y, ws, counters, M, N, K,
         a.stride(0), a.stride(1), qweight_t.stride(0), qweight_t.stride(1),
         y.stride(0), y.stride(1),
-        EVEN_K=(K % (cfg["BLOCK_K"] * split_k) == 0), **cfg)
+        EVEN_K=(K % (cfg["BLOCK_K"] * split_k) == 0), PDL=pdl, **cfg, **launch)
     return y
 
 

@@ -99,6 +99,16 @@ def test_dds(shape, options):
         assert (out == 0).all()
 
 
+@pytest.mark.parametrize("G,steps", [(1, 4), (2, 2), (8, 1)])
+def test_dds_grouped_kernel_any_group_width(G, steps):
+    # The densify + union-walk path with every group width the config may pick,
+    # on a weight whose rows and union lists are ragged (odd block rows, empty rows).
+    shape = (70, 32 * 11, 32 * 9)
+    args, _ = problem("dds", shape, SEED, density=0.4, empty_rows=2)
+    cfg = dict(G=G, BLOCK_M=32, STEPS=steps, num_warps=4, num_stages=2)
+    _check("dds", dds_solution._launch(*args, cfg), dds_reference(*args), shape)
+
+
 BAD_INPUTS = [
     (w8a8_mm, lambda a: (a[0].float(),) + a[1:], "x: expected dtype torch.float16"),
     (w8a8_mm, lambda a: (a[0][0],) + a[1:], "x: expected a 2-D tensor"),
