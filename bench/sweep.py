@@ -12,6 +12,7 @@ import itertools
 import sys
 
 import torch
+import triton
 
 from grader.sandbox.timing import median_ms
 from bench.problems import dds_problem, w4a16_problem, w8a8_problem
@@ -155,7 +156,7 @@ def sweep_w4a16_tall():
 def sweep_dds_dense():
     """The densify + union-walk DDS kernel against the one-row kernel at large M."""
     grouped = [dict(G=g, BLOCK_M=bm, STEPS=st, num_warps=w, num_stages=ns)
-               for g, (bm, w), st, ns in itertools.product((1, 2, 4, 8), ((128, 4), (128, 8), (256, 8)), (2, 4), (3, 4))
+               for g, (bm, w), st, ns in itertools.product((1, 2, 4, 8), ((128, 4), (128, 8), (256, 8)), (2,), (3, 4))
                if not (g == 8 and bm == 256)]
     for M, d in itertools.product((4096, 16384, 65536), (0.05, 0.25, 0.5, 1.0)):
         x, bsr, w = dds_problem(M, 1024, 1024, d)
@@ -164,10 +165,25 @@ def sweep_dds_dense():
         one_row = _ms(lambda: dds_mod._launch(x, bsr, dds_mod._config(M, 1024, 1024, 0)))
         print(f"dds {M} @{d:.0%}: solution {sol*1e3:.1f} us x{base/sol:5.2f}, one-row {one_row*1e3:.1f} us", flush=True)
         _best("dds dense", (M, d), base, lambda c: dds_mod._launch(x, bsr, c), grouped)
+        if d == 1.0:  # the same GEMM with no gather: the W4A16 kernel's fp16 path over w^T (K-major)
+            _best("dds plain-gemm", (M, d), base, lambda c: _plain_gemm(x, w, c), [
+                dict(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=64, num_warps=wp, num_stages=ns)
+                for bn, wp, ns in ((128, 4, 3), (128, 4, 4), (256, 8, 4), (128, 8, 4))])
+
+
+def _plain_gemm(x, w, cfg):
+    """x @ w^T with the W4A16 kernel in its dequantized (plain fp16 GEMM) mode."""
+    (M, K), N = x.shape, w.shape[0]
+    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    w4a16_mod._w4a16_kernel[(tiles, 1)](
+        x, w.t(), w, y, y, y, M, N, K, K, x.stride(0), x.stride(1), w.stride(1), w.stride(0), 0, 0,
+        y.stride(0), y.stride(1), GROUPED=False, DEQUANTIZED=True, SPLIT_K=1, PDL=False, GROUP_M=8, **cfg)
+    return y
 
 
 def sweep_pdl():
-    """Two-kernel paths with and without programmatic dependent launch."""
+    """The quantized two-kernel paths with and without programmatic dependent launch."""
     def both(name, shape, base, run, cfg):
         on, off = _ms(lambda: run({**cfg, "PDL": True})), _ms(lambda: run({**cfg, "PDL": False}))
         print(f"pdl {name} {shape}: base {base*1e3:.1f} us  on {on*1e3:.1f} us x{base/on:5.2f}"
@@ -181,11 +197,41 @@ def sweep_pdl():
         base = _ms(lambda: x @ w.t())
         both("w4a16", (M, 4096, 4096), base, lambda c: w4a16_mod._launch(x, qw, s, 4096, c),
              w4a16_mod._config(M, 4096, 4096))
-    for M, d in ((4096, 1.0), (16384, 0.5)):
-        x, bsr, w = dds_problem(M, 1024, 1024, d)
+
+
+def sweep_w8a8_m256():
+    """W8A8 at M = 256, where _int_mm alone is the bar."""
+    cfgs = [dict(SPLIT_K=sk, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=8, num_warps=w, num_stages=st)
+            for sk, bm, bn, w, st in itertools.product((1, 2), (64, 128, 256), (64, 128, 256), (4, 8), (3, 4))
+            if bm * bn <= 128 * 256 and not (bm == 256 and w == 4)]
+    for M, N, K in [(256, 4096, 4096), (256, 11008, 4096), (256, 4096, 11008)]:
+        x, wt, sx, sw, w = w8a8_problem(M, N, K)
         base = _ms(lambda: x @ w.t())
-        both("dds", (M, d), base, lambda c: dds_mod._launch(x, bsr, c),
-             dict(G=4, BLOCK_M=128, STEPS=2, num_warps=4, num_stages=3))
+        a = torch.randint(-128, 127, (M, K), device="cuda", dtype=torch.int8)
+        int_mm = _ms(lambda: torch._int_mm(a, wt))
+        print(f"w8a8 {(M, N, K)}: int_mm {int_mm*1e3:.1f} us, solution {_ms(lambda: w8a8_mod.w8a8_mm(x, wt, sx, sw))*1e3:.1f} us",
+              flush=True)
+        _best("w8a8 m256", (M, N, K), base, lambda c: w8a8_mod._launch(x, wt, sx, sw, c), cfgs)
+
+
+def sweep_w4a16_decode():
+    """W4A16 decode with deeper split-K and fewer warps per program."""
+    cfgs = [dict(SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=w, num_stages=st)
+            for sk, bn, bk, w, st in itertools.product((8, 16), (32, 64, 128), (128, 256), (2, 4), (3, 5))]
+    for M, N, K in [(1, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008), (16, 4096, 4096)]:
+        x, qw, s, w = w4a16_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        print(f"w4a16 {(M, N, K)}: solution {_ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))*1e3:.1f} us", flush=True)
+        _best("w4a16 decode", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
+
+
+def sweep_floor():
+    """What a pure read of n bytes costs in the timing harness (the decode kernels' real floor)."""
+    empty = torch.zeros(1, device="cuda")
+    print(f"floor: empty kernel {_ms(lambda: empty.zero_()) * 1e3:.1f} us", flush=True)
+    for mb in (8, 16, 32, 45, 90):
+        buf = torch.ones(mb * 2**20 // 8, device="cuda", dtype=torch.int64)
+        print(f"floor: read {mb} MB (int64 sum) {_ms(lambda: buf.sum()) * 1e3:.1f} us", flush=True)
 
 
 def smoke_check():

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import BSR_BLOCK, check_dds_inputs, dependent_launch, release_next_kernel, wait_for_previous_kernel
+from .utils import BSR_BLOCK, check_dds_inputs
 
 
 @triton.jit
@@ -70,14 +70,13 @@ def _dds_kernel(
 @triton.jit
 def _densify_kernel(values_ptr, crow_ptr, col_ptr, w_ptr, list_ptr, count_ptr, NB, KB, K,
                     G: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr, ROW_CAP: tl.constexpr,
-                    UNION_CHUNK: tl.constexpr, PDL: tl.constexpr):
+                    UNION_CHUNK: tl.constexpr):
     """Program (i, c): the dense rows of block row i at block columns c * CHUNK .. c * CHUNK + CHUNK - 1.
 
     w: [NB * BLOCK, K] fp16, the weight with its zero blocks written out.
     Program (g * G, 0) also writes group g's union column list (list: [groups,
     KB] int32, in increasing order) and its length (count: [groups] int32).
     """
-    release_next_kernel(PDL)  # the GEMM may start now; it waits for w before reading it
     i = tl.program_id(0)
     offs_s = tl.arange(0, ROW_CAP)
     offs_b = tl.arange(0, BLOCK)
@@ -116,7 +115,7 @@ def _densify_kernel(values_ptr, crow_ptr, col_ptr, w_ptr, list_ptr, count_ptr, N
 def _grouped_kernel(
     x_ptr, w_ptr, list_ptr, count_ptr, y_ptr, M, N, K, KB, num_groups,
     stride_xm, stride_xk, stride_ym, stride_yn,
-    G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, STEPS: tl.constexpr, PDL: tl.constexpr,
+    G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, STEPS: tl.constexpr, LIST_CAP: tl.constexpr,
 ):
     """One [BLOCK_M, G * BLOCK] tile of y: rows pid_m * BLOCK_M.., block rows of group pid_g.
 
@@ -135,14 +134,19 @@ def _grouped_kernel(
     x_rows = x_ptr + (offs_m % M)[:, None] * stride_xm
     w_rows = w_ptr + (offs_n % N)[None, :] * K
 
-    wait_for_previous_kernel(PDL)  # w and the union lists come from _densify_kernel
     count = tl.load(count_ptr + pid_g)
+    # The whole union list lives in registers: a column index loaded inside
+    # the loop would make every x and w load depend on a load of the same
+    # iteration, which the software pipeliner cannot run ahead of.
+    offs_l = tl.arange(0, LIST_CAP)
+    union = tl.load(list_ptr + pid_g * KB + offs_l, mask=offs_l < count, other=-1)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for t in range(0, count, STEPS):
         tt = t + tl.arange(0, STEPS)
-        kb = tl.load(list_ptr + pid_g * KB + tt, mask=tt < count, other=-1)   # [STEPS]
-        # The column offsets come from memory; the hints say they form runs of
-        # BLOCK contiguous columns, so the loads are vectorized like a dense GEMM's.
+        kb = tl.sum(tl.where(offs_l[None, :] == tt[:, None], union[None, :], 0), axis=1)   # union[tt]
+        kb = tl.where(tt < count, kb, -1)
+        # The column offsets are data; the hints say they form runs of BLOCK
+        # contiguous columns, so the loads are vectorized like a dense GEMM's.
         kb_k = tl.reshape(tl.broadcast_to(kb[:, None], (STEPS, BLOCK)), (STEP_K,))
         ok = tl.max_constancy(kb_k, [BLOCK]) >= 0
         k_off = tl.max_contiguous(tl.multiple_of(kb_k * BLOCK + offs_s % BLOCK, [BLOCK]), [BLOCK])
@@ -157,8 +161,8 @@ def _grouped_kernel(
 def _config(M: int, N: int, K: int, nnz_blocks: int) -> dict:
     """Kernel and tile shape for one problem; measured on H100/H200 (docs/performance.md)."""
     density = nnz_blocks / max(1, (N // BSR_BLOCK) * (K // BSR_BLOCK))
-    if M >= 4096 and density > 0.4:  # union of G rows is nearly full: wider tiles win
-        return dict(G=4 if density > 0.75 else 2, BLOCK_M=128, STEPS=2, num_warps=4, num_stages=3)
+    if M >= 4096 and density > 0.4:  # the union of 4 block rows is nearly full: wider tiles win
+        return dict(G=4, BLOCK_M=256, STEPS=2, num_warps=8, num_stages=3)
     if M <= 16:
         return dict(BLOCK_M=32, BLOCKS_PER_STEP=4, num_warps=4, num_stages=3)
     if M <= 256:
@@ -189,8 +193,6 @@ def _launch_grouped(x, values, crow, col, y, cfg: dict) -> None:
     M, K = x.shape
     N = y.shape[1]
     NB, KB = N // BSR_BLOCK, K // BSR_BLOCK
-    cfg = dict(cfg)
-    pdl = cfg.pop("PDL", True) and dependent_launch(x)
     G, chunk = cfg["G"], 4
     groups = triton.cdiv(NB, G)
     w = torch.empty((N, K), device=x.device, dtype=torch.float16)
@@ -198,11 +200,11 @@ def _launch_grouped(x, values, crow, col, y, cfg: dict) -> None:
     union_len = torch.empty((groups,), device=x.device, dtype=torch.int32)
     _densify_kernel[(NB, triton.cdiv(KB, chunk))](
         values, crow, col, w, union_cols, union_len, NB, KB, K,
-        G=G, BLOCK=BSR_BLOCK, CHUNK=chunk, ROW_CAP=triton.next_power_of_2(KB), UNION_CHUNK=32, PDL=pdl)
+        G=G, BLOCK=BSR_BLOCK, CHUNK=chunk, ROW_CAP=triton.next_power_of_2(KB), UNION_CHUNK=32)
     _grouped_kernel[(triton.cdiv(M, cfg["BLOCK_M"]) * groups,)](
         x, w, union_cols, union_len, y, M, N, K, KB, groups,
-        x.stride(0), x.stride(1), y.stride(0), y.stride(1), BLOCK=BSR_BLOCK, PDL=pdl, **cfg,
-        **({"launch_pdl": True} if pdl else {}))
+        x.stride(0), x.stride(1), y.stride(0), y.stride(1), BLOCK=BSR_BLOCK,
+        LIST_CAP=triton.next_power_of_2(KB), **cfg)
 
 
 def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:

@@ -140,11 +140,13 @@ def _config(M: int, N: int, K: int) -> dict:
     """Tile shape for one problem; measured on H200 and H100 (docs/performance.md)."""
     if M <= 16:
         return dict(SPLIT_K=8 if M <= 4 else 4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1,
-                    num_warps=4, num_stages=4)
+                    num_warps=4, num_stages=3)
     if M <= 128:
         return dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3)
-    if M <= 256 and N <= 8192:  # measured: 64x64 tiles win here, 128x128 for wider N or M = 512
-        return dict(SPLIT_K=1, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4)
+    if M <= 256 and N <= 8192:  # one row tile: every weight tile is unpacked once
+        return dict(SPLIT_K=2, BLOCK_M=256, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4)
+    if M <= 256:
+        return dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=3)
     if M < DEQUANT_MIN_M:
         return dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
     if M < 1024:

@@ -111,9 +111,16 @@ def _w8a8_gemm_kernel(
 def _gemm_config(M: int, N: int, K: int) -> dict:
     """Tile shape for one problem; measured on H200 (docs/performance.md)."""
     if M <= 16:
-        return dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=3)
+        return dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=3,
+                    PDL=True)
     if M <= 128:
         return dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4)
+    if M <= 256:  # measured per shape class against torch._int_mm (bench.sweep w8a8_m256)
+        if K > 2 * N:
+            return dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4)
+        if N > 8192:
+            return dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3)
+        return dict(SPLIT_K=1, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4)
     if M <= 512:
         return dict(SPLIT_K=2 if K > 2 * N else 1, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8,
                     num_warps=4, num_stages=4)
@@ -125,7 +132,7 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: dict) -> torch.Tensor:
     N = qweight_t.shape[1]
     split_k = cfg["SPLIT_K"]
     cfg = dict(cfg)
-    pdl = cfg.pop("PDL", True) and dependent_launch(x)
+    pdl = cfg.pop("PDL", False) and dependent_launch(x)
     launch = {"launch_pdl": True} if pdl else {}
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     a = torch.empty((M, K), device=x.device, dtype=torch.int8)
