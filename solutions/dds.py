@@ -13,8 +13,9 @@ A 32-wide output tile gives the tensor cores little work per load. For dense
 enough weights at large M, a program instead owns G block rows ([BLOCK_M, 32 G]
 of y) and walks the union of their block columns, reading a block that one of
 its rows does not store as zeros: that wastes multiply work on the missing
-blocks but makes every dot G times wider. A small plan pass lists, per group,
-the union columns and a (block row, block column) -> stored block map.
+blocks but makes every dot G times wider. A first pass writes the weight as a
+dense [N, K] copy (zero blocks included) and each group's union column list,
+so the GEMM reads both operands at the same gathered columns.
 """
 
 from __future__ import annotations
@@ -161,7 +162,9 @@ def _grouped_kernel(
 def _config(M: int, N: int, K: int, nnz_blocks: int) -> dict:
     """Kernel and tile shape for one problem; measured on H100/H200 (docs/performance.md)."""
     density = nnz_blocks / max(1, (N // BSR_BLOCK) * (K // BSR_BLOCK))
-    if M >= 4096 and density > 0.4:  # the union of 4 block rows is nearly full: wider tiles win
+    # The union of 4 block rows is nearly full: wider tiles win. (The grouped
+    # kernel holds a group's union list, up to K / 32 entries, in registers.)
+    if M >= 4096 and density > 0.4 and K <= 16384:
         return dict(G=4, BLOCK_M=256, STEPS=2, num_warps=8, num_stages=3)
     if M <= 16:
         return dict(BLOCK_M=32, BLOCKS_PER_STEP=4, num_warps=4, num_stages=3)
