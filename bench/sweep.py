@@ -225,6 +225,51 @@ def sweep_w4a16_decode():
         _best("w4a16 decode", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
 
 
+def _device_us(fn, calls: int = 5) -> float:
+    """Device time per call of every kernel fn launches (torch profiler, no L2 flush)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return sum(getattr(e, "self_device_time_total", 0) or 0 for e in prof.key_averages()) / calls
+
+
+def sweep_decode_device():
+    """Decode configs ranked by device time (the harness adds a fixed cost that hides differences)."""
+    def rank(name, shape, base, run, cfgs):
+        rows = []
+        for cfg in cfgs:
+            try:
+                rows.append((_device_us(lambda: run(cfg)), cfg))
+            except Exception as e:  # out of shared memory
+                print(f"  skip {cfg}: {type(e).__name__}", flush=True)
+        rows.sort(key=lambda r: r[0])
+        for dev, cfg in rows[:4]:
+            t = _ms(lambda: run(cfg))
+            print(f"{name} {shape}: device {dev:6.1f} us, harness {t*1e3:6.1f} us x{base/t:5.2f}  {cfg}", flush=True)
+    w8 = [dict(SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=4, num_stages=st, PDL=True)
+          for sk, bn, bk, st in itertools.product((4, 8, 16), (32, 64, 128), (128, 256), (3, 4))]
+    for M, N, K in [(1, 4096, 4096), (1, 11008, 4096), (16, 4096, 4096)]:
+        x, wt, sx, sw, w = w8a8_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        cur = w8a8_mod._gemm_config(M, N, K)
+        print(f"w8a8 {(M, N, K)}: solution device {_device_us(lambda: w8a8_mod._launch(x, wt, sx, sw, cur)):.1f} us,"
+              f" base {base*1e3:.1f} us", flush=True)
+        rank("w8a8 decode", (M, N, K), base, lambda c: w8a8_mod._launch(x, wt, sx, sw, c), w8)
+    w4 = [dict(SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=4, num_stages=st)
+          for sk, bn, bk, st in itertools.product((8, 16), (32, 64, 128), (64, 128, 256), (2, 3))]
+    for M, N, K in [(1, 4096, 4096), (1, 11008, 4096)]:
+        x, qw, s, w = w4a16_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        cur = w4a16_mod._config(M, N, K)
+        print(f"w4a16 {(M, N, K)}: solution device {_device_us(lambda: w4a16_mod._launch(x, qw, s, K, cur)):.1f} us",
+              flush=True)
+        rank("w4a16 decode", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), w4)
+
+
 def sweep_floor():
     """What a pure read of n bytes costs in the timing harness (the decode kernels' real floor)."""
     empty = torch.zeros(1, device="cuda")
