@@ -3,7 +3,7 @@
 #   bash bench/gpu_run.sh MODE...   (MODE: grade grade-naive bench profile quant sweep-mid
 #                                    w4a16-large dds-grouped
 #                                    w4a16-tall dds-dense pdl floor w8a8-m256 w4a16-decode
-#                                    decode-device ncu solution-tests batch-test tests; WHEELS=dir, default .wheels)
+#                                    decode-device ncu ncu-w8a8 solution-tests batch-test tests; WHEELS=dir, default .wheels)
 # Writes logs and JSON under $OUT (default ./gpu-out).
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -42,6 +42,11 @@ case "$mode" in
     ncu --clock-control none --profile-from-start off --section SpeedOfLight --section Occupancy \
       --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
       python3 -m bench.ncu_decode > "$OUT/ncu-decode.txt" 2>&1; tail -5 "$OUT/ncu-decode.txt" ;;
+  ncu-w8a8)
+    ncu --clock-control none --profile-from-start off -k regex:gemm \
+      --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
+      python3 -m bench.ncu_decode w8a8-configs > "$OUT/ncu-w8a8-configs.txt" 2>&1
+    grep -E "CONFIG|gpu__time|dram__|warps_active" "$OUT/ncu-w8a8-configs.txt" | tail -130 ;;
   solution-tests)
     python3 -m pytest tests/test_solutions.py tests/test_layers.py -q -p no:cacheprovider -rs 2>&1 \
       | tee "$OUT/solution-tests.log" | tail -8 ;;

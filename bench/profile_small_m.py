@@ -10,7 +10,8 @@ from bench.problems import dds_problem, w4a16_problem, w8a8_problem
 from solutions import dds_mm, w4a16_mm, w8a8_mm
 
 
-def show(name, fn, calls=20):
+def kernel_times_us(fn, calls=20) -> dict[str, float]:
+    """{kernel name: device us per call} over ``calls`` calls of fn (torch profiler, warm L2)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -18,11 +19,15 @@ def show(name, fn, calls=20):
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
+    times = {evt.key: (getattr(evt, "self_device_time_total", 0) or getattr(evt, "self_cuda_time_total", 0)) / calls
+             for evt in prof.key_averages()}
+    return {k: us for k, us in times.items() if us > 0}
+
+
+def show(name, fn, calls=20):
     print(f"== {name}")
-    for evt in prof.key_averages():
-        us = (getattr(evt, "self_device_time_total", 0) or getattr(evt, "self_cuda_time_total", 0)) / calls
-        if us > 0:
-            print(f"   {us:8.2f} us  {evt.key[:90]}")
+    for key, us in kernel_times_us(fn, calls).items():
+        print(f"   {us:8.2f} us  {key[:90]}")
 
 
 if __name__ == "__main__":

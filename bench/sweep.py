@@ -16,6 +16,7 @@ import triton
 
 from grader.sandbox.timing import median_ms
 from bench.problems import dds_problem, w4a16_problem, w8a8_problem
+from bench.profile_small_m import kernel_times_us
 from solutions import dds as dds_mod
 from solutions import w4a16 as w4a16_mod
 from solutions import w8a8 as w8a8_mod
@@ -227,14 +228,7 @@ def sweep_w4a16_decode():
 
 def _device_us(fn, calls: int = 5) -> float:
     """Device time per call of every kernel fn launches (torch profiler, no L2 flush)."""
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    return sum(getattr(e, "self_device_time_total", 0) or 0 for e in prof.key_averages()) / calls
+    return sum(kernel_times_us(fn, calls).values())
 
 
 def sweep_decode_device():
