@@ -13,7 +13,9 @@ Small M (decode) is a GEMV in disguise: the weight is the only large operand
 and there are too few output tiles to keep every SM streaming it. Split-K
 gives each program a slice of K and an int32 partial sum; the last program of
 each tile to finish (an atomic tile counter) adds the partials up and
-dequantizes, so no separate reduction kernel is launched. Large M uses grouped tile order so that
+dequantizes, so no separate reduction kernel is launched, and the GEMM is
+launched with programmatic dependent launch so that it is already resident
+when the quantize pass ends. Large M uses grouped tile order so that
 neighbouring programs share weight tiles in L2.
 """
 
@@ -109,7 +111,7 @@ def _w8a8_gemm_kernel(
 
 
 def _gemm_config(M: int, N: int, K: int) -> dict:
-    """Tile shape for one problem; measured on H200 (docs/performance.md)."""
+    """Tile shape for one problem; measured on H200 and H100 (docs/performance.md)."""
     if M <= 16:
         return dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=3,
                     PDL=True)
