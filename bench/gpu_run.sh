@@ -2,8 +2,8 @@
 # One device session's worth of GPU checks (developer tool; the device has no network).
 #   bash bench/gpu_run.sh MODE...   (MODE: grade grade-naive bench profile quant sweep-mid
 #                                    w4a16-large dds-grouped
-#                                    w4a16-tall dds-dense pdl floor w8a8-m256 w4a16-decode
-#                                    decode-device ncu ncu-w8a8 solution-tests batch-test tests; WHEELS=dir, default .wheels)
+#                                    w4a16-tall dds-dense pdl w8a8-m256 w4a16-decode
+#                                    decode-device ncu ncu-w8a8 smoke solution-tests batch-test tests; WHEELS=dir, default .wheels)
 # Writes logs and JSON under $OUT (default ./gpu-out).
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -36,7 +36,7 @@ case "$mode" in
     python3 -m bench.sweep dds_grouped 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/dds-grouped-wide.log" ;;
   w4a16-large)
     python3 -m bench.sweep w4a16_large 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/w4a16-large.log" ;;
-  w4a16-tall|dds-dense|pdl|floor|w8a8-m256|w4a16-decode|decode-device)
+  w4a16-tall|dds-dense|pdl|w8a8-m256|w4a16-decode|decode-device)
     python3 -m bench.sweep "${mode//-/_}" 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/sweep-$mode.log" ;;
   ncu)
     ncu --clock-control none --profile-from-start off --section SpeedOfLight --section Occupancy \
@@ -47,6 +47,8 @@ case "$mode" in
       --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
       python3 -m bench.ncu_decode w8a8-configs > "$OUT/ncu-w8a8-configs.txt" 2>&1
     grep -E "CONFIG|gpu__time|dram__|warps_active" "$OUT/ncu-w8a8-configs.txt" | tail -130 ;;
+  smoke)
+    python3 -c "from bench.sweep import smoke_check; smoke_check()" 2>&1 | grep -v Warning | tee "$OUT/smoke.log" ;;
   solution-tests)
     python3 -m pytest tests/test_solutions.py tests/test_layers.py -q -p no:cacheprovider -rs 2>&1 \
       | tee "$OUT/solution-tests.log" | tail -8 ;;

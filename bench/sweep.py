@@ -14,9 +14,11 @@ import sys
 import torch
 import triton
 
-from grader.sandbox.timing import median_ms
 from bench.problems import dds_problem, w4a16_problem, w8a8_problem
 from bench.profile_small_m import kernel_times_us
+from grader.compare import check_output
+from grader.references import REFERENCES
+from grader.sandbox.timing import median_ms
 from solutions import dds as dds_mod
 from solutions import w4a16 as w4a16_mod
 from solutions import w8a8 as w8a8_mod
@@ -264,33 +266,17 @@ def sweep_decode_device():
         rank("w4a16 decode", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), w4)
 
 
-def sweep_floor():
-    """What a pure read of n bytes costs in the timing harness (the decode kernels' real floor)."""
-    empty = torch.zeros(1, device="cuda")
-    print(f"floor: empty kernel {_ms(lambda: empty.zero_()) * 1e3:.1f} us", flush=True)
-    for mb in (8, 16, 32, 45, 90):
-        buf = torch.ones(mb * 2**20 // 8, device="cuda", dtype=torch.int64)
-        print(f"floor: read {mb} MB (int64 sum) {_ms(lambda: buf.sum()) * 1e3:.1f} us", flush=True)
-
-
 def smoke_check():
-    """Default configs against plain-PyTorch references on a few full-size shapes."""
+    """The solutions' default configs against the grader's references on full-size shapes."""
     for M in (1, 16, 1000, 4096):
-        x, wt, sx, sw, w = w8a8_problem(M, 4096, 4096)
-        xq = torch.clamp(torch.round(x.float() / sx), -128, 127)
-        ref = ((xq.double() @ wt.double()).float() * sx * sw.t()).half()
-        err = (w8a8_mod.w8a8_mm(x, wt, sx, sw).float() - ref.float()).abs().max().item()
-        x, qw, s, w = w4a16_problem(M, 4096, 4096)
-        ref4 = x.float() @ (w4a16_mod_unpack(qw).float() * s.float())
-        err4 = (w4a16_mod.w4a16_mm(x, qw, s).float() - ref4).abs().max().item()
-        x, bsr, w = dds_problem(M, 1024, 1024, 0.25)
-        errd = (dds_mod.dds_mm(x, bsr).float() - x.float() @ w.float().t()).abs().max().item()
-        print(f"smoke M={M}: w8a8 max err {err:.3g}  w4a16 {err4:.3g}  dds {errd:.3g}", flush=True)
-
-
-def w4a16_mod_unpack(qw):
-    from solutions.layers import unpack_int4
-    return unpack_int4(qw).t()  # [K, N]
+        for task, fn, args in (("w8a8", w8a8_mod.w8a8_mm, w8a8_problem(M, 4096, 4096)[:-1]),
+                               ("w4a16", w4a16_mod.w4a16_mm, w4a16_problem(M, 4096, 4096)[:-1]),
+                               ("dds", dds_mod.dds_mm, dds_problem(M, 1024, 1024, 0.25)[:-1])):
+            ref = REFERENCES[task](*args)
+            check = check_output(fn(*args), ref, task, tuple(ref.shape))
+            if not check.passed:
+                raise SystemExit(f"smoke check failed: {task} M={M}: {check.message}")
+    print("smoke check: default configs correct at M = 1, 16, 1000, 4096", flush=True)
 
 
 if __name__ == "__main__":

@@ -150,9 +150,9 @@ def _config(M: int, N: int, K: int) -> dict:
     if M < DEQUANT_MIN_M:
         return dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
     if M < 1024:
-        return dict(DEQUANTIZED=True, SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
+        return dict(DEQUANTIZED=True, PDL=True, SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
                     num_warps=4, num_stages=4)
-    return dict(DEQUANTIZED=True, SPLIT_K=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8,
+    return dict(DEQUANTIZED=True, PDL=True, SPLIT_K=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8,
                 num_warps=8, num_stages=4)
 
 
@@ -172,7 +172,7 @@ def _launch(x, qweight, scales, group_size: int, cfg: dict) -> torch.Tensor:
     M, K = x.shape
     N = qweight.shape[1]
     cfg = {"DEQUANTIZED": False, **cfg}
-    pdl = cfg.pop("PDL", True) and cfg["DEQUANTIZED"] and dependent_launch(x)
+    pdl = cfg.pop("PDL", False) and dependent_launch(x)
     split_k = cfg["SPLIT_K"]
     w = _dequantize(qweight, scales, group_size, pdl) if cfg["DEQUANTIZED"] else qweight
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)

@@ -43,17 +43,7 @@ def _dds_kernel(
 def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:
     """Dense x BSR-sparse matrix multiply: y = x @ W^T, skipping zero blocks.
 
-    Args:
-        x: [M, K] float16, contiguous.
-        weight_bsr: torch.sparse_bsr tensor of shape [N, K] (N, K multiples of
-            32), blocksize (32, 32), float16 values [nnz_blocks, 32, 32];
-            crow_indices / col_indices int64 or int32.
-
-    Returns:
-        y: [M, N] float16 = x @ W^T (fp32 accumulation).
-
-    Raises:
-        ValueError: wrong dtype, rank, layout, blocksize or K mismatch.
+    Shapes, dtypes and errors: the docstring in assignment/dds.py.
     """
     M, N, K = check_dds_inputs(x, weight_bsr)
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)

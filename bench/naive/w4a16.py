@@ -52,18 +52,7 @@ def _w4a16_kernel(
 def w4a16_mm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """W4A16 matrix multiply: y = x @ dequant(qweight)^T.
 
-    Args:
-        x: [M, K] float16, contiguous; K a multiple of 8.
-        qweight: [K // 8, N] int32; ``qweight[r, n]`` holds the signed int4
-            ``W_q[n, 8r + j]`` in bits 4j..4j+3 (lowest k in the lowest nibble).
-        scales: [G, N] float16 with G = K // group_size; G = 1 means one scale
-            per output channel, group_size in {32, 64, 128} is group-wise.
-
-    Returns:
-        y: [M, N] float16, ``y[m, n] = sum_k x[m, k] * W_q[n, k] * scales[k // group_size, n]``.
-
-    Raises:
-        ValueError: wrong dtype, rank or shape, or K not a multiple of 8.
+    Shapes, dtypes and errors: the docstring in assignment/w4a16.py.
     """
     M, N, K, group_size = check_w4a16_inputs(x, qweight, scales)
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)

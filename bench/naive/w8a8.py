@@ -57,20 +57,7 @@ def w8a8_mm(
 ) -> torch.Tensor:
     """W8A8 matrix multiply: y = dequant(quant(x) @ qweight_t).
 
-    Args:
-        x: [M, K] float16, contiguous activations.
-        qweight_t: [K, N] int8, the transposed view ``qweight.t()`` of the
-            [N, K] int8 weight (strides (1, K)); may be non-contiguous.
-        input_scale: [M, 1] float32 per-token scale.
-        weight_scale: [N, 1] float32 per-output-channel scale.
-
-    Returns:
-        y: [M, N] float16, ``y[m, n] = input_scale[m] * weight_scale[n] *
-        sum_k clamp(round(x[m, k] / input_scale[m]), -128, 127) * qweight_t[k, n]``
-        with round half to even and int32 accumulation.
-
-    Raises:
-        ValueError: wrong dtype, rank or shape of any input.
+    Shapes, dtypes and errors: the docstring in assignment/w8a8.py.
     """
     M, N, K = check_w8a8_inputs(x, qweight_t, input_scale, weight_scale)
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
