@@ -16,6 +16,10 @@ try:  # programmatic dependent launch (Hopper+) needs a Triton that has both hal
 except ImportError:  # pragma: no cover - older Triton: dependent_launch() is False
     gdc_launch_dependents = gdc_wait = None
     _HAS_PDL = False
+try:  # TMA tensor descriptors, created on the host (Triton >= 3.4)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton: tma_ready() is False
+    TensorDescriptor = None
 
 INT8_QMIN, INT8_QMAX = -128, 127
 INT4_QMIN, INT4_QMAX = -8, 7
@@ -59,6 +63,20 @@ def dependent_launch(t: torch.Tensor) -> bool:
     anything the first one wrote."""
     return (_HAS_PDL and t.is_cuda and not interpreting()
             and torch.cuda.get_device_capability(t.device)[0] >= 9)
+
+
+def tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether tiles of these 2-D tensors can be loaded through TMA tensor
+    descriptors (``TensorDescriptor.from_tensor``): Hopper or newer, or the
+    interpreter; contiguous rows; base address and row stride 16-byte aligned.
+    A descriptor load reads zeros outside the tensor, so it needs no mask."""
+    first = tensors[0]
+    if TensorDescriptor is None:
+        return False
+    if not interpreting() and not (first.is_cuda and torch.cuda.get_device_capability(first.device)[0] >= 9):
+        return False
+    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+               for t in tensors)
 
 
 @triton.jit

@@ -180,8 +180,8 @@ def _plain_gemm(x, w, cfg):
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     w4a16_mod._w4a16_kernel[(tiles, 1)](
-        x, w.t(), w, y, y, y, M, N, K, K, x.stride(0), x.stride(1), w.stride(1), w.stride(0), 0, 0,
-        y.stride(0), y.stride(1), GROUPED=False, DEQUANTIZED=True, SPLIT_K=1, PDL=False, GROUP_M=8, **cfg)
+        x, w.t(), x, w, w, y, y, y, M, N, K, K, x.stride(0), x.stride(1), w.stride(1), w.stride(0), 0, 0,
+        y.stride(0), y.stride(1), GROUPED=False, DEQUANTIZED=True, SPLIT_K=1, PDL=False, TMA=False, GROUP_M=8, **cfg)
     return y
 
 
@@ -226,6 +226,32 @@ def sweep_w4a16_decode():
         base = _ms(lambda: x @ w.t())
         print(f"w4a16 {(M, N, K)}: solution {_ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))*1e3:.1f} us", flush=True)
         _best("w4a16 decode", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
+
+
+def sweep_w4a16_tma():
+    """The fused W4A16 kernel at M = 128-512 with and without TMA loads, same tiles; and decode tile checks."""
+    cfgs = [dict(SPLIT_K=sk, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_warps=w, num_stages=st, TMA=tma)
+            for sk, (bm, w), bn, st, tma in itertools.product((1, 2), ((128, 4), (256, 8)), (64, 128), (3, 4),
+                                                               (True, False))]
+    for M, (N, K) in itertools.product((128, 256, 384), ((4096, 4096), (11008, 4096), (4096, 11008))):
+        x, qw, s, w = w4a16_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        sol = _ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))
+        print(f"w4a16 {(M, N, K)}: solution {sol*1e3:.1f} us x{base/sol:5.2f}", flush=True)
+        _best("w4a16 tma", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
+    wide = dict(SPLIT_K=8, BLOCK_M=16, BLOCK_N=256, BLOCK_K=32, GROUP_M=1, num_warps=8, num_stages=4)
+    for M, (N, K) in itertools.product((1, 4, 8, 16), ((11008, 4096), (4096, 4096))):
+        x, qw, s, w = w4a16_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        sol = _ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))
+        t = _ms(lambda: w4a16_mod._launch(x, qw, s, K, wide))
+        print(f"w4a16 decode {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f},"
+              f" BLOCK_N 256 {t*1e3:.1f} us x{base/t:5.2f}", flush=True)
+    for M, (N, K) in itertools.product((1, 4, 8, 16), ((4096, 4096), (11008, 4096), (4096, 11008))):
+        x, wt, sx, sw, w = w8a8_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        sol = _ms(lambda: w8a8_mod.w8a8_mm(x, wt, sx, sw))
+        print(f"w8a8 decode {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f}", flush=True)
 
 
 def _device_us(fn, calls: int = 5) -> float:

@@ -9,14 +9,17 @@ redo the same division for every N tile. Both dot operands are then int8 and
 K-major (the weight stays [N, K]; its transpose is read as a view), the layout
 the int8 tensor-core instructions want.
 
-Small M (decode) is a GEMV in disguise: the weight is the only large operand
-and there are too few output tiles to keep every SM streaming it. Split-K
-gives each program a slice of K and an int32 partial sum; the last program of
-each tile to finish (an atomic tile counter) adds the partials up and
-dequantizes, so no separate reduction kernel is launched, and the GEMM is
-launched with programmatic dependent launch so that it is already resident
-when the quantize pass ends. Large M uses grouped tile order so that
-neighbouring programs share weight tiles in L2.
+Small M (decode) is a GEMV in disguise: the weight is the only large operand,
+and what limits the kernel is how fast each program streams its rows of it.
+Long K tiles (512 bytes of each weight row per load) beat more, shorter ones:
+at 4096 x 4096 one program per 64 output channels and no split-K measured
+faster than split-K 4 with 256-wide tiles (docs/performance.md). The GEMM is launched with programmatic dependent launch
+so that it is already resident when the quantize pass ends. From M = 17 to
+512, split-K (where K is long or the tiles few) gives each program a slice of
+K and an int32 partial sum; the last program of each tile to finish (an atomic
+tile counter) adds the partials up and dequantizes, so no separate reduction
+kernel is launched. Large M uses grouped tile order so that neighbouring
+programs share weight tiles in L2.
 """
 
 from __future__ import annotations
@@ -112,8 +115,8 @@ def _w8a8_gemm_kernel(
 
 def _gemm_config(M: int, N: int, K: int) -> dict:
     """Tile shape for one problem; measured on H200 and H100 (docs/performance.md)."""
-    if M <= 16:
-        return dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=3,
+    if M <= 16:  # long runs of each weight row per load beat more programs
+        return dict(SPLIT_K=1, BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_M=1, num_warps=4, num_stages=4,
                     PDL=True)
     if M <= 128:
         return dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4)

@@ -10,7 +10,9 @@ from grader.compare import check_output
 from solutions import dds_mm, w4a16_mm, w8a8_mm
 from solutions import dds as dds_solution
 from solutions import w4a16 as w4a16_solution
+from solutions import w8a8 as w8a8_solution
 from solutions.layers import unpack_int4
+from solutions.utils import tma_ready
 from tests.helpers import DEVICE, dds_reference, needs_gpu, problem, w4a16_reference, w8a8_reference
 
 SEED = random.randrange(2**31)  # fresh inputs every run; printed on failure
@@ -28,7 +30,7 @@ def test_w8a8_bit_exact(shape):
     assert torch.equal(out, w8a8_reference(*args)), f"seed {SEED}: W8A8 is not bit-exact"
 
 
-@pytest.mark.parametrize("M", [5, 17])  # 1-row quantize tiles + split-K (M <= 16), and 4-row tiles
+@pytest.mark.parametrize("M", [5, 17])  # 1-row quantize tiles (M <= 16), and 4-row tiles + split-K
 @pytest.mark.parametrize("options", [{"ties": True}, {"zero_rows": 3}])
 def test_w8a8_ties_and_zero_rows(options, M):
     args, _ = problem("w8a8", (M, 64, 64), SEED, **options)
@@ -45,7 +47,7 @@ def test_w4a16_per_channel(shape):
     _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
 
 
-@pytest.mark.parametrize("M", [1, 3, 9])  # decode (split-K) and the wider-tile path
+@pytest.mark.parametrize("M", [1, 3, 9, 70])  # decode (split-K), the wider-tile path, TMA loads
 @pytest.mark.parametrize("group_size", [32, 64, 128])
 def test_w4a16_group_wise(group_size, M):
     shape = (M, 64, 256)
@@ -65,6 +67,23 @@ def test_w4a16_large_m_dequantizes_once(group_size):
     q = unpack_int4(qweight).to(torch.float16)  # [N, K]
     expected = (q * scales.repeat_interleave(shape[2] // scales.shape[0], dim=0).t()).t()
     assert torch.equal(w4a16_solution._dequantize(qweight, scales, shape[2] // scales.shape[0]), expected)
+
+
+@pytest.mark.parametrize("layout", ["aligned", "odd_n", "offset_x"])
+def test_w4a16_tma_and_pointer_loads(layout):
+    # 64 < M < DEQUANT_MIN_M reads tiles through TMA descriptors where utils.tma_ready
+    # allows it, and falls back to pointer loads for a row stride or base address
+    # that is not 16-byte aligned.
+    shape = (70, 42 if layout == "odd_n" else 48, 136)
+    (x, qweight, scales), _ = problem("w4a16", shape, SEED)
+    if layout == "offset_x":  # a contiguous view 6 bytes into its storage
+        x = torch.cat([x.new_zeros(3), x.flatten()])[3:].view(x.shape)
+    assert w4a16_solution._config(*shape).get("TMA")
+    if layout != "aligned":
+        assert not tma_ready(x, qweight)
+    elif DEVICE == "cpu" or torch.cuda.get_device_capability()[0] >= 9:
+        assert tma_ready(x, qweight)
+    _check("w4a16", w4a16_mm(x, qweight, scales), w4a16_reference(x, qweight, scales), shape)
 
 
 def test_w4a16_negative_nibbles_are_signed():
@@ -153,7 +172,7 @@ def test_dds_bad_inputs():
 
 # ------------------------------------------------------------------ GPU, full size
 @needs_gpu
-@pytest.mark.parametrize("M", [1, 16, 1000, 4096])
+@pytest.mark.parametrize("M", [1, 16, 256, 1000, 4096])
 def test_gpu_full_size_quantized(M):
     args, _ = problem("w8a8", (M, 4096, 4096), SEED)
     assert torch.equal(w8a8_mm(*args), w8a8_reference(*args))
@@ -171,11 +190,13 @@ def test_gpu_full_size_dds(M, density):
     _check("dds", dds_mm(*args), dds_reference(*args), (M, 1024, 1024))
 
 
-@pytest.mark.parametrize("task,fn,shape", [("w8a8", w8a8_mm, (3, 256, 1024)), ("w4a16", w4a16_mm, (2, 256, 1024))])
+@pytest.mark.parametrize("task,fn,shape", [("w8a8", w8a8_mm, (40, 256, 1024)), ("w4a16", w4a16_mm, (2, 256, 1024))])
 def test_split_k_reduction_is_deterministic_and_resets_its_counters(task, fn, shape):
     from solutions.utils import tile_counters
+    config = w8a8_solution._gemm_config if task == "w8a8" else w4a16_solution._config
+    assert config(*shape)["SPLIT_K"] > 1
     args, _ = problem(task, shape, SEED)
-    first = fn(*args)  # small M: split-K, reduced by the last program of each tile
+    first = fn(*args)  # split-K, reduced by the last program of each tile
     for _ in range(3):
         assert torch.equal(fn(*args), first)
     assert int(tile_counters(first.device, 1).abs().sum()) == 0
