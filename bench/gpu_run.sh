@@ -3,7 +3,7 @@
 #   bash bench/gpu_run.sh MODE...   (MODE: grade grade-naive bench profile quant sweep-mid
 #                                    w4a16-large dds-grouped
 #                                    w4a16-tall dds-dense pdl w8a8-m256 w4a16-decode
-#                                    decode-device w4a16-tma w8a8-prefetch ncu ncu-w8a8 smoke solution-tests batch-test tests; WHEELS=dir, default .wheels)
+#                                    decode-device w4a16-tma ncu ncu-w8a8 smoke solution-tests batch-test tests; WHEELS=dir, default .wheels)
 # Writes logs and JSON under $OUT (default ./gpu-out).
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -36,7 +36,7 @@ case "$mode" in
     python3 -m bench.sweep dds_grouped 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/dds-grouped-wide.log" ;;
   w4a16-large)
     python3 -m bench.sweep w4a16_large 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/w4a16-large.log" ;;
-  w4a16-tall|dds-dense|pdl|w8a8-m256|w4a16-decode|decode-device|w4a16-tma|w8a8-prefetch)
+  w4a16-tall|dds-dense|pdl|w8a8-m256|w4a16-decode|decode-device|w4a16-tma)
     python3 -m bench.sweep "${mode//-/_}" 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/sweep-$mode.log" ;;
   ncu)
     ncu --clock-control none --profile-from-start off --section SpeedOfLight --section Occupancy \

@@ -254,20 +254,6 @@ def sweep_w4a16_tma():
         print(f"w8a8 decode {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f}", flush=True)
 
 
-def sweep_w8a8_prefetch():
-    """W8A8 decode with and without an L2 prefetch of the weight while the quantize pass runs."""
-    for M, (N, K) in itertools.product((1, 16), ((4096, 4096), (11008, 4096), (4096, 11008))):
-        x, wt, sx, sw, w = w8a8_problem(M, N, K)
-        base = _ms(lambda: x @ w.t())
-        row = []
-        for bk, sk, st in ((512, 1, 4), (512, 1, 3), (256, 2, 4), (1024, 1, 2)):
-            cfg = {**w8a8_mod._gemm_config(M, N, K), "BLOCK_K": bk, "SPLIT_K": sk, "num_stages": st}
-            for pf in (False, True):
-                t = _ms(lambda: w8a8_mod._launch(x, wt, sx, sw, {**cfg, "PREFETCH": pf}))
-                row.append(f"BK{bk} SK{sk} s{st} pf={int(pf)} {t*1e3:.1f} us x{base/t:4.2f}")
-        print(f"w8a8 prefetch {(M, N, K)} base {base*1e3:.1f} us: " + " | ".join(row), flush=True)
-
-
 def _device_us(fn, calls: int = 5) -> float:
     """Device time per call of every kernel fn launches (torch profiler, no L2 flush)."""
     return sum(kernel_times_us(fn, calls).values())

@@ -64,17 +64,10 @@ def _quantize_rows_kernel(
 
 
 @triton.jit
-def _prefetch_l2(ptrs):
-    """Ask the memory system to bring the 128-byte lines at ``ptrs`` into L2 (a hint; no data comes back)."""
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-                              dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _w8a8_gemm_kernel(
     a_ptr, w_ptr, sx_ptr, sw_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K,
     stride_am, stride_ak, stride_wk, stride_wn, stride_ym, stride_yn,
-    EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+    EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """y[BLOCK_M, BLOCK_N] tile of dequant(A_q @ W_q). With SPLIT_K > 1 each
@@ -98,11 +91,6 @@ def _w8a8_gemm_kernel(
     w_ptrs = w_ptr + offs_k[:, None] * stride_wk + safe_n[None, :] * stride_wn
     s_x = tl.load(sx_ptr + safe_m)
 
-    if PREFETCH:  # (with PDL) the weight does not depend on the quantize pass: pull this
-        # program's slice of it into L2 while that pass runs, one address per 128-byte line.
-        offs_line = tl.arange(0, BLOCK_K // 128) * 128
-        for k0 in range(k_start, k_end, BLOCK_K):
-            _prefetch_l2(w_ptr + (k0 + offs_line)[:, None] * stride_wk + safe_n[None, :] * stride_wn)
     wait_for_previous_kernel(PDL)  # A is written by the quantize pass
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     for k0 in range(k_start, k_end, BLOCK_K):
@@ -150,7 +138,6 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: dict) -> torch.Tensor:
     split_k = cfg["SPLIT_K"]
     cfg = dict(cfg)
     pdl = cfg.pop("PDL", False) and dependent_launch(x)
-    prefetch = cfg.pop("PREFETCH", False) and pdl
     launch = {"launch_pdl": True} if pdl else {}
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     a = torch.empty((M, K), device=x.device, dtype=torch.int8)
@@ -165,7 +152,7 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: dict) -> torch.Tensor:
         a, qweight_t, input_scale, weight_scale, y, ws, counters, M, N, K,
         a.stride(0), a.stride(1), qweight_t.stride(0), qweight_t.stride(1),
         y.stride(0), y.stride(1),
-        EVEN_K=(K % (cfg["BLOCK_K"] * split_k) == 0), PDL=pdl, PREFETCH=prefetch, **cfg, **launch)
+        EVEN_K=(K % (cfg["BLOCK_K"] * split_k) == 0), PDL=pdl, **cfg, **launch)
     return y
 
 
