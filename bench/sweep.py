@@ -148,12 +148,17 @@ def sweep_w4a16_tall():
             for sk, bn, bk, st in itertools.product((1, 2), (32, 64, 128), (64, 128), (3, 4))]
     tall += [dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=3)
              for bn, bk, w in itertools.product((32, 64), (64, 128), (4, 8))]
-    for M, (N, K) in itertools.product((256, 512, 1024), ((4096, 4096), (11008, 4096), (4096, 11008))):
+    _w4a16_against_solution("w4a16 tall", (256, 512, 1024), tall)
+
+
+def _w4a16_against_solution(name, rows, cfgs):
+    """The best of ``cfgs`` next to the solution's own config, for M in ``rows`` and the three weight shapes."""
+    for M, (N, K) in itertools.product(rows, ((4096, 4096), (11008, 4096), (4096, 11008))):
         x, qw, s, w = w4a16_problem(M, N, K)
         base = _ms(lambda: x @ w.t())
         sol = _ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))
         print(f"w4a16 {(M, N, K)}: solution {sol*1e3:.1f} us x{base/sol:5.2f}", flush=True)
-        _best("w4a16 tall", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), tall)
+        _best(name, (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
 
 
 def sweep_dds_dense():
@@ -233,12 +238,7 @@ def sweep_w4a16_tma():
     cfgs = [dict(SPLIT_K=sk, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_warps=w, num_stages=st, TMA=tma)
             for sk, (bm, w), bn, st, tma in itertools.product((1, 2), ((128, 4), (256, 8)), (64, 128), (3, 4),
                                                                (True, False))]
-    for M, (N, K) in itertools.product((128, 256, 384), ((4096, 4096), (11008, 4096), (4096, 11008))):
-        x, qw, s, w = w4a16_problem(M, N, K)
-        base = _ms(lambda: x @ w.t())
-        sol = _ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))
-        print(f"w4a16 {(M, N, K)}: solution {sol*1e3:.1f} us x{base/sol:5.2f}", flush=True)
-        _best("w4a16 tma", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
+    _w4a16_against_solution("w4a16 tma", (128, 256, 384), cfgs)
     wide = dict(SPLIT_K=8, BLOCK_M=16, BLOCK_N=256, BLOCK_K=32, GROUP_M=1, num_warps=8, num_stages=4)
     for M, (N, K) in itertools.product((1, 4, 8, 16), ((11008, 4096), (4096, 4096))):
         x, qw, s, w = w4a16_problem(M, N, K)
