@@ -86,6 +86,14 @@ def test_w4a16_tma_and_pointer_loads(layout):
     _check("w4a16", w4a16_mm(x, qweight, scales), w4a16_reference(x, qweight, scales), shape)
 
 
+def test_w4a16_wide_decode_tiles():
+    # M <= 4 with N > 8192: 256-wide tiles, 32-deep K steps, split-K 8 (some splits empty here).
+    shape = (3, 8200, 96)
+    assert w4a16_solution._config(*shape)["BLOCK_N"] == 256
+    args, _ = problem("w4a16", shape, SEED)
+    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
+
+
 def test_w4a16_negative_nibbles_are_signed():
     # Every weight -1 (nibble 0xF): an unsigned unpack would give +15.
     M, N, K = 3, 32, 64
@@ -180,6 +188,17 @@ def test_gpu_full_size_quantized(M):
     _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), (M, 4096, 4096))
     args, _ = problem("w4a16", (M, 4096, 4096), SEED, group_size=128)
     _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), (M, 4096, 4096))
+
+
+@needs_gpu
+@pytest.mark.parametrize("M", [1, 4, 256])
+@pytest.mark.parametrize("N,K", [(11008, 4096), (4096, 11008)])
+def test_gpu_full_size_wide_weights(M, N, K):
+    args, _ = problem("w8a8", (M, N, K), SEED)
+    assert torch.equal(w8a8_mm(*args), w8a8_reference(*args))
+    for group_size in (None, 128):
+        args, _ = problem("w4a16", (M, N, K), SEED, group_size=group_size)
+        _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), (M, N, K))
 
 
 @needs_gpu
