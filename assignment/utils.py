@@ -55,14 +55,17 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def _hopper_or_newer(t: torch.Tensor) -> bool:
+    return t.is_cuda and torch.cuda.get_device_capability(t.device)[0] >= 9
+
+
 def dependent_launch(t: torch.Tensor) -> bool:
     """Whether the second of two kernels on ``t``'s device may be launched with
     ``launch_pdl=True`` (programmatic dependent launch: Hopper or newer, not in
     the interpreter). It then starts while the first is still running, which
     hides a launch, and must call ``wait_for_previous_kernel`` before it reads
     anything the first one wrote."""
-    return (_HAS_PDL and t.is_cuda and not interpreting()
-            and torch.cuda.get_device_capability(t.device)[0] >= 9)
+    return _HAS_PDL and not interpreting() and _hopper_or_newer(t)
 
 
 def tma_ready(*tensors: torch.Tensor) -> bool:
@@ -70,10 +73,7 @@ def tma_ready(*tensors: torch.Tensor) -> bool:
     descriptors (``TensorDescriptor.from_tensor``): Hopper or newer, or the
     interpreter; contiguous rows; base address and row stride 16-byte aligned.
     A descriptor load reads zeros outside the tensor, so it needs no mask."""
-    first = tensors[0]
-    if TensorDescriptor is None:
-        return False
-    if not interpreting() and not (first.is_cuda and torch.cuda.get_device_capability(first.device)[0] >= 9):
+    if TensorDescriptor is None or not (interpreting() or _hopper_or_newer(tensors[0])):
         return False
     return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
                for t in tensors)

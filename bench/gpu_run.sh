@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device session's worth of GPU checks (developer tool; the device has no network).
-#   bash bench/gpu_run.sh MODE...   (MODE: grade grade-naive bench profile quant sweep-mid
+#   bash bench/gpu_run.sh MODE...   (MODE: grade grade-naive bench profile quant w4a16-mid
 #                                    w4a16-large dds-grouped
 #                                    w4a16-tall dds-dense pdl w8a8-m256 w4a16-decode
 #                                    decode-device w4a16-tma ncu ncu-w8a8 smoke solution-tests batch-test tests; WHEELS=dir, default .wheels)
@@ -30,13 +30,7 @@ case "$mode" in
     python3 -m bench.profile_small_m 2>&1 | grep -v Warning | tee "$OUT/profile.log" ;;
   quant)
     python3 -m bench.quant_variants 2>&1 | grep -v Warning | tee "$OUT/quant.log" ;;
-  sweep-mid)
-    python3 -m bench.sweep w4a16_mid 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/sweep-mid.log" ;;
-  dds-grouped)
-    python3 -m bench.sweep dds_grouped 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/dds-grouped-wide.log" ;;
-  w4a16-large)
-    python3 -m bench.sweep w4a16_large 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/w4a16-large.log" ;;
-  w4a16-tall|dds-dense|pdl|w8a8-m256|w4a16-decode|decode-device|w4a16-tma)
+  w4a16-mid|w4a16-large|dds-grouped|w4a16-tall|dds-dense|pdl|w8a8-m256|w4a16-decode|decode-device|w4a16-tma)
     python3 -m bench.sweep "${mode//-/_}" 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/sweep-$mode.log" ;;
   ncu)
     ncu --clock-control none --profile-from-start off --section SpeedOfLight --section Occupancy \

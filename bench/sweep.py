@@ -185,7 +185,7 @@ def _plain_gemm(x, w, cfg):
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     w4a16_mod._w4a16_kernel[(tiles, 1)](
-        x, w.t(), x, w, w, y, y, y, M, N, K, K, x.stride(0), x.stride(1), w.stride(1), w.stride(0), 0, 0,
+        x, w.t(), None, None, w, y, y, y, M, N, K, K, x.stride(0), x.stride(1), w.stride(1), w.stride(0), 0, 0,
         y.stride(0), y.stride(1), GROUPED=False, DEQUANTIZED=True, SPLIT_K=1, PDL=False, TMA=False, GROUP_M=8, **cfg)
     return y
 

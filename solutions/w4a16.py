@@ -207,8 +207,8 @@ def _launch(x, qweight, scales, group_size: int, cfg: dict) -> torch.Tensor:
     if tma:
         x_desc = TensorDescriptor.from_tensor(x, [cfg["BLOCK_M"], cfg["BLOCK_K"]])
         qw_desc = TensorDescriptor.from_tensor(qweight, [cfg["BLOCK_K"] // 8, cfg["BLOCK_N"]])
-    else:  # unused by the kernel
-        x_desc, qw_desc = x, w
+    else:
+        x_desc = qw_desc = None
     _w4a16_kernel[(tiles, split_k)](
         x, w, x_desc, qw_desc, scales, y, ws, counters, M, N, K, group_size,
         x.stride(0), x.stride(1), w.stride(0), w.stride(1),
