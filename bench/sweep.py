@@ -254,6 +254,38 @@ def sweep_w4a16_tma():
         print(f"w8a8 decode {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f}", flush=True)
 
 
+def sweep_w4a16_unpack():
+    """W4A16 after the fp16 magic-number unpack: decode and mid-M tiles, fused vs dequantized at M = 512-1024."""
+    try:
+        from solutions import _w4a16_prev as prev  # the previous kernel, for an A/B in the same run (not committed)
+    except ImportError:
+        prev = None
+    decode = [dict(SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=w, num_stages=st)
+              for sk, bn, bk, w, st in [(8, 64, 128, 4, 3), (8, 64, 128, 4, 4), (4, 64, 128, 4, 3), (16, 64, 128, 4, 3),
+                                        (8, 128, 128, 4, 3), (8, 128, 64, 4, 4), (16, 128, 128, 4, 3),
+                                        (8, 64, 256, 4, 3), (4, 128, 256, 4, 3), (8, 256, 32, 8, 4), (8, 256, 64, 8, 3),
+                                        (4, 256, 64, 8, 4), (8, 64, 128, 2, 3), (16, 64, 64, 4, 4), (8, 128, 128, 8, 3),
+                                        (4, 128, 128, 4, 4)]]
+    mid = [dict(SPLIT_K=sk, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=st, TMA=True)
+           for sk, bm, bn, bk, w, st in [(2, 128, 64, 64, 4, 3), (2, 128, 64, 64, 4, 4), (1, 128, 64, 64, 4, 3),
+                                         (1, 128, 128, 64, 4, 3), (1, 128, 128, 64, 4, 4), (2, 128, 128, 64, 4, 3),
+                                         (1, 128, 256, 64, 8, 3), (1, 256, 128, 64, 8, 3), (2, 64, 64, 128, 4, 3),
+                                         (2, 64, 128, 64, 4, 4), (1, 64, 128, 64, 4, 4), (4, 64, 64, 128, 4, 3),
+                                         (1, 128, 128, 128, 8, 3), (1, 128, 256, 64, 8, 4)]]
+    for rows, cfgs in (((1, 4, 16), decode), ((64, 256, 384, 512, 1024), mid)):
+        for M, (N, K) in itertools.product(rows, ((4096, 4096), (11008, 4096), (4096, 11008))):
+            x, qw, s, w = w4a16_problem(M, N, K)
+            base = _ms(lambda: x @ w.t())
+            sol = _ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))
+            old = _ms(lambda: prev.w4a16_mm(x, qw, s)) if prev else float("nan")
+            print(f"w4a16 {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f},"
+                  f" previous kernel {old*1e3:.1f} us x{base/old:5.2f}", flush=True)
+            if M >= 512:
+                pre = _ms(lambda: w4a16_mod._dequantize(qw, s, K))
+                print(f"w4a16 dequantize pass {N}x{K}: {pre*1e3:.1f} us", flush=True)
+            _best("w4a16 unpack", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
+
+
 def _device_us(fn, calls: int = 5) -> float:
     """Device time per call of every kernel fn launches (torch profiler, no L2 flush)."""
     return sum(kernel_times_us(fn, calls).values())

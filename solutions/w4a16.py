@@ -45,16 +45,27 @@ DEQUANT_MIN_M = 512
 
 @triton.jit
 def _nibbles(packed):
-    """[R, C] int32 words -> [R, 8, C] int32 in [-8, 7]: [r, j, c] is nibble j of word [r, c]."""
-    # Shift nibble j to the top bits, then shift back arithmetically: that
-    # sign-extends it into [-8, 7] (a plain "& 0xF" would read -1 as 15).
-    up_shift = (28 - 4 * tl.arange(0, 8))[None, :, None]
-    return (packed[:, None, :] << up_shift) >> 28
+    """[R, 1, C] int32 words -> [R, 8, C] fp16 in [-8, 7]: [r, j, c] is the signed nibble j of word [r, c]."""
+    # No integer-to-float conversion instruction (a quarter-rate one on the GPU):
+    # the fp16 with bit pattern 0x6400 | b is exactly 1024 + b for b < 1024, so
+    # OR-ing a nibble into that pattern and subtracting a constant gives its
+    # value. XOR with 0x88888888 first maps each signed nibble q to q + 8 in
+    # [0, 15] (the top bit flips), hence the constant 1024 + 8.
+    biased = packed ^ -0x77777778  # 0x88888888 as an int32
+    shift = (4 * tl.arange(0, 8))[None, :, None]
+    bits = ((biased >> shift) & 0xF) | 0x6400
+    return bits.to(tl.int16).to(tl.float16, bitcast=True) - 1032.0
 
 
 @triton.jit
 def _unpack_int4(packed, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
-    """[BLOCK_K // 8, BLOCK_N] int32 words -> [BLOCK_K, BLOCK_N] int32 in [-8, 7]; row 8r + j is nibble j of row r."""
+    """[BLOCK_K // 8, 1, BLOCK_N] int32 words -> [BLOCK_K, BLOCK_N] fp16; row 8r + j is nibble j of row r.
+
+    The words come as a 3-D tile so that every thread widens its own words in
+    place: each holds a few neighbouring columns of a packed row and ends with
+    the 8 rows of k they encode, which it writes to shared memory (on the way
+    to the tensor cores) as whole vectors.
+    """
     return tl.reshape(_nibbles(packed), (BLOCK_K, BLOCK_N))
 
 
@@ -75,13 +86,13 @@ def _dequantize_kernel(
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_j = tl.arange(0, 8)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    packed = tl.load(qw_ptr + offs_r[:, None] * stride_qr + offs_n[None, :] * stride_qn,
-                     mask=(offs_r[:, None] < K // 8) & (offs_n[None, :] < N), other=0)
-    k = 8 * offs_r[:, None, None] + offs_j[None, :, None]  # [BLOCK_R, 8, 1]
+    r = offs_r[:, None, None]
     n = offs_n[None, None, :]
+    packed = tl.load(qw_ptr + r * stride_qr + n * stride_qn, mask=(r < K // 8) & (n < N), other=0)
+    k = 8 * r + offs_j[None, :, None]  # [BLOCK_R, 8, 1]
     mask = (k < K) & (n < N)
     s = tl.load(s_ptr + (k // group_size) * stride_sg + n * stride_sn, mask=mask, other=0.0)
-    tl.store(w_ptr + k * stride_wk + n * stride_wn, _nibbles(packed).to(tl.float16) * s, mask=mask)
+    tl.store(w_ptr + k * stride_wk + n * stride_wn, _nibbles(packed) * s, mask=mask)
 
 
 @triton.jit
@@ -117,7 +128,7 @@ def _w4a16_kernel(
     if DEQUANTIZED:
         q_ptrs = qw_ptr + (k_start + offs_k)[:, None] * stride_qr + safe_n[None, :] * stride_qn
     else:
-        q_ptrs = qw_ptr + (k_start // 8 + offs_r)[:, None] * stride_qr + safe_n[None, :] * stride_qn
+        q_ptrs = qw_ptr + (k_start // 8 + offs_r)[:, None, None] * stride_qr + safe_n[None, None, :] * stride_qn
 
     wait_for_previous_kernel(PDL)  # the dequantized weight comes from the previous kernel
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -132,10 +143,10 @@ def _w4a16_kernel(
             q_ptrs += BLOCK_K * stride_qr
         else:
             if TMA:
-                packed = qw_desc.load([k0 // 8, pid_n * BLOCK_N])
+                packed = tl.reshape(qw_desc.load([k0 // 8, pid_n * BLOCK_N]), (BLOCK_R, 1, BLOCK_N))
             else:
-                packed = tl.load(q_ptrs, mask=offs_r[:, None] < k_left // 8, other=0)
-            w = _unpack_int4(packed, BLOCK_K, BLOCK_N).to(tl.float16)
+                packed = tl.load(q_ptrs, mask=offs_r[:, None, None] < k_left // 8, other=0)
+            w = _unpack_int4(packed, BLOCK_K, BLOCK_N)
             if GROUPED:
                 g = (k0 + offs_k) // group_size
                 s = tl.load(s_ptr + g[:, None] * stride_sg + safe_n[None, :] * stride_sn,
