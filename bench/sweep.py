@@ -286,6 +286,30 @@ def sweep_w4a16_unpack():
             _best("w4a16 unpack", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
 
 
+def sweep_w4a16_decode_tma():
+    """W4A16 decode tiles with and without TMA loads (x rows past M are zero-filled by the copy engine)."""
+    cfgs = [dict(SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=4, num_stages=st, TMA=tma)
+            for (sk, bn, bk, st), tma in itertools.product(
+                [(8, 64, 128, 3), (4, 64, 128, 3), (4, 128, 128, 4), (8, 128, 128, 3), (8, 64, 128, 4),
+                 (16, 64, 128, 3), (8, 128, 64, 4), (8, 64, 256, 3)], (True, False))]
+    _w4a16_against_solution("w4a16 decode tma", (1, 4, 16), cfgs)
+
+
+def sweep_w4a16_dequant():
+    """The dequantize pass's tile shape, then M = 1024: dequantize + fp16 GEMM against the fused kernel."""
+    for N, K in ((4096, 4096), (11008, 4096), (4096, 11008)):
+        _, qw, s, _ = w4a16_problem(1, N, K)
+        gb = (qw.numel() * 4 + N * K * 2) / 1e9
+        for bk, bn, w in itertools.product((32, 64, 128), (128, 256), (4, 8)):
+            t = _ms(lambda: w4a16_mod._dequantize(qw, s, K, block_k=bk, block_n=bn, num_warps=w))
+            print(f"w4a16 dequantize {N}x{K} BLOCK_K {bk} BLOCK_N {bn} warps {w}: {t*1e3:.1f} us "
+                  f"({gb / t * 1e-3:.0f} GB/s)", flush=True)
+    fused = [dict(SPLIT_K=1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_warps=w, num_stages=st, TMA=True)
+             for bm, bn, w, st in [(128, 128, 4, 3), (128, 128, 8, 3), (128, 256, 8, 3), (256, 128, 8, 3),
+                                   (128, 128, 4, 4)]]
+    _w4a16_against_solution("w4a16 fused", (768, 1024, 2048), fused)
+
+
 def _device_us(fn, calls: int = 5) -> float:
     """Device time per call of every kernel fn launches (torch profiler, no L2 flush)."""
     return sum(kernel_times_us(fn, calls).values())

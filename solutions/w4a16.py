@@ -3,10 +3,21 @@
     y[m, n] = sum_k x[m, k] * q[n, k] * s[k // group_size, n]
 
 ``qweight[r, n]`` holds ``q[n, 8r + j]`` in bits 4j..4j+3. The kernel loads a
-packed tile [BLOCK_K // 8, BLOCK_N] (every word once), widens it to
+packed tile [BLOCK_K // 8, 1, BLOCK_N] (every word once), widens it to
 [BLOCK_K // 8, 8, BLOCK_N] by extracting nibble j into slot j, and reshapes that
 to [BLOCK_K, BLOCK_N]: row 8r + j is exactly k = 8r + j, so the unpacked tile
 lines up with a plain [BLOCK_M, BLOCK_K] tile of x.
+
+The unpack is what decides the speed: it runs once per weight per row tile,
+in the threads, before the tile can go through shared memory to the tensor
+cores. Two things keep it cheap. Nibbles become fp16 by bit arithmetic
+(``_nibbles``), not by integer-to-float conversions, which run at a quarter
+of the rate of other arithmetic. And the words are loaded as a 3-D tile whose
+middle axis has size 1, so that each thread widens the words it loaded, in
+place, and stores the result to shared memory as vectors (with a 2-D tile,
+Triton spread the widened tile so that every fp16 went to shared memory on
+its own). Together: 1.15-1.30x faster at M = 1-384 than plain shifts and
+conversions (docs/performance.md).
 
 With one scale per channel the scale is applied once, to the fp32 result, so
 the dot sees exact small integers; with group-wise scales each unpacked tile is
@@ -14,16 +25,13 @@ scaled in fp16 before its dot. Small M is memory-bound on the weight: split-K
 puts more programs to work on streaming it, and the last program of each tile
 to finish adds the fp32 partial sums (no second kernel).
 
-Mid-size M (65 to 511 rows) loads x and the packed weight through TMA
-tensor descriptors on Hopper: the copy engine fetches each tile with no
-address arithmetic or masks in the threads, which leaves them more time for
-the unpack (up to 10 % faster than pointer loads with the same tiles, on one
-shape 5 % slower). Where the GPU or the tensors' alignment rule TMA out, the
-same kernel uses pointers.
+From M = 64 on, x and the packed weight come through TMA tensor descriptors
+on Hopper: the copy engine fetches each tile with no address arithmetic or
+masks in the threads, which leaves them more time for the unpack. Where the
+GPU or the tensors' alignment rule TMA out, the same kernel uses pointers.
 
 Large M is compute-bound, and there the unpack in the inner loop costs more
-than it saves: every row tile unpacks every weight tile again, and the
-unpacked tile must pass through shared memory to reach the tensor cores. From
+than it saves: every row tile unpacks every weight tile again. From
 M = DEQUANT_MIN_M up, a pre-pass writes the scaled fp16 weight [K, N] once
 (reading 0.5 and writing 2 bytes per weight) and the same GEMM kernel then
 runs as a plain fp16 GEMM over it.
@@ -40,7 +48,7 @@ from .utils import (TensorDescriptor, check_w4a16_inputs, dependent_launch, grou
 
 
 # From this many rows of x, dequantize the weight once and run an fp16 GEMM.
-DEQUANT_MIN_M = 512
+DEQUANT_MIN_M = 1024
 
 
 @triton.jit
@@ -58,18 +66,6 @@ def _nibbles(packed):
 
 
 @triton.jit
-def _unpack_int4(packed, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
-    """[BLOCK_K // 8, 1, BLOCK_N] int32 words -> [BLOCK_K, BLOCK_N] fp16; row 8r + j is nibble j of row r.
-
-    The words come as a 3-D tile so that every thread widens its own words in
-    place: each holds a few neighbouring columns of a packed row and ends with
-    the 8 rows of k they encode, which it writes to shared memory (on the way
-    to the tensor cores) as whole vectors.
-    """
-    return tl.reshape(_nibbles(packed), (BLOCK_K, BLOCK_N))
-
-
-@triton.jit
 def _dequantize_kernel(
     qw_ptr, s_ptr, w_ptr, N, K, group_size,
     stride_qr, stride_qn, stride_sg, stride_sn, stride_wk, stride_wn,
@@ -79,7 +75,9 @@ def _dequantize_kernel(
 
     Works on [BLOCK_K // 8, 8, BLOCK_N] tensors (k = 8r + j) and stores them as
     they are: each thread writes the nibbles of the words it loaded, so no
-    reshape (and no data movement between threads) is needed.
+    reshape (and no data movement between threads) is needed. group_size is a
+    multiple of 8, so the 8 nibbles of a word share one scale: it is loaded
+    once per word.
     """
     release_next_kernel(PDL)  # the GEMM may start now; it waits for w before reading it
     BLOCK_R: tl.constexpr = BLOCK_K // 8
@@ -89,10 +87,9 @@ def _dequantize_kernel(
     r = offs_r[:, None, None]
     n = offs_n[None, None, :]
     packed = tl.load(qw_ptr + r * stride_qr + n * stride_qn, mask=(r < K // 8) & (n < N), other=0)
+    s = tl.load(s_ptr + (8 * r // group_size) * stride_sg + n * stride_sn, mask=(r < K // 8) & (n < N), other=0.0)
     k = 8 * r + offs_j[None, :, None]  # [BLOCK_R, 8, 1]
-    mask = (k < K) & (n < N)
-    s = tl.load(s_ptr + (k // group_size) * stride_sg + n * stride_sn, mask=mask, other=0.0)
-    tl.store(w_ptr + k * stride_wk + n * stride_wn, _nibbles(packed) * s, mask=mask)
+    tl.store(w_ptr + k * stride_wk + n * stride_wn, _nibbles(packed) * s, mask=(k < K) & (n < N))
 
 
 @triton.jit
@@ -146,12 +143,15 @@ def _w4a16_kernel(
                 packed = tl.reshape(qw_desc.load([k0 // 8, pid_n * BLOCK_N]), (BLOCK_R, 1, BLOCK_N))
             else:
                 packed = tl.load(q_ptrs, mask=offs_r[:, None, None] < k_left // 8, other=0)
-            w = _unpack_int4(packed, BLOCK_K, BLOCK_N)
-            if GROUPED:
-                g = (k0 + offs_k) // group_size
-                s = tl.load(s_ptr + g[:, None] * stride_sg + safe_n[None, :] * stride_sn,
-                            mask=offs_k[:, None] < k_left, other=0.0)
-                w = w * s
+            # [BLOCK_R, 1, BLOCK_N] words: every thread widens its own words in
+            # place, ending with the 8 rows of k of each, which it writes to
+            # shared memory (on the way to the tensor cores) as whole vectors.
+            w = _nibbles(packed)
+            if GROUPED:  # one scale per word: its 8 nibbles share a group (group_size is a multiple of 8)
+                g = (k0 + 8 * offs_r) // group_size
+                w = w * tl.load(s_ptr + g[:, None, None] * stride_sg + safe_n[None, None, :] * stride_sn,
+                                mask=(8 * offs_r < k_left)[:, None, None], other=0.0)
+            w = tl.reshape(w, (BLOCK_K, BLOCK_N))  # row 8r + j is nibble j of packed row r: plain k order
             q_ptrs += BLOCK_R * stride_qr
         acc = tl.dot(a, w, acc)
         x_ptrs += BLOCK_K * stride_xk
@@ -165,42 +165,43 @@ def _w4a16_kernel(
 
 
 def _config(M: int, N: int, K: int) -> dict:
-    """Tile shape for one problem; measured on H200 and H100 (docs/performance.md).
+    """Tile shape for one problem; measured on H100 (bench.sweep w4a16_unpack, docs/performance.md).
 
     TMA=True: load x and the packed weight through tensor descriptors where
     the GPU and the tensors allow it (``utils.tma_ready``), pointers otherwise.
     """
-    if M <= 4 and N > 8192:  # wide tiles: each packed row is read in 1 KB runs
-        return dict(SPLIT_K=8, BLOCK_M=16, BLOCK_N=256, BLOCK_K=32, GROUP_M=1, num_warps=8, num_stages=4)
+    if M <= 16 and N > 8192:  # wide weights: 128-wide tiles, enough of them without deep split-K
+        return dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4)
     if M <= 16:
-        return dict(SPLIT_K=8 if M <= 4 else 4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1,
+        return dict(SPLIT_K=4 if 4 < M and K <= 8192 else 8, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1,
                     num_warps=4, num_stages=3)
     if M <= 64:
-        return dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3)
-    # 128-row tiles and TMA loads up to DEQUANT_MIN_M (bench.sweep w4a16_tma): split-K 2 where the
-    # N tiles alone are too few to fill the GPU, wider N tiles from M = 256 on for wide weights.
-    if M < DEQUANT_MIN_M and N > 8192:
+        return dict(SPLIT_K=2 if N > 8192 else 4, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8,
+                    num_warps=4, num_stages=3, TMA=True)
+    # 128-row tiles: split-K 2 where the N tiles alone are too few to fill the GPU,
+    # wider N tiles from M = 256 on for wide weights.
+    if M < 512 and N > 8192:
         return dict(SPLIT_K=2 if M <= 128 else 1, BLOCK_M=128, BLOCK_N=64 if M <= 256 else 128, BLOCK_K=64,
                     GROUP_M=8, num_warps=4, num_stages=3 if M <= 256 else 4, TMA=True)
-    if M < DEQUANT_MIN_M:
+    if M < 512:
         return dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, num_warps=4,
                     num_stages=4 if 128 < M <= 256 else 3, TMA=True)
-    if M < 1024:
-        return dict(DEQUANTIZED=True, PDL=True, SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
-                    num_warps=4, num_stages=4)
+    if M < DEQUANT_MIN_M:
+        return dict(SPLIT_K=1 if N > 8192 else 2, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
+                    num_warps=4, num_stages=3, TMA=True)
     return dict(DEQUANTIZED=True, PDL=True, SPLIT_K=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8,
                 num_warps=8, num_stages=4)
 
 
-def _dequantize(qweight, scales, group_size: int, pdl: bool = False) -> torch.Tensor:
+def _dequantize(qweight, scales, group_size: int, pdl: bool = False,
+                block_k: int = 64, block_n: int = 128, num_warps: int = 4) -> torch.Tensor:
     """The scaled fp16 weight [K, N] (N contiguous, the layout of x @ w)."""
     K, N = 8 * qweight.shape[0], qweight.shape[1]
     w = torch.empty((K, N), device=qweight.device, dtype=torch.float16)
-    block_k, block_n = 64, 128
     _dequantize_kernel[(triton.cdiv(K, block_k), triton.cdiv(N, block_n))](
         qweight, scales, w, N, K, group_size, qweight.stride(0), qweight.stride(1),
         scales.stride(0), scales.stride(1), w.stride(0), w.stride(1),
-        BLOCK_K=block_k, BLOCK_N=block_n, PDL=pdl, num_warps=4)
+        BLOCK_K=block_k, BLOCK_N=block_n, PDL=pdl, num_warps=num_warps)
     return w
 
 

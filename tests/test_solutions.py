@@ -56,6 +56,23 @@ def test_w4a16_group_wise(group_size, M):
     _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
 
 
+@pytest.mark.parametrize("M", [3, 70])  # split-K decode; TMA tiles of 64 along K
+def test_w4a16_group_wise_ragged_k(M):
+    # K = 160 is no multiple of the K tile: the last tile's rows (and their group scales) lie past K.
+    shape = (M, 48, 160)
+    args, _ = problem("w4a16", shape, SEED, group_size=32)
+    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
+
+
+def test_w4a16_fused_up_to_dequant_min_m():
+    # Just below DEQUANT_MIN_M the unpack stays in the GEMM (128 x 128 tiles, TMA loads).
+    shape = (w4a16_solution.DEQUANT_MIN_M - 9, 72, 136)
+    cfg = w4a16_solution._config(*shape)
+    assert not cfg.get("DEQUANTIZED") and cfg.get("TMA")
+    args, _ = problem("w4a16", shape, SEED)
+    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
+
+
 @pytest.mark.parametrize("group_size", [None, 32, 128])
 def test_w4a16_large_m_dequantizes_once(group_size):
     # From DEQUANT_MIN_M rows the weight is dequantized by a pre-pass, then an fp16 GEMM runs.
@@ -87,9 +104,9 @@ def test_w4a16_tma_and_pointer_loads(layout):
 
 
 def test_w4a16_wide_decode_tiles():
-    # M <= 4 with N > 8192: 256-wide tiles, 32-deep K steps, split-K 8 (some splits empty here).
+    # M <= 16 with N > 8192: 128-wide tiles, split-K 4 (some splits empty here, the last tile ragged).
     shape = (3, 8200, 96)
-    assert w4a16_solution._config(*shape)["BLOCK_N"] == 256
+    assert w4a16_solution._config(*shape)["BLOCK_N"] == 128
     args, _ = problem("w4a16", shape, SEED)
     _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
 
