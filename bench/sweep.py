@@ -303,7 +303,7 @@ def sweep_w4a16_dequant():
         for bk, bn, w in itertools.product((32, 64, 128), (128, 256), (4, 8)):
             t = _ms(lambda: w4a16_mod._dequantize(qw, s, K, block_k=bk, block_n=bn, num_warps=w))
             print(f"w4a16 dequantize {N}x{K} BLOCK_K {bk} BLOCK_N {bn} warps {w}: {t*1e3:.1f} us "
-                  f"({gb / t * 1e-3:.0f} GB/s)", flush=True)
+                  f"({gb / t * 1e3:.0f} GB/s)", flush=True)
     fused = [dict(SPLIT_K=1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, num_warps=w, num_stages=st, TMA=True)
              for bm, bn, w, st in [(128, 128, 4, 3), (128, 128, 8, 3), (128, 256, 8, 3), (256, 128, 8, 3),
                                    (128, 128, 4, 4)]]

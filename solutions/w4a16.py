@@ -48,7 +48,7 @@ from .utils import (TensorDescriptor, check_w4a16_inputs, dependent_launch, grou
 
 
 # From this many rows of x, dequantize the weight once and run an fp16 GEMM.
-DEQUANT_MIN_M = 1024
+DEQUANT_MIN_M = 768
 
 
 @triton.jit
@@ -189,6 +189,9 @@ def _config(M: int, N: int, K: int) -> dict:
     if M < DEQUANT_MIN_M:
         return dict(SPLIT_K=1 if N > 8192 else 2, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
                     num_warps=4, num_stages=3, TMA=True)
+    if M < 1024:
+        return dict(DEQUANTIZED=True, PDL=True, SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
+                    num_warps=4, num_stages=4)
     return dict(DEQUANTIZED=True, PDL=True, SPLIT_K=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8,
                 num_warps=8, num_stages=4)
 
