@@ -310,6 +310,27 @@ def sweep_w4a16_dequant():
     _w4a16_against_solution("w4a16 fused", (768, 1024, 2048), fused)
 
 
+def sweep_w4a16_decode_long():
+    """W4A16 decode: the solution against the previous kernel file, then fewer and longer programs."""
+    try:
+        from solutions import _w4a16_prev as prev  # the previous kernel, for an A/B in the same run (not committed)
+    except ImportError:
+        prev = None
+    for M, (N, K) in itertools.product((1, 4, 16), ((4096, 4096), (11008, 4096), (4096, 11008))):
+        x, qw, s, w = w4a16_problem(M, N, K)
+        base = _ms(lambda: x @ w.t())
+        sol = _ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))
+        old = _ms(lambda: prev.w4a16_mm(x, qw, s)) if prev else float("nan")
+        print(f"w4a16 {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f},"
+              f" previous kernel {old*1e3:.1f} us x{base/old:5.2f}", flush=True)
+    cfgs = [dict(SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=w, num_stages=st)
+            for sk, bn, bk, w, st in [(1, 32, 128, 4, 4), (1, 32, 256, 4, 4), (1, 64, 128, 4, 4), (2, 32, 128, 4, 4),
+                                      (2, 64, 128, 4, 4), (2, 64, 256, 4, 3), (4, 32, 128, 4, 4), (4, 64, 256, 4, 3),
+                                      (16, 128, 64, 4, 3), (8, 128, 128, 8, 3), (8, 64, 128, 4, 5), (4, 64, 128, 4, 5),
+                                      (8, 32, 128, 4, 4), (16, 32, 128, 4, 3), (8, 64, 128, 4, 3), (4, 128, 128, 4, 4)]]
+    _w4a16_against_solution("w4a16 decode long", (1, 16), cfgs)
+
+
 def _device_us(fn, calls: int = 5) -> float:
     """Device time per call of every kernel fn launches (torch profiler, no L2 flush)."""
     return sum(kernel_times_us(fn, calls).values())
