@@ -13,6 +13,7 @@ import sys
 
 import torch
 import triton
+import triton.language as tl
 
 from bench.problems import dds_problem, w4a16_problem, w8a8_problem
 from bench.profile_small_m import kernel_times_us
@@ -329,6 +330,56 @@ def sweep_w4a16_decode_long():
                                       (16, 128, 64, 4, 3), (8, 128, 128, 8, 3), (8, 64, 128, 4, 5), (4, 64, 128, 4, 5),
                                       (8, 32, 128, 4, 4), (16, 32, 128, 4, 3), (8, 64, 128, 4, 3), (4, 128, 128, 4, 4)]]
     _w4a16_against_solution("w4a16 decode long", (1, 16), cfgs)
+
+
+@triton.jit
+def _dequantize_probe(qw_ptr, s_ptr, w_ptr, N, K, group_size, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+                      EVEN: tl.constexpr, STREAM: tl.constexpr, TILES: tl.constexpr):
+    """Variants of w4a16._dequantize_kernel (contiguous tensors): no masks, streaming stores, TILES K tiles each."""
+    BLOCK_R: tl.constexpr = BLOCK_K // 8
+    offs_j = tl.arange(0, 8)
+    n = (tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N))[None, None, :]
+    for t in tl.static_range(TILES):
+        r = ((tl.program_id(0) * TILES + t) * BLOCK_R + tl.arange(0, BLOCK_R))[:, None, None]
+        k = 8 * r + offs_j[None, :, None]
+        if EVEN:
+            packed = tl.load(qw_ptr + r * N + n)
+            sc = tl.load(s_ptr + (8 * r // group_size) * N + n)
+            val = w4a16_mod._nibbles(packed) * sc
+            if STREAM:
+                tl.store(w_ptr + k * N + n, val, cache_modifier=".cs")
+            else:
+                tl.store(w_ptr + k * N + n, val)
+        else:
+            ok = (r < K // 8) & (n < N)
+            packed = tl.load(qw_ptr + r * N + n, mask=ok, other=0)
+            sc = tl.load(s_ptr + (8 * r // group_size) * N + n, mask=ok, other=0.0)
+            tl.store(w_ptr + k * N + n, w4a16_mod._nibbles(packed) * sc, mask=(k < K) & (n < N))
+
+
+def sweep_dequant_probe():
+    """Why the dequantize pass runs at ~2 TB/s: mask-free, streaming-store and longer-program variants, and the
+    memset / copy rates of the same byte counts."""
+    for N, K in ((4096, 4096), (11008, 4096)):
+        _, qw, s, _ = w4a16_problem(1, N, K)
+        w = torch.empty((K, N), device="cuda", dtype=torch.float16)
+        gb = (qw.numel() * 4 + N * K * 2) / 1e9
+        t = _ms(lambda: w4a16_mod._dequantize(qw, s, K))
+        print(f"dequantize {N}x{K} solution: {t*1e3:.1f} us ({gb / t * 1e3:.0f} GB/s)", flush=True)
+        t = _ms(lambda: w.zero_())
+        print(f"memset of w ({N*K*2/1e6:.0f} MB): {t*1e3:.1f} us ({N*K*2e-9 / t * 1e3:.0f} GB/s)", flush=True)
+        half = torch.empty(N * K // 2, device="cuda", dtype=torch.float16)
+        t = _ms(lambda: half.copy_(w.view(-1)[: N * K // 2]))
+        print(f"copy of half of w: {t*1e3:.1f} us ({N*K*2e-9 / t * 1e3:.0f} GB/s read + write)", flush=True)
+        for bk, bn, even, stream, tiles, warps in [(64, 128, False, False, 1, 4), (64, 128, True, False, 1, 4),
+                                                  (64, 128, True, True, 1, 4), (64, 128, True, False, 4, 4),
+                                                  (32, 256, True, False, 1, 4), (64, 256, True, False, 2, 8),
+                                                  (128, 128, True, False, 1, 8), (32, 128, True, False, 8, 4)]:
+            grid = (triton.cdiv(K, bk * tiles), triton.cdiv(N, bn))
+            t = _ms(lambda: _dequantize_probe[grid](qw, s, w, N, K, K, BLOCK_K=bk, BLOCK_N=bn, EVEN=even,
+                                                    STREAM=stream, TILES=tiles, num_warps=warps))
+            print(f"dequantize {N}x{K} probe bk {bk} bn {bn} even {even} stream {stream} tiles {tiles} warps {warps}:"
+                  f" {t*1e3:.1f} us ({gb / t * 1e3:.0f} GB/s)", flush=True)
 
 
 def _device_us(fn, calls: int = 5) -> float:

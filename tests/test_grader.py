@@ -29,8 +29,8 @@ def test_correct_submission_gets_full_correctness(tmp_path):
 
 
 def test_unsigned_int4_unpack_fails_with_a_numeric_diff(tmp_path):
-    src = mutate("w4a16", "(packed[:, None, :] << up_shift) >> 28",
-                 "(packed[:, None, :] >> (28 - up_shift)) & 0xF")
+    # No XOR with 0x88888888 and 1024 subtracted: every nibble read as unsigned, in [0, 15].
+    src = mutate("w4a16", "biased = packed ^ -0x77777778", "biased = packed").replace("- 1032.0", "- 1024.0")
     result = grade_files(tmp_path, {"w4a16": src}, ["w4a16"])
     for t in _correctness(result, "w4a16"):
         assert t.score == 0 and "differ beyond tolerance" in t.message and "first bad at" in t.message
