@@ -255,12 +255,29 @@ def sweep_w4a16_tma():
         print(f"w8a8 decode {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f}", flush=True)
 
 
+def _previous_kernel():
+    """solutions/_w4a16_prev.py: a copy of the kernel before a change, for an A/B in one run (never committed)."""
+    try:
+        from solutions import _w4a16_prev as prev
+    except ImportError:
+        return None
+    return prev
+
+
+def _w4a16_next_to_previous(M, N, K, prev):
+    """Time fp16, the solution and (if given) the previous kernel on one shape; return the problem and fp16 time."""
+    x, qw, s, w = w4a16_problem(M, N, K)
+    base = _ms(lambda: x @ w.t())
+    sol = _ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))
+    old = _ms(lambda: prev.w4a16_mm(x, qw, s)) if prev else float("nan")
+    print(f"w4a16 {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f},"
+          f" previous kernel {old*1e3:.1f} us x{base/old:5.2f}", flush=True)
+    return x, qw, s, base
+
+
 def sweep_w4a16_unpack():
     """W4A16 after the fp16 magic-number unpack: decode and mid-M tiles, fused vs dequantized at M = 512-1024."""
-    try:
-        from solutions import _w4a16_prev as prev  # the previous kernel, for an A/B in the same run (not committed)
-    except ImportError:
-        prev = None
+    prev = _previous_kernel()
     decode = [dict(SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=w, num_stages=st)
               for sk, bn, bk, w, st in [(8, 64, 128, 4, 3), (8, 64, 128, 4, 4), (4, 64, 128, 4, 3), (16, 64, 128, 4, 3),
                                         (8, 128, 128, 4, 3), (8, 128, 64, 4, 4), (16, 128, 128, 4, 3),
@@ -275,12 +292,7 @@ def sweep_w4a16_unpack():
                                          (1, 128, 128, 128, 8, 3), (1, 128, 256, 64, 8, 4)]]
     for rows, cfgs in (((1, 4, 16), decode), ((64, 256, 384, 512, 1024), mid)):
         for M, (N, K) in itertools.product(rows, ((4096, 4096), (11008, 4096), (4096, 11008))):
-            x, qw, s, w = w4a16_problem(M, N, K)
-            base = _ms(lambda: x @ w.t())
-            sol = _ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))
-            old = _ms(lambda: prev.w4a16_mm(x, qw, s)) if prev else float("nan")
-            print(f"w4a16 {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f},"
-                  f" previous kernel {old*1e3:.1f} us x{base/old:5.2f}", flush=True)
+            x, qw, s, base = _w4a16_next_to_previous(M, N, K, prev)
             if M >= 512:
                 pre = _ms(lambda: w4a16_mod._dequantize(qw, s, K))
                 print(f"w4a16 dequantize pass {N}x{K}: {pre*1e3:.1f} us", flush=True)
@@ -313,17 +325,9 @@ def sweep_w4a16_dequant():
 
 def sweep_w4a16_decode_long():
     """W4A16 decode: the solution against the previous kernel file, then fewer and longer programs."""
-    try:
-        from solutions import _w4a16_prev as prev  # the previous kernel, for an A/B in the same run (not committed)
-    except ImportError:
-        prev = None
+    prev = _previous_kernel()
     for M, (N, K) in itertools.product((1, 4, 16), ((4096, 4096), (11008, 4096), (4096, 11008))):
-        x, qw, s, w = w4a16_problem(M, N, K)
-        base = _ms(lambda: x @ w.t())
-        sol = _ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))
-        old = _ms(lambda: prev.w4a16_mm(x, qw, s)) if prev else float("nan")
-        print(f"w4a16 {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f},"
-              f" previous kernel {old*1e3:.1f} us x{base/old:5.2f}", flush=True)
+        _w4a16_next_to_previous(M, N, K, prev)
     cfgs = [dict(SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=w, num_stages=st)
             for sk, bn, bk, w, st in [(1, 32, 128, 4, 4), (1, 32, 256, 4, 4), (1, 64, 128, 4, 4), (2, 32, 128, 4, 4),
                                       (2, 64, 128, 4, 4), (2, 64, 256, 4, 3), (4, 32, 128, 4, 4), (4, 64, 256, 4, 3),
