@@ -134,6 +134,8 @@ def _w4a16_kernel(
         if TMA:  # split-K slices are whole BLOCK_K tiles, so only the last one is ragged, at K itself
             a = x_desc.load([pid_m * BLOCK_M, k0])
         else:
+            # Rows past M are masked (zero-filled without a memory read); safe_m
+            # only keeps their addresses in bounds. At M = 1 that is 15 of 16 rows.
             a = tl.load(x_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
         if DEQUANTIZED:
             w = tl.load(q_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
