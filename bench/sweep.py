@@ -13,7 +13,6 @@ import sys
 
 import torch
 import triton
-import triton.language as tl
 
 from bench.problems import dds_problem, w4a16_problem, w8a8_problem
 from bench.profile_small_m import kernel_times_us
@@ -152,13 +151,18 @@ def sweep_w4a16_tall():
     _w4a16_against_solution("w4a16 tall", (256, 512, 1024), tall)
 
 
-def _w4a16_against_solution(name, rows, cfgs):
-    """The best of ``cfgs`` next to the solution's own config, for M in ``rows`` and the three weight shapes."""
+def _w4a16_against_solution(name, rows, cfgs, prev=None):
+    """The best of ``cfgs`` next to the solution's own config (and the ``prev`` module's
+    kernel, if given: see ``_previous_kernel``), for M in ``rows`` and the three weight shapes."""
     for M, (N, K) in itertools.product(rows, ((4096, 4096), (11008, 4096), (4096, 11008))):
         x, qw, s, w = w4a16_problem(M, N, K)
         base = _ms(lambda: x @ w.t())
         sol = _ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))
-        print(f"w4a16 {(M, N, K)}: solution {sol*1e3:.1f} us x{base/sol:5.2f}", flush=True)
+        line = f"w4a16 {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f}"
+        if prev:
+            old = _ms(lambda: prev.w4a16_mm(x, qw, s))
+            line += f", previous kernel {old*1e3:.1f} us x{base/old:5.2f}"
+        print(line, flush=True)
         _best(name, (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
 
 
@@ -218,7 +222,8 @@ def sweep_w8a8_m256():
         base = _ms(lambda: x @ w.t())
         a = torch.randint(-128, 127, (M, K), device="cuda", dtype=torch.int8)
         int_mm = _ms(lambda: torch._int_mm(a, wt))
-        print(f"w8a8 {(M, N, K)}: int_mm {int_mm*1e3:.1f} us, solution {_ms(lambda: w8a8_mod.w8a8_mm(x, wt, sx, sw))*1e3:.1f} us",
+        sol = _ms(lambda: w8a8_mod.w8a8_mm(x, wt, sx, sw))
+        print(f"w8a8 {(M, N, K)}: int_mm {int_mm*1e3:.1f} us, solution {sol*1e3:.1f} us",
               flush=True)
         _best("w8a8 m256", (M, N, K), base, lambda c: w8a8_mod._launch(x, wt, sx, sw, c), cfgs)
 
@@ -252,7 +257,8 @@ def sweep_w4a16_tma():
         x, wt, sx, sw, w = w8a8_problem(M, N, K)
         base = _ms(lambda: x @ w.t())
         sol = _ms(lambda: w8a8_mod.w8a8_mm(x, wt, sx, sw))
-        print(f"w8a8 decode {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f}", flush=True)
+        print(f"w8a8 decode {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f}",
+              flush=True)
 
 
 def _previous_kernel():
@@ -262,17 +268,6 @@ def _previous_kernel():
     except ImportError:
         return None
     return prev
-
-
-def _w4a16_next_to_previous(M, N, K, prev):
-    """Time fp16, the solution and (if given) the previous kernel on one shape; return the problem and fp16 time."""
-    x, qw, s, w = w4a16_problem(M, N, K)
-    base = _ms(lambda: x @ w.t())
-    sol = _ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))
-    old = _ms(lambda: prev.w4a16_mm(x, qw, s)) if prev else float("nan")
-    print(f"w4a16 {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f},"
-          f" previous kernel {old*1e3:.1f} us x{base/old:5.2f}", flush=True)
-    return x, qw, s, base
 
 
 def sweep_w4a16_unpack():
@@ -290,13 +285,8 @@ def sweep_w4a16_unpack():
                                          (1, 128, 256, 64, 8, 3), (1, 256, 128, 64, 8, 3), (2, 64, 64, 128, 4, 3),
                                          (2, 64, 128, 64, 4, 4), (1, 64, 128, 64, 4, 4), (4, 64, 64, 128, 4, 3),
                                          (1, 128, 128, 128, 8, 3), (1, 128, 256, 64, 8, 4)]]
-    for rows, cfgs in (((1, 4, 16), decode), ((64, 256, 384, 512, 1024), mid)):
-        for M, (N, K) in itertools.product(rows, ((4096, 4096), (11008, 4096), (4096, 11008))):
-            x, qw, s, base = _w4a16_next_to_previous(M, N, K, prev)
-            if M >= 512:
-                pre = _ms(lambda: w4a16_mod._dequantize(qw, s, K))
-                print(f"w4a16 dequantize pass {N}x{K}: {pre*1e3:.1f} us", flush=True)
-            _best("w4a16 unpack", (M, N, K), base, lambda c: w4a16_mod._launch(x, qw, s, K, c), cfgs)
+    _w4a16_against_solution("w4a16 unpack", (1, 4, 16), decode, prev)
+    _w4a16_against_solution("w4a16 unpack", (64, 256, 384, 512, 1024), mid, prev)
 
 
 def sweep_w4a16_decode_tma():
@@ -325,65 +315,12 @@ def sweep_w4a16_dequant():
 
 def sweep_w4a16_decode_long():
     """W4A16 decode: the solution against the previous kernel file, then fewer and longer programs."""
-    prev = _previous_kernel()
-    for M, (N, K) in itertools.product((1, 4, 16), ((4096, 4096), (11008, 4096), (4096, 11008))):
-        _w4a16_next_to_previous(M, N, K, prev)
     cfgs = [dict(SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=w, num_stages=st)
             for sk, bn, bk, w, st in [(1, 32, 128, 4, 4), (1, 32, 256, 4, 4), (1, 64, 128, 4, 4), (2, 32, 128, 4, 4),
                                       (2, 64, 128, 4, 4), (2, 64, 256, 4, 3), (4, 32, 128, 4, 4), (4, 64, 256, 4, 3),
                                       (16, 128, 64, 4, 3), (8, 128, 128, 8, 3), (8, 64, 128, 4, 5), (4, 64, 128, 4, 5),
                                       (8, 32, 128, 4, 4), (16, 32, 128, 4, 3), (8, 64, 128, 4, 3), (4, 128, 128, 4, 4)]]
-    _w4a16_against_solution("w4a16 decode long", (1, 16), cfgs)
-
-
-@triton.jit
-def _dequantize_probe(qw_ptr, s_ptr, w_ptr, N, K, group_size, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
-                      EVEN: tl.constexpr, STREAM: tl.constexpr, TILES: tl.constexpr):
-    """Variants of w4a16._dequantize_kernel (contiguous tensors): no masks, streaming stores, TILES K tiles each."""
-    BLOCK_R: tl.constexpr = BLOCK_K // 8
-    offs_j = tl.arange(0, 8)
-    n = (tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N))[None, None, :]
-    for t in tl.static_range(TILES):
-        r = ((tl.program_id(0) * TILES + t) * BLOCK_R + tl.arange(0, BLOCK_R))[:, None, None]
-        k = 8 * r + offs_j[None, :, None]
-        if EVEN:
-            packed = tl.load(qw_ptr + r * N + n)
-            sc = tl.load(s_ptr + (8 * r // group_size) * N + n)
-            val = w4a16_mod._nibbles(packed) * sc
-            if STREAM:
-                tl.store(w_ptr + k * N + n, val, cache_modifier=".cs")
-            else:
-                tl.store(w_ptr + k * N + n, val)
-        else:
-            ok = (r < K // 8) & (n < N)
-            packed = tl.load(qw_ptr + r * N + n, mask=ok, other=0)
-            sc = tl.load(s_ptr + (8 * r // group_size) * N + n, mask=ok, other=0.0)
-            tl.store(w_ptr + k * N + n, w4a16_mod._nibbles(packed) * sc, mask=(k < K) & (n < N))
-
-
-def sweep_dequant_probe():
-    """Why the dequantize pass runs at ~2 TB/s: mask-free, streaming-store and longer-program variants, and the
-    memset / copy rates of the same byte counts."""
-    for N, K in ((4096, 4096), (11008, 4096)):
-        _, qw, s, _ = w4a16_problem(1, N, K)
-        w = torch.empty((K, N), device="cuda", dtype=torch.float16)
-        gb = (qw.numel() * 4 + N * K * 2) / 1e9
-        t = _ms(lambda: w4a16_mod._dequantize(qw, s, K))
-        print(f"dequantize {N}x{K} solution: {t*1e3:.1f} us ({gb / t * 1e3:.0f} GB/s)", flush=True)
-        t = _ms(lambda: w.zero_())
-        print(f"memset of w ({N*K*2/1e6:.0f} MB): {t*1e3:.1f} us ({N*K*2e-9 / t * 1e3:.0f} GB/s)", flush=True)
-        half = torch.empty(N * K // 2, device="cuda", dtype=torch.float16)
-        t = _ms(lambda: half.copy_(w.view(-1)[: N * K // 2]))
-        print(f"copy of half of w: {t*1e3:.1f} us ({N*K*2e-9 / t * 1e3:.0f} GB/s read + write)", flush=True)
-        for bk, bn, even, stream, tiles, warps in [(64, 128, False, False, 1, 4), (64, 128, True, False, 1, 4),
-                                                  (64, 128, True, True, 1, 4), (64, 128, True, False, 4, 4),
-                                                  (32, 256, True, False, 1, 4), (64, 256, True, False, 2, 8),
-                                                  (128, 128, True, False, 1, 8), (32, 128, True, False, 8, 4)]:
-            grid = (triton.cdiv(K, bk * tiles), triton.cdiv(N, bn))
-            t = _ms(lambda: _dequantize_probe[grid](qw, s, w, N, K, K, BLOCK_K=bk, BLOCK_N=bn, EVEN=even,
-                                                    STREAM=stream, TILES=tiles, num_warps=warps))
-            print(f"dequantize {N}x{K} probe bk {bk} bn {bn} even {even} stream {stream} tiles {tiles} warps {warps}:"
-                  f" {t*1e3:.1f} us ({gb / t * 1e3:.0f} GB/s)", flush=True)
+    _w4a16_against_solution("w4a16 decode long", (1, 4, 16), cfgs, _previous_kernel())
 
 
 def _device_us(fn, calls: int = 5) -> float:

@@ -16,7 +16,7 @@ of the rate of other arithmetic. And the words are loaded as a 3-D tile whose
 middle axis has size 1, so that each thread widens the words it loaded, in
 place, and stores the result to shared memory as vectors (with a 2-D tile,
 Triton spread the widened tile so that every fp16 went to shared memory on
-its own). Together: 1.15-1.30x faster at M = 1-384 than plain shifts and
+its own). Together: 1.12-1.29x faster at M = 1-384 than plain shifts and
 conversions (docs/performance.md).
 
 With one scale per channel the scale is applied once, to the fp32 result, so

@@ -15,11 +15,11 @@ Long K tiles (512 bytes of each weight row per load) beat more, shorter ones:
 at 4096 x 4096 one program per 64 output channels and no split-K measured
 faster than split-K 4 with 256-wide tiles (docs/performance.md). The GEMM is
 launched with programmatic dependent launch so that it is already resident
-when the quantize pass ends. From M = 17 to 512, split-K (where K is long or the tiles few) gives each program a slice of
-K and an int32 partial sum; the last program of each tile to finish (an atomic
-tile counter) adds the partials up and dequantizes, so no separate reduction
-kernel is launched. Large M uses grouped tile order so that neighbouring
-programs share weight tiles in L2.
+when the quantize pass ends. From M = 17 to 512, split-K (where K is long or
+the tiles few) gives each program a slice of K and an int32 partial sum; the
+last program of each tile to finish (an atomic tile counter) adds the partials
+up and dequantizes, so no separate reduction kernel is launched. Large M uses
+grouped tile order so that neighbouring programs share weight tiles in L2.
 """
 
 from __future__ import annotations
