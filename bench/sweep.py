@@ -191,8 +191,7 @@ def _plain_gemm(x, w, cfg):
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     w4a16_mod._w4a16_kernel[(tiles, 1)](
         x, w.t(), None, None, w, y, y, y, M, N, K, K, x.stride(0), x.stride(1), w.stride(1), w.stride(0), 0, 0,
-        y.stride(0), y.stride(1), GROUPED=False, DEQUANTIZED=True, SPLIT_K=1, PDL=False, TMA=False,
-        FRAGMENT_ORDER=False, GROUP_M=8, **cfg)
+        y.stride(0), y.stride(1), GROUPED=False, DEQUANTIZED=True, SPLIT_K=1, PDL=False, TMA=False, GROUP_M=8, **cfg)
     return y
 
 
@@ -322,65 +321,6 @@ def sweep_w4a16_decode_long():
                                       (16, 128, 64, 4, 3), (8, 128, 128, 8, 3), (8, 64, 128, 4, 5), (4, 64, 128, 4, 5),
                                       (8, 32, 128, 4, 4), (16, 32, 128, 4, 3), (8, 64, 128, 4, 3), (4, 128, 128, 4, 4)]]
     _w4a16_against_solution("w4a16 decode long", (1, 4, 16), cfgs, _previous_kernel())
-
-
-def _check_configs(cfgs, M: int = 5, N: int = 4096, K: int = 11008):
-    """Every config of ``cfgs`` against the grader's reference, per-channel and group-wise (64) scales."""
-    for gs in (None, 64):
-        x, qw, s, _ = w4a16_problem(M, N, K, group_size=gs)
-        ref = REFERENCES["w4a16"](x, qw, s)
-        for cfg in cfgs:
-            check = check_output(w4a16_mod._launch(x, qw, s, gs or K, cfg), ref, "w4a16", (M, N))
-            if not check.passed:
-                raise SystemExit(f"wrong result with {cfg}, group size {gs}: {check.message}")
-    print(f"{len(cfgs)} configs correct at {M} x {N} x {K}, per-channel and group-wise scales", flush=True)
-
-
-def sweep_w4a16_fragment():
-    """W4A16 decode with the K order of the mma fragments: the unpacked weight stays in registers."""
-    decode = [dict(SPLIT_K=sk, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=w, num_stages=st,
-                   TMA=tma, FRAGMENT_ORDER=True)
-              for sk, bn, bk, w, st, tma in [
-                  (8, 64, 128, 4, 3, False), (8, 64, 128, 4, 4, False), (8, 64, 128, 4, 2, False),
-                  (8, 64, 128, 4, 1, False), (4, 64, 128, 4, 3, False), (4, 64, 128, 4, 5, False),
-                  (16, 64, 128, 4, 3, False), (8, 128, 128, 4, 3, False), (4, 128, 128, 4, 4, False),
-                  (8, 128, 128, 8, 3, False), (8, 64, 256, 4, 3, False), (4, 64, 256, 4, 3, False),
-                  (16, 128, 128, 4, 3, False), (8, 32, 128, 4, 3, False), (16, 64, 64, 4, 4, False),
-                  (2, 64, 128, 4, 4, False), (8, 64, 128, 4, 3, True), (8, 128, 128, 4, 3, True),
-                  (4, 128, 128, 4, 4, True), (4, 64, 128, 4, 4, True)]]
-    mid = [dict(SPLIT_K=sk, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=st,
-                TMA=tma, FRAGMENT_ORDER=True)
-           for sk, bm, bn, bk, w, st, tma in [
-               (4, 32, 64, 128, 4, 3, False), (2, 32, 64, 128, 4, 4, False), (4, 16, 64, 128, 4, 3, False),
-               (2, 32, 128, 128, 4, 3, False), (4, 32, 64, 128, 4, 3, True), (2, 32, 128, 128, 4, 3, True)]]
-    _check_configs(decode + mid)
-    _w4a16_against_solution("w4a16 fragment", (1, 4, 16), decode)
-    _w4a16_against_solution("w4a16 fragment", (64,), mid)
-
-
-def sweep_w4a16_warp_split():
-    """W4A16 decode with K split across the warps of a program (solutions/_w4a16_wsplit.py, untracked)."""
-    from solutions import _w4a16_wsplit as ws
-    cfgs = [dict(SPLIT_K=sk, WARP_SPLIT=b, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st)
-            for sk, b, bn, bk, w, st in [
-                (1, 4, 64, 64, 4, 3), (2, 4, 64, 64, 4, 3), (4, 4, 64, 64, 4, 3), (2, 4, 64, 64, 4, 4),
-                (1, 4, 64, 128, 4, 3), (2, 4, 64, 128, 4, 3), (1, 4, 32, 128, 4, 3), (2, 4, 32, 128, 4, 3),
-                (4, 2, 64, 128, 4, 3), (2, 2, 64, 128, 4, 4), (1, 4, 128, 64, 8, 3), (2, 4, 128, 64, 8, 3),
-                (4, 4, 32, 64, 4, 4), (8, 4, 64, 64, 4, 3)]]
-    for gs in (None, 64):
-        x, qw, s, _ = w4a16_problem(5, 4096, 11008, group_size=gs)
-        ref = REFERENCES["w4a16"](x, qw, s)
-        for cfg in cfgs:
-            check = check_output(ws.launch(x, qw, s, cfg), ref, "w4a16", (5, 4096))
-            if not check.passed:
-                raise SystemExit(f"wrong result with {cfg}, group size {gs}: {check.message}")
-    print(f"{len(cfgs)} warp-split configs correct", flush=True)
-    for M, (N, K) in itertools.product((1, 4, 16), ((4096, 4096), (11008, 4096), (4096, 11008))):
-        x, qw, s, w = w4a16_problem(M, N, K)
-        base = _ms(lambda: x @ w.t())
-        sol = _ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))
-        print(f"w4a16 {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f}", flush=True)
-        _best("w4a16 warp split", (M, N, K), base, lambda c: ws.launch(x, qw, s, c), cfgs)
 
 
 def _device_us(fn, calls: int = 5) -> float:

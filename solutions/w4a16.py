@@ -66,31 +66,6 @@ def _nibbles(packed):
 
 
 @triton.jit
-def _fragment_order(a, w, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The same K order for both operands, chosen so the unpacked weight needs no shared memory.
-
-    a: [BLOCK_M, BLOCK_K] x tile, k in order; w: [BLOCK_K // 8, 8, BLOCK_N]
-    unpacked words. Returns (a', w') as [BLOCK_M, BLOCK_K] and [BLOCK_K, BLOCK_N]
-    with k' = 32c + 16h + 8e + 2q + b holding k = 32c + 8q + 4h + 2e + b.
-
-    An mma.sync fragment gives each thread pairs of k: 2q, 2q + 1, 2q + 8,
-    2q + 9 of every 16, for q = lane % 4. In plain order those come from two
-    words, so the widened tile has to pass through shared memory to reach the
-    threads that need it. A dot product does not care in which order it adds
-    over k, as long as x and w agree: in the order k', lane q's eight values in
-    each 32 are exactly the eight nibbles of word 4c + q, so Triton loads the
-    packed words straight into the threads that use them and the unpacked
-    tile never leaves the registers. Only for mma.sync (BLOCK_M < 64); the
-    Hopper wgmma reads its B operand from shared memory anyway.
-    """
-    w = tl.reshape(w, (BLOCK_K // 32, 4, 2, 2, 2, BLOCK_N))  # (c, q, h, e, b, n), k = 32c + 8q + 4h + 2e + b
-    w = tl.reshape(tl.permute(w, (0, 2, 3, 1, 4, 5)), (BLOCK_K, BLOCK_N))  # (c, h, e, q, b, n)
-    a = tl.reshape(a, (BLOCK_M, BLOCK_K // 32, 4, 2, 2, 2))
-    a = tl.reshape(tl.permute(a, (0, 1, 3, 4, 2, 5)), (BLOCK_M, BLOCK_K))
-    return a, w
-
-
-@triton.jit
 def _dequantize_kernel(
     qw_ptr, s_ptr, w_ptr, N, K, group_size,
     stride_qr, stride_qn, stride_sg, stride_sn, stride_wk, stride_wn,
@@ -123,7 +98,6 @@ def _w4a16_kernel(
     stride_xm, stride_xk, stride_qr, stride_qn, stride_sg, stride_sn, stride_ym, stride_yn,
     GROUPED: tl.constexpr, DEQUANTIZED: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr, TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    FRAGMENT_ORDER: tl.constexpr,
 ):
     """One [BLOCK_M, BLOCK_N] tile of y. With SPLIT_K > 1 each program writes
     its fp32 partial sum to ws[pid_k, M, N]; the last of the tile's programs to
@@ -179,10 +153,7 @@ def _w4a16_kernel(
                 g = (k0 + 8 * offs_r) // group_size
                 w = w * tl.load(s_ptr + g[:, None, None] * stride_sg + safe_n[None, None, :] * stride_sn,
                                 mask=(8 * offs_r < k_left)[:, None, None], other=0.0)
-            if FRAGMENT_ORDER:
-                a, w = _fragment_order(a, w, BLOCK_M, BLOCK_N, BLOCK_K)
-            else:
-                w = tl.reshape(w, (BLOCK_K, BLOCK_N))  # row 8r + j is nibble j of packed row r: plain k order
+            w = tl.reshape(w, (BLOCK_K, BLOCK_N))  # row 8r + j is nibble j of packed row r: plain k order
             q_ptrs += BLOCK_R * stride_qr
         acc = tl.dot(a, w, acc)
         x_ptrs += BLOCK_K * stride_xk
@@ -242,7 +213,7 @@ def _dequantize(qweight, scales, group_size: int, pdl: bool = False,
 def _launch(x, qweight, scales, group_size: int, cfg: dict) -> torch.Tensor:
     M, K = x.shape
     N = qweight.shape[1]
-    cfg = {"DEQUANTIZED": False, "FRAGMENT_ORDER": False, **cfg}
+    cfg = {"DEQUANTIZED": False, **cfg}
     pdl = cfg.pop("PDL", False) and dependent_launch(x)
     tma = cfg.pop("TMA", False) and not cfg["DEQUANTIZED"] and tma_ready(x, qweight)
     split_k = cfg["SPLIT_K"]
