@@ -4,7 +4,7 @@
 #                                    w4a16-large dds-grouped
 #                                    w4a16-tall dds-dense pdl w8a8-m256 w4a16-decode
 #                                    decode-device w4a16-tma w4a16-unpack
-#                                    w4a16-decode-tma w4a16-dequant w4a16-decode-long ncu ncu-w8a8 smoke solution-tests batch-test tests; WHEELS=dir, default .wheels)
+#                                    w4a16-decode-tma w4a16-dequant w4a16-decode-long w4a16-m768 ncu ncu-w8a8 smoke solution-tests batch-test tests; WHEELS=dir, default .wheels)
 # Writes logs and JSON under $OUT (default ./gpu-out).
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -31,7 +31,7 @@ case "$mode" in
     python3 -m bench.profile_small_m 2>&1 | grep -v Warning | tee "$OUT/profile.log" ;;
   quant)
     python3 -m bench.quant_variants 2>&1 | grep -v Warning | tee "$OUT/quant.log" ;;
-  w4a16-mid|w4a16-large|dds-grouped|w4a16-tall|dds-dense|pdl|w8a8-m256|w4a16-decode|decode-device|w4a16-tma|w4a16-unpack|w4a16-decode-tma|w4a16-dequant|w4a16-decode-long|w4a16-stream)
+  w4a16-mid|w4a16-large|dds-grouped|w4a16-tall|dds-dense|pdl|w8a8-m256|w4a16-decode|decode-device|w4a16-tma|w4a16-unpack|w4a16-decode-tma|w4a16-dequant|w4a16-decode-long|w4a16-m768)
     python3 -m bench.sweep "${mode//-/_}" 2>&1 | grep -v -e Warning -e "  skip" | tee "$OUT/sweep-$mode.log" ;;
   ncu)
     ncu --clock-control none --profile-from-start off --section SpeedOfLight --section Occupancy \

@@ -323,28 +323,15 @@ def sweep_w4a16_decode_long():
     _w4a16_against_solution("w4a16 decode long", (1, 4, 16), cfgs, _previous_kernel())
 
 
-def sweep_w4a16_stream():
-    """W4A16 at M = 768-2048 in one kernel: the first row tile publishes the unpacked weight (untracked file)."""
-    from solutions import _w4a16_stream as st
-    cfgs = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, CHUNK=ch, num_warps=w, num_stages=ns)
-            for bm, bn, ch, w, ns in [(128, 128, 8, 4, 3), (128, 128, 4, 4, 3), (128, 128, 16, 4, 3),
-                                      (128, 128, 8, 4, 4), (128, 128, 8, 8, 4), (128, 256, 8, 8, 3),
-                                      (128, 256, 8, 8, 4), (64, 128, 8, 4, 4)]]
-    for gs in (None, 64):
-        x, qw, s, _ = w4a16_problem(1000, 4096, 11008, group_size=gs)
-        ref = REFERENCES["w4a16"](x, qw, s)
-        for cfg in cfgs:
-            for _ in range(3):
-                check = check_output(st.launch(x, qw, s, cfg), ref, "w4a16", (1000, 4096))
-                if not check.passed:
-                    raise SystemExit(f"wrong result with {cfg}, group size {gs}: {check.message}")
-    print(f"{len(cfgs)} stream configs correct (3 calls each)", flush=True)
-    for M, (N, K) in itertools.product((768, 1024, 2048), ((4096, 4096), (11008, 4096), (4096, 11008))):
-        x, qw, s, w = w4a16_problem(M, N, K)
-        base = _ms(lambda: x @ w.t())
-        sol = _ms(lambda: w4a16_mod.w4a16_mm(x, qw, s))
-        print(f"w4a16 {(M, N, K)}: base {base*1e3:.1f} us, solution {sol*1e3:.1f} us x{base/sol:5.2f}", flush=True)
-        _best("w4a16 stream", (M, N, K), base, lambda c: st.launch(x, qw, s, c), cfgs)
+def sweep_w4a16_m768():
+    """W4A16 at M = 768-1023: GEMM tiles after the dequantize pass, and the fused kernel."""
+    cfgs = [dict(DEQUANTIZED=True, PDL=True, SPLIT_K=1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8,
+                 num_warps=w, num_stages=ns)
+            for bm, bn, w, ns in [(128, 128, 4, 4), (128, 256, 8, 4), (128, 256, 8, 3), (256, 128, 8, 4),
+                                  (128, 128, 8, 4), (128, 128, 4, 3)]]
+    cfgs += [dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=w, num_stages=ns, TMA=True)
+             for w, ns in ((4, 4), (8, 3))]
+    _w4a16_against_solution("w4a16 m768", (768, 896, 1000, 1024), cfgs)
 
 
 def _device_us(fn, calls: int = 5) -> float:
