@@ -2,7 +2,7 @@
 
     make bench            (python -m bench.bench [--quick] [--json PATH])
 
-Times come from grader/sandbox/timing.py (CUDA events, L2 flush, a spin that
+Times come from grader/harness/timing.py (CUDA events, L2 flush, a spin that
 hides host launch overhead, medians), the same code the grader uses. Ratio =
 fp16 torch.matmul time / kernel time. "util" is the fraction of the measured
 copy bandwidth (memory-bound rows) or of the measured matmul peak
@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from tabulate import tabulate
 
 from bench.problems import dds_problem, w4a16_problem, w8a8_problem
-from grader.sandbox.timing import copy_bandwidth_gbs, median_ms
+from grader.harness.timing import copy_bandwidth_gbs, median_ms
 from solutions import dds_mm, w4a16_mm, w8a8_mm
 
 QUANT_M = (1, 4, 16, 64, 256, 1024, 4096)

@@ -1,11 +1,11 @@
 """Random problem instances for the benchmark and the config sweep: the
-grader's own generator (grader/sandbox/cases.py), moved to the GPU."""
+grader's own generator (grader/harness/inputs.py), moved to the GPU."""
 
 from __future__ import annotations
 
 import random
 
-from grader.sandbox.cases import make_inputs
+from grader.harness.inputs import make_inputs
 
 
 def _problem(task: str, shape, **options):

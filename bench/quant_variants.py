@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from grader.sandbox.timing import median_ms
+from grader.harness.timing import median_ms
 from solutions import w8a8 as w8a8_mod
 
 

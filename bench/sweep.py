@@ -18,7 +18,7 @@ from bench.problems import dds_problem, w4a16_problem, w8a8_problem
 from bench.profile_small_m import kernel_times_us
 from grader.compare import check_output
 from grader.references import REFERENCES
-from grader.sandbox.timing import median_ms
+from grader.harness.timing import median_ms
 from solutions import dds as dds_mod
 from solutions import w4a16 as w4a16_mod
 from solutions import w8a8 as w8a8_mod

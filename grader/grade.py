@@ -18,7 +18,7 @@ from .judge import Verdict, judge_correctness, judge_performance, task_flags
 from .pytest_plugin import GradingPlugin
 from .rubric import Rubric, TestSpec
 from .runner import TaskRun, run_task
-from .sandbox.cases import make_inputs
+from .harness.inputs import make_inputs
 from .staticcheck import check_source
 from .scoring import SCHEMA_VERSION, GradeResult, TaskResult, resolve_test, totals
 from .submission import Submission, SubmissionError, load_submission
@@ -84,7 +84,7 @@ class GradingState:
 
 
 def _measure_baselines(state: GradingState) -> None:
-    from .sandbox.timing import copy_bandwidth_gbs
+    from .harness.timing import copy_bandwidth_gbs
 
     state.bandwidth_gbs = copy_bandwidth_gbs()
     for spec in state.selected_tests():
@@ -95,7 +95,7 @@ def _measure_baselines(state: GradingState) -> None:
 
 def _baseline_ms(spec: TestSpec, reps: int) -> float:
     """fp16 torch.matmul on the test's shape (the dense weight for DDS), timed like the kernel."""
-    from .sandbox.timing import median_ms
+    from .harness.timing import median_ms
 
     args, extras = make_inputs(spec.task, spec.shape, spec.options, 0, "cuda")
     x, w_t = args[0], extras["weight"].t()

@@ -9,7 +9,7 @@ from .compare import check_output, check_sanity
 from .references import REFERENCES
 from .rubric import TestSpec
 from .runner import TaskRun
-from .sandbox.cases import fresh_activations, make_inputs
+from .harness.inputs import fresh_activations, make_inputs
 
 
 @dataclass

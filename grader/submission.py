@@ -13,7 +13,8 @@ KERNEL_FILES = ("w8a8.py", "w4a16.py", "dds.py")
 # What the graded package gets from the grader, never from the submission.
 TRUSTED_FILES = {"utils.py": ROOT / "assignment" / "utils.py"}
 CHILD_PACKAGE = "_grader_child"
-CHILD_FILES = ("child.py", "cases.py", "evidence.py", "timing.py")
+CHILD_FILES = {"child.py": "worker/child.py", "evidence.py": "worker/evidence.py",
+               "cases.py": "harness/inputs.py", "timing.py": "harness/timing.py"}
 MAX_FILE_BYTES = 2 * 1024 * 1024
 
 
@@ -91,7 +92,7 @@ def stage(sub: Submission, kernel_file: str, dest: Path) -> None:
     child = dest / CHILD_PACKAGE
     child.mkdir()
     (child / "__init__.py").write_text("")
-    for name in CHILD_FILES:
-        shutil.copyfile(Path(__file__).with_name("sandbox") / name, child / name)
+    for name, src in CHILD_FILES.items():
+        shutil.copyfile(Path(__file__).parent / src, child / name)
     for p in list(pkg.iterdir()) + list(child.iterdir()):
         p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)

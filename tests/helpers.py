@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from grader.references import dds_reference, w4a16_reference, w8a8_reference  # noqa: F401
-from grader.sandbox.cases import make_inputs
+from grader.harness.inputs import make_inputs
 
 HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"

@@ -6,7 +6,7 @@ import torch
 from solutions.layers import (QuantizedLinear_w8a8, QuantLinear_w4a16, SparseLinear, pack_int4,
                               unpack_int4)
 from grader.references import unpack_int4 as grader_unpack
-from grader.sandbox.cases import pack_int4_reference
+from grader.harness.inputs import pack_int4_reference
 from tests.helpers import DEVICE
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from grader.rubric import parse_rubric
-from grader.sandbox.child import _borderline
+from grader.worker.child import _borderline
 from grader.scoring import resolve_test, round_to_step, totals
 
 

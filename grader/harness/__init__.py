@@ -1,0 +1,1 @@
+"""The trusted side of the boundary: inputs, the clock, the sandbox that runs the worker."""
