@@ -14,11 +14,12 @@ from pathlib import Path
 import torch
 import triton
 
-from .judge import Verdict, judge_correctness, judge_performance, task_flags
+from .harness.inputs import make_inputs
+from .harness.measure import checked_call, timed_batches
+from .harness.session import Session, WorkerGone
+from .judge import Verdict, borderline, judge_call, judge_timing, not_run, task_flags
 from .pytest_plugin import GradingPlugin
 from .rubric import Rubric, TestSpec
-from .runner import TaskRun, run_task
-from .harness.inputs import make_inputs
 from .staticcheck import check_source
 from .scoring import SCHEMA_VERSION, GradeResult, TaskResult, resolve_test, totals
 from .submission import Submission, SubmissionError, load_submission
@@ -33,15 +34,17 @@ def case_seed(master: int, test_name: str) -> int:
 
 
 class GradingState:
-    """What the pytest run needs: rubric, runs, baselines; verdicts are memoized."""
+    """What the pytest run needs: the rubric and the verdicts the harness reached."""
 
     def __init__(self, rubric: Rubric, sub: Submission, device: str, seed: int, tasks: list[str]):
         self.rubric, self.sub, self.device, self.seed, self.tasks = rubric, sub, device, seed, tasks
-        self.runs: dict[str, TaskRun] = {}
-        self.baselines: dict[str, float] = {}
-        self.bandwidth_gbs = 0.0
         self.verdicts: dict[str, Verdict] = {}
         self.static: dict[str, list[str]] = {}
+        self.evidence: dict[str, list] = {}      # task -> [(case name, CallResult)]
+        self.seconds: dict[str, float] = {}
+        self.logs: dict[str, str] = {}
+        self.gone: dict[str, str] = {}           # task -> why its worker ended early
+        self.bandwidth_gbs = 0.0
 
     def selected_tests(self) -> list[TestSpec]:
         order = {"correctness": 0, "performance": 1}
@@ -52,82 +55,152 @@ class GradingState:
         return spec.shape_on(self.device) is not None
 
     def flags(self, task: str) -> list[str]:
-        """Reasons that void the whole task: forbidden code, then what the child saw."""
+        """Reasons that void the whole task: forbidden code, then what the worker's calls showed."""
         static = self.static.get(task, [])
         flags = [f"forbidden code in {self.rubric.tasks[task].file}: " + "; ".join(static[:5])] if static else []
-        return flags + (task_flags(self.runs[task]) if task in self.runs else [])
+        return flags + task_flags(self.evidence.get(task, []))
 
     def judge(self, spec: TestSpec) -> Verdict:
-        if spec.name not in self.verdicts:
-            self.verdicts[spec.name] = self._judge(spec)
-        return self.verdicts[spec.name]
-
-    def _judge(self, spec: TestSpec) -> Verdict:
-        if not self.runs_here(spec):
-            why = "needs a CUDA GPU" if spec.kind == "performance" else "no CPU shape in the rubric"
-            return Verdict(False, f"not run: {why}", None)
-        task = self.rubric.tasks[spec.task]
-        if task.file not in self.sub.files:
-            return Verdict(False, "; ".join(p for p in self.sub.problems if task.file in p)
-                           or f"{task.file} missing")
-        run = self.runs[spec.task]
+        """The verdict for ``spec``, task flags applied."""
+        v = self.verdicts.get(spec.name)
+        if v is None:
+            return Verdict(False, "grader error: no verdict was reached for this test")
+        if v.fraction is None:
+            return v
         flags = self.flags(spec.task)
         if flags:
-            return Verdict(False, "no points for this task: " + "; ".join(flags))
-        seed = case_seed(self.seed, spec.name)
-        if spec.kind == "correctness":
-            return judge_correctness(spec, run, seed, self.device)
-        correct = all(self.judge(t).passed for t in self.rubric.tests_for(spec.task, "correctness")
-                      if not t.bonus and self.runs_here(t))
-        return judge_performance(spec, run, seed, self.baselines[spec.name], self.bandwidth_gbs,
-                                 correct)
+            return Verdict(False, "no points for this task: " + "; ".join(flags), 0.0, v.details)
+        return v
 
 
-def _measure_baselines(state: GradingState) -> None:
-    from .harness.timing import copy_bandwidth_gbs
+def _grade_task(state: GradingState, task: str, log) -> None:
+    """Run every test of ``task`` that runs here and store its verdict."""
+    rubric, device = state.rubric, state.device
+    t = rubric.tasks[task]
+    specs = [s for s in rubric.tests_for(task)]
+    for spec in specs:
+        if not state.runs_here(spec):
+            why = "needs a CUDA GPU" if spec.kind == "performance" else "no CPU shape in the rubric"
+            state.verdicts[spec.name] = not_run(why)
+    if t.file not in state.sub.files:
+        why = "; ".join(p for p in state.sub.problems if t.file in p) or f"{t.file} missing"
+        for spec in specs:
+            state.verdicts.setdefault(spec.name, Verdict(False, why))
+        log(f"{task}: {t.file} missing, not graded")
+        return
+    if rubric.settings.static_checks:
+        found = check_source(state.sub.files[t.file], set(rubric.settings.extra_allowed_imports))
+        state.static[task] = [str(f) for f in found]
+    timeout = rubric.settings.task_timeout_s if device == "cuda" else rubric.settings.cpu_task_timeout_s
+    correctness = [s for s in specs if s.kind == "correctness" and state.runs_here(s)]
+    performance = [s for s in specs if s.kind == "performance" and state.runs_here(s)]
+    started = time.monotonic()
+    evidence = state.evidence.setdefault(task, [])
+    # Hidden tests get a worker of their own: the visible one never sees their shapes.
+    groups = [[s for s in correctness if not s.hidden], [s for s in correctness if s.hidden]]
+    visible = None
+    try:
+        for group in groups:
+            if not group:
+                continue
+            log(f"{task}: {len(group)} correctness case(s) in a sandboxed worker ...")
+            session = _open(state, t, time.monotonic() + timeout)
+            for spec in group:
+                state.verdicts[spec.name] = _correctness(state, session, spec, evidence)
+            if group is groups[0]:
+                visible = session
+            else:
+                session.close()
+                state.logs[task] = state.logs.get(task, "") + session.log_tail()
+        if performance:
+            _performance(state, task, performance, visible, timeout, log)
+    finally:
+        if visible is not None:
+            visible.close()
+            state.logs[task] = visible.log_tail() + state.logs.get(task, "")
+    state.seconds[task] = time.monotonic() - started
+    log(f"{task}: done in {state.seconds[task]:.1f} s")
 
-    state.bandwidth_gbs = copy_bandwidth_gbs()
-    for spec in state.selected_tests():
-        if spec.kind == "performance":
-            state.baselines[spec.name] = _baseline_ms(spec, 2 * state.rubric.settings.timing_reps)
-    torch.cuda.empty_cache()
+
+def _open(state: GradingState, t, deadline: float) -> Session:
+    session = Session(state.sub, t.file, t.entry, state.device, deadline)
+    if not session.hello["ok"]:
+        state.gone[t.name] = ("the kernel file could not be imported: "
+                              + _last_line(session.hello.get("error", "")))
+    return session
 
 
-def _baseline_ms(spec: TestSpec, reps: int) -> float:
-    """fp16 torch.matmul on the test's shape (the dense weight for DDS), timed like the kernel."""
-    from .harness.timing import median_ms
-
-    args, extras = make_inputs(spec.task, spec.shape, spec.options, 0, "cuda")
-    x, w_t = args[0], extras["weight"].t()
-    return median_ms(lambda: torch.matmul(x, w_t), reps=reps)
+def _last_line(text: str) -> str:
+    lines = [l for l in text.strip().splitlines() if l.strip()]
+    return lines[-1] if lines else "?"
 
 
-def _job(state: GradingState, task: str) -> dict:
-    cases = []
-    for i, spec in enumerate(state.rubric.tests_for(task)):
-        shape = spec.shape_on(state.device)
-        if shape is None:
-            continue
-        cases.append(dict(index=i, name=spec.name, kind=spec.kind, shape=list(shape),
-                          options=spec.options, seed=case_seed(state.seed, spec.name),
-                          baseline_ms=state.baselines.get(spec.name),
-                          full_ratio=spec.full_ratio, zero_ratio=spec.zero_ratio))
+def _correctness(state: GradingState, session: Session, spec: TestSpec, evidence: list) -> Verdict:
+    if state.gone.get(spec.task):
+        return Verdict(False, state.gone[spec.task])
+    shape = spec.shape_on(state.device)
+    args, extras = make_inputs(spec.task, shape, spec.options, case_seed(state.seed, spec.name), state.device)
+    result = checked_call(session, f"case{len(evidence)}", args, (shape[0], shape[1]))
+    if result.status == "gone":
+        state.gone[spec.task] = result.message
+    evidence.append((spec.name, result))
+    return judge_call(spec, result, args, extras)
+
+
+def _performance(state: GradingState, task: str, specs: list[TestSpec], session, timeout: float, log) -> None:
+    correct = all(state.judge(t).passed for t in state.rubric.tests_for(task, "correctness")
+                  if not t.bonus and state.runs_here(t))
+    if not correct or session is None or state.flags(task):
+        for spec in specs:
+            state.verdicts[spec.name] = Verdict(
+                False, "not timed: performance counts only for a kernel that passes all of this "
+                       "task's correctness tests")
+        return
+    session.deadline = time.monotonic() + timeout
     s = state.rubric.settings
-    return dict(task=task, device=state.device, cases=cases,
-                timing_reps=s.timing_reps, timing_rounds=s.timing_rounds)
+    for i, spec in enumerate(specs):
+        if state.gone.get(task):
+            state.verdicts[spec.name] = Verdict(False, "not timed: " + state.gone[task])
+            continue
+        log(f"{task}: timing {spec.name} ...")
+        try:
+            timing = timed_batches(session, f"timed{i}", task, spec.shape, spec.options,
+                                   case_seed(state.seed, spec.name), s.timing_rounds, s.timed_batch_ms,
+                                   more_rounds=lambda tm, spec=spec: borderline(spec, tm))
+        except WorkerGone as e:
+            state.gone[task] = str(e)
+            state.verdicts[spec.name] = Verdict(False, f"while timed: {e}")
+            continue
+        state.verdicts[spec.name] = judge_timing(spec, timing, state.bandwidth_gbs)
+        torch.cuda.empty_cache()
 
 
 def _run_pytest(state: GradingState) -> dict:
-    """Run grader/tests with the json-report plugin; return {test name: (outcome, message)}."""
+    """Run grader/tests with the json-report plugin; return {test name: outcome}.
+
+    Only this process's own plugin and pytest-json-report are loaded: no
+    conftest.py, no plugin found by entry point or in a folder.
+    """
+    import os
+
     import pytest
 
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "pytest.json"
-        pytest.main([str(TESTS_DIR), "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                     "--no-header", "--tb=no", "-rN", "--json-report",
-                     f"--json-report-file={report}", "--rootdir", str(TESTS_DIR)],
-                    plugins=[GradingPlugin(state)])
-        data = json.loads(report.read_text()) if report.exists() else {"tests": []}
+    autoload = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            report = Path(tmp) / "pytest.json"
+            pytest.main([str(TESTS_DIR / "test_kernels.py"), "-q", "-p", "no:cacheprovider",
+                         "--noconftest", "-p", "pytest_jsonreport.plugin", "--no-header", "--tb=no",
+                         "-rN", "--json-report", f"--json-report-file={report}",
+                         "--rootdir", str(TESTS_DIR), "-c", str(TESTS_DIR / "pytest.ini")],
+                        plugins=[GradingPlugin(state)])
+            data = json.loads(report.read_text()) if report.exists() else {"tests": []}
+    finally:
+        if autoload is None:
+            os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+        else:
+            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = autoload
     outcomes = {}
     for t in data.get("tests", []):
         name = t["nodeid"].split("[", 1)[-1].rstrip("]")
@@ -136,15 +209,20 @@ def _run_pytest(state: GradingState) -> dict:
 
 
 def _summary(task: str, state: GradingState, flags: list[str]) -> str:
-    if task not in state.runs:
-        return next((p for p in state.sub.problems if state.rubric.tasks[task].file in p), "not graded")
-    run = state.runs[task]
-    errors = [str(r.get("error", "")) for r in run.records.values() if r.get("status") == "error"]
-    if errors and all("NotImplementedError" in e for e in errors):
+    t = state.rubric.tasks[task]
+    if t.file not in state.sub.files:
+        return next((p for p in state.sub.problems if t.file in p), "not graded")
+    results = [r for _, r in state.evidence.get(task, [])]
+    errors = [r.message for r in results if r.status == "error"]
+    if errors and len(errors) == len(results) and all("NotImplementedError" in e for e in errors):
         return "not implemented (the stub raises NotImplementedError)"
     if flags:
         return "no points: " + flags[0].split(":")[0]
-    return run.failure_reason() or "ran to completion"
+    if state.gone.get(task):
+        return state.gone[task]
+    if results and len(errors) == len(results):
+        return "every call raised an exception"
+    return "ran to completion"
 
 
 def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
@@ -163,24 +241,20 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
         notes.append(f"submission unreadable: {e}")
     state = GradingState(rubric, sub, device, seed, tasks)
     if device == "cuda":
-        log(f"measuring baselines on {torch.cuda.get_device_name()} ...")
-        _measure_baselines(state)
+        from .harness.timing import copy_bandwidth_gbs
+        state.bandwidth_gbs = copy_bandwidth_gbs()
     else:
         notes.append("No CUDA GPU: correctness ran in the Triton interpreter on smaller shapes; "
                      "performance was not run, so this score is partial.")
     for task in tasks:
-        t = rubric.tasks[task]
-        if t.file not in sub.files:
-            log(f"{task}: {t.file} missing, not graded")
-            continue
-        if rubric.settings.static_checks:
-            found = check_source(sub.files[t.file], set(rubric.settings.extra_allowed_imports))
-            state.static[task] = [str(f) for f in found]
-        job = _job(state, task)
-        timeout = rubric.settings.task_timeout_s if device == "cuda" else rubric.settings.cpu_task_timeout_s
-        log(f"{task}: running {len(job['cases'])} case(s) in a child process ...")
-        state.runs[task] = run_task(sub, task, t.file, t.entry, job, timeout, device)
-        log(f"{task}: done in {state.runs[task].seconds:.1f} s")
+        try:
+            _grade_task(state, task, log)
+        except Exception as e:  # a grader bug must cost one task, never the report
+            why = f"grader error while grading {task}: {type(e).__name__}: {e}"
+            log(why)
+            notes.append(why)
+            for spec in rubric.tests_for(task):
+                state.verdicts.setdefault(spec.name, Verdict(False, why))
     outcomes = _run_pytest(state)
 
     results = []
@@ -193,14 +267,13 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
     for task in tasks:
         mine = [r for r in results if r.task == task]
         flags = state.flags(task)
-        run = state.runs.get(task)
         ran = sum(r.max_score for r in mine if not r.bonus and r.status != "not_run")
         earned = sum(r.score for r in mine)
         task_results.append(TaskResult(
             task=task, title=rubric.tasks[task].title,
             score=min(earned, ran) if rubric.settings.cap_at_max else earned,
             max_score=ran, summary=_summary(task, state, flags),
-            flags=flags, seconds=run.seconds if run else 0.0, log_tail=run.log_tail[-4000:] if run else ""))
+            flags=flags, seconds=state.seconds.get(task, 0.0), log_tail=state.logs.get(task, "")[-4000:]))
     score, ran, everything = totals(rubric, results)
     return GradeResult(
         schema_version=SCHEMA_VERSION, submission=str(submission),

@@ -1,4 +1,4 @@
-"""Verdicts on what a task's child returned. Runs in the trusted parent only."""
+"""Verdicts on what the harness measured. Runs in the trusted grading process only."""
 
 from __future__ import annotations
 
@@ -6,37 +6,45 @@ import statistics
 from dataclasses import dataclass, field
 
 from .compare import check_output, check_sanity
+from .harness.measure import CallResult, Timing
 from .references import REFERENCES
 from .rubric import TestSpec
-from .runner import TaskRun
-from .harness.inputs import fresh_activations, make_inputs
 
 
 @dataclass
 class Verdict:
-    """The outcome of one test: ``fraction`` of its points and why."""
+    """The outcome of one test: ``fraction`` of its points (None: not run here) and why."""
     passed: bool
     message: str
-    fraction: float = 0.0
+    fraction: float | None = 0.0
     details: dict = field(default_factory=dict)
 
 
-def task_flags(run: TaskRun) -> list[str]:
-    """Reasons that void the whole task: library matmuls, no Triton kernel, edited inputs."""
+def not_run(why: str) -> Verdict:
+    return Verdict(False, f"not run: {why}", None)
+
+
+def task_flags(results: list[tuple[str, CallResult]]) -> list[str]:
+    """Reasons that void the whole task, from the worker's own evidence.
+
+    The worker could hide such evidence, never invent points with it: these
+    flags can only take points away (docs/integrity.md).
+    """
     flags = []
-    for name, rec in run.records.items():
-        if rec.get("library_matmuls"):
-            flags.append(f"library matmul: {name} ran PyTorch op(s) {rec['library_matmuls']} "
+    for name, r in results:
+        ev = r.evidence
+        if ev.get("library_matmuls"):
+            flags.append(f"library matmul: {name} ran PyTorch op(s) {ev['library_matmuls']} "
                          "instead of computing the product in Triton")
-        if rec.get("status") == "ok" and not rec.get("own_launches"):
-            foreign = rec.get("foreign_launches") or []
+        if r.status == "ok" and not ev.get("own_launches"):
+            foreign = ev.get("foreign_launches") or []
             flags.append(f"no Triton kernel: {name} launched no Triton kernel of the submission"
                          + (f" (only {foreign})" if foreign else ""))
-        if rec.get("oversized_ops"):
+        if ev.get("oversized_ops"):
             flags.append(f"computed outside Triton: {name} built PyTorch tensors larger than any "
-                         f"input or output: {rec['oversized_ops'][:3]}")
-        if rec.get("inputs_modified"):
-            flags.append(f"inputs modified: {name} wrote into input(s) {rec['inputs_modified']}")
+                         f"input or output: {ev['oversized_ops'][:3]}")
+        if r.inputs_modified:
+            flags.append(f"inputs modified: {name} wrote into input(s) {r.inputs_modified}")
     seen, unique = set(), []
     for f in flags:  # one line per kind of problem is enough
         kind = f.split(":")[0]
@@ -51,24 +59,24 @@ def _error_summary(text: str) -> str:
     return "\n".join(lines[-6:])
 
 
-def judge_correctness(spec: TestSpec, run: TaskRun, seed: int, device: str) -> Verdict:
-    rec = run.records.get(spec.name)
-    if rec is None:
-        return Verdict(False, run.failure_reason() or "no result came back from the child process")
-    if rec.get("status") != "ok":
-        return Verdict(False, "raised an exception:\n" + _error_summary(str(rec.get("error", ""))))
-    out = run.outputs.get(spec.name)
-    if out is None:
-        return Verdict(False, f"returned {rec.get('output_type', 'nothing usable')}, expected a torch.Tensor")
-    shape = spec.shape_on(device)
-    args, extras = make_inputs(spec.task, shape, spec.options, seed, device)
+def judge_call(spec: TestSpec, result: CallResult, args: tuple, extras: dict) -> Verdict:
+    """Correctness of one checked call against the reference on the same inputs."""
+    if result.status == "gone":
+        return Verdict(False, result.message)
+    if result.status == "error":
+        return Verdict(False, "raised an exception:\n" + _error_summary(result.message))
+    if result.status == "unusable":
+        return Verdict(False, result.message)
     ref = REFERENCES[spec.task](*args)
-    tight = check_output(out, ref, spec.task, (shape[0], shape[1]))
-    details = {"max_abs_err": tight.max_abs_err, "max_rel_err": tight.max_rel_err,
-               "bad_elements": tight.bad, "seconds": rec.get("seconds")}
+    M, N = args[0].shape[0], extras["weight"].shape[0]
+    tight = check_output(result.output, ref, spec.task, (M, N))
+    details = {"max_abs_err": tight.max_abs_err, "max_rel_err": tight.max_rel_err, "bad_elements": tight.bad}
     if not tight.passed:
         return Verdict(False, tight.message, details=details)
-    sane = check_sanity(out, args[0], extras["weight"], spec.task)
+    if result.stray_write:
+        return Verdict(False, "wrote outside its output tensor (a store with a missing mask?)",
+                       details=details)
+    sane = check_sanity(result.output, args[0], extras["weight"], spec.task)
     if not sane.passed:
         return Verdict(False, sane.message, details=details)
     return Verdict(True, f"{tight.message}; {sane.message}", 1.0, details)
@@ -86,42 +94,38 @@ def memory_floor_bytes(spec: TestSpec) -> int:
     return 2 * M * K + nnz * 32 * 32 * 2 + out
 
 
-def judge_performance(spec: TestSpec, run: TaskRun, seed: int, baseline_ms: float,
-                      bandwidth_gbs: float, correct: bool) -> Verdict:
-    if not correct:
-        return Verdict(False, "not timed: performance counts only for a kernel that passes "
-                              "all of this task's correctness tests")
-    rec = run.records.get(spec.name)
-    if rec is None:
-        return Verdict(False, run.failure_reason() or "no timing came back from the child process")
-    if rec.get("status") != "ok":
-        return Verdict(False, "raised an exception while timed:\n" + _error_summary(str(rec.get("error", ""))))
-    medians = [float(m) for m in rec.get("round_medians_ms", []) if isinstance(m, (int, float)) and m > 0]
-    if not medians:
-        return Verdict(False, "no valid timing came back")
-    t = statistics.median(medians)
-    ratio = baseline_ms / t
-    details = {"kernel_ms": t, "baseline_ms": baseline_ms, "ratio": ratio, "rounds": len(medians)}
+def ratio_fraction(spec: TestSpec, ratio: float) -> float:
+    frac = (ratio - spec.zero_ratio) / (spec.full_ratio - spec.zero_ratio)
+    return min(1.0, max(0.0, frac))
+
+
+def judge_timing(spec: TestSpec, timing: Timing, bandwidth_gbs: float) -> Verdict:
+    """Score from the ratio of the baseline's per-call time to the kernel's."""
+    t = statistics.median(timing.kernel_ms)
+    base = statistics.median(timing.baseline_ms)
+    ratio = base / t
+    details = {"kernel_ms": t, "baseline_ms": base, "ratio": ratio, "rounds": len(timing.kernel_ms),
+               "calls_per_batch": timing.calls, "weight_sets": timing.weight_sets,
+               "cuda_graph": timing.graph}
+    if timing.wrong:
+        return Verdict(False, f"the output of a timed call is wrong: {timing.wrong}", details=details)
     floor_ms = memory_floor_bytes(spec) / (bandwidth_gbs * 1e9) * 1e3
     details["memory_floor_ms"] = floor_ms
     if t < 0.8 * floor_ms:
         return Verdict(False, f"timed at {t * 1e3:.1f} us, below the memory floor of {floor_ms * 1e3:.1f} us "
                               "(bytes that must move / measured bandwidth): the timing is not trusted",
                        details=details)
-    profiled = rec.get("profiled_ms")
-    if isinstance(profiled, (int, float)) and profiled > 1.5 * t + 0.005:
-        return Verdict(False, f"the profiler saw {profiled * 1e3:.1f} us of GPU work per call but the timed "
-                              f"stream only {t * 1e3:.1f} us: work runs outside the timed stream",
-                       details=details)
-    out = run.outputs.get(spec.name)
-    args, _ = make_inputs(spec.task, spec.shape, spec.options, seed, "cuda")
-    fresh_activations(args[0], int(rec.get("output_seed", -1)))
-    check = check_output(out, REFERENCES[spec.task](*args), spec.task, spec.shape[:2])
-    if not check.passed:
-        return Verdict(False, "the output of a timed call is wrong (are results cached or computed "
-                              f"asynchronously?): {check.message}", details=details)
-    frac = (ratio - spec.zero_ratio) / (spec.full_ratio - spec.zero_ratio)
-    frac = min(1.0, max(0.0, frac))
-    msg = (f"{t * 1e3:.1f} us vs torch.matmul fp16 {baseline_ms * 1e3:.1f} us: ratio {ratio:.2f} "
+    frac = ratio_fraction(spec, ratio)
+    msg = (f"{t * 1e3:.1f} us vs torch.matmul fp16 {base * 1e3:.1f} us per call: ratio {ratio:.2f} "
            f"(full credit at {spec.full_ratio:g}, none at {spec.zero_ratio:g})")
+    if not timing.graph:
+        msg += ("; timed eagerly, host overhead included: the calls could not be captured in a CUDA "
+                f"graph ({timing.note})")
     return Verdict(frac > 0, msg, frac, details)
+
+
+def borderline(spec: TestSpec, timing: Timing) -> bool:
+    """Within 3% of a threshold: measure more rounds before the score is fixed."""
+    if not timing.kernel_ms:
+        return False
+    return any(abs(timing.ratio / r - 1) < 0.03 for r in (spec.full_ratio, spec.zero_ratio) if r)

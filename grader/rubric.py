@@ -63,7 +63,7 @@ class Settings:
     points_step: float = 0.25
     task_timeout_s: float = 240
     cpu_task_timeout_s: float = 600
-    timing_reps: int = 40
+    timed_batch_ms: float = 5.0
     timing_rounds: int = 3
     static_checks: bool = True
     extra_allowed_imports: tuple = ()

@@ -12,9 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNEL_FILES = ("w8a8.py", "w4a16.py", "dds.py")
 # What the graded package gets from the grader, never from the submission.
 TRUSTED_FILES = {"utils.py": ROOT / "assignment" / "utils.py"}
-CHILD_PACKAGE = "_grader_child"
-CHILD_FILES = {"child.py": "worker/child.py", "evidence.py": "worker/evidence.py",
-               "cases.py": "harness/inputs.py", "timing.py": "harness/timing.py"}
+WORKER_PACKAGE = "_grader_worker"
+WORKER_FILES = ("main.py", "evidence.py", "layout.py")
 MAX_FILE_BYTES = 2 * 1024 * 1024
 
 
@@ -82,17 +81,19 @@ def load_submission(path: str | Path) -> Submission:
 
 
 def stage(sub: Submission, kernel_file: str, dest: Path) -> None:
-    """Build dest/submission (one kernel file + trusted helpers) and dest/_grader_child."""
+    """Build dest/submission (one kernel file + trusted helpers) and dest/_grader_worker."""
     pkg = dest / "submission"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     for name, src in TRUSTED_FILES.items():
         shutil.copyfile(src, pkg / name)
     (pkg / kernel_file).write_bytes(sub.files[kernel_file])
-    child = dest / CHILD_PACKAGE
+    child = dest / WORKER_PACKAGE
     child.mkdir()
     (child / "__init__.py").write_text("")
-    for name, src in CHILD_FILES.items():
-        shutil.copyfile(Path(__file__).parent / src, child / name)
+    for name in WORKER_FILES:
+        shutil.copyfile(Path(__file__).parent / "worker" / name, child / name)
     for p in list(pkg.iterdir()) + list(child.iterdir()):
         p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    for d in (dest, pkg, child):  # readable by the worker, which may run as another user
+        d.chmod(0o755)

@@ -113,7 +113,16 @@ def _to(t: torch.Tensor, device: str) -> torch.Tensor:
     return t.to(device)
 
 
-def fresh_activations(x: torch.Tensor, seed: int) -> None:
-    """Refill ``x`` in place with new random activations (for timed calls)."""
+# Which kernel arguments are a call's activations (fresh for every timed call);
+# the others are the layer's weights.
+ACTIVATION_ARGS = {"w8a8": (0, 2), "w4a16": (0,), "dds": (0,)}
+
+
+def fresh_activations(task: str, args: dict, seed: int) -> None:
+    """Refill a call's activations in place (``args``: index -> tensor) with new
+    random values; W8A8's per-token scale follows its new rows."""
+    x = args[0]
     g = torch.Generator(device=x.device).manual_seed(seed)
     x.copy_(torch.randn(x.shape, generator=g, device=x.device, dtype=torch.float32))
+    if task == "w8a8":
+        args[2].copy_(_row_scale(x, 127))

@@ -1,0 +1,211 @@
+"""The harness's two measurements of a worker: a checked call, and a timed, checked batch.
+
+Both run in the trusted grading process. The inputs are the harness's own
+(drawn from a seed the worker never sees), the outputs are read out of the
+harness's arena, and every output is checked here against a reference
+computed here. The clock is the harness's: host time around a batch of calls
+that the worker runs as one CUDA graph, so a call's time is its device time
+plus its share of one launch, with nothing the worker reports about itself.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..compare import check_output
+from ..references import REFERENCES
+from .arena import Arena, Plan
+from .inputs import ACTIVATION_ARGS, fresh_activations, make_inputs
+from .session import Session, WorkerGone
+
+MAX_TIMED_BYTES = 6 << 30  # activations + outputs of one timed batch on the GPU
+MAX_CALLS = 1024
+
+
+@dataclass
+class CallResult:
+    """One checked call: what came back and what the harness saw around it."""
+    status: str                      # ok | error | unusable | gone
+    message: str = ""                # the error, the unusable return, or why the worker is gone
+    output: torch.Tensor | None = None
+    evidence: dict = field(default_factory=dict)
+    inputs_modified: list = field(default_factory=list)
+    stray_write: bool = False
+
+
+def checked_call(session: Session, name: str, args: tuple, out_shape) -> CallResult:
+    """Put ``args`` in a new arena, have the worker call the kernel once, read the output."""
+    plan = Plan()
+    specs = [plan.arg(a) for a in args]
+    out_spec = plan.output(out_shape)
+    arena = Arena(plan, session.device, session.scratch, name)
+    try:
+        mapped = session.request({"op": "map", "arena": name, "handle": arena.handle()})
+        if not mapped["ok"]:
+            return CallResult("error", "the worker could not map its inputs:\n" + mapped.get("error", "?"))
+        reply = session.request({"op": "call", "arena": name, "args": specs, "out": out_spec})
+    except WorkerGone as e:
+        return CallResult("gone", str(e))
+    evidence = reply.get("evidence", {})
+    if not reply["ok"]:
+        if "returned" in reply:
+            return CallResult("unusable", reply["returned"], evidence=evidence)
+        return CallResult("error", reply.get("error", "?"), evidence=evidence)
+    modified = [i for i, (a, s) in enumerate(zip(args, specs)) if not _same(a, arena.arg(s))]
+    return CallResult("ok", output=arena.view(out_spec).clone(), evidence=evidence,
+                      inputs_modified=modified, stray_write=bool(arena.guards_broken()))
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.layout == torch.sparse_bsr:
+        return all(torch.equal(x, y) for x, y in ((a.crow_indices(), b.crow_indices()),
+                                                  (a.col_indices(), b.col_indices()),
+                                                  (a.values(), b.values())))
+    return torch.equal(a, b)
+
+
+@dataclass
+class Timing:
+    """A timed batch, measured ``rounds`` times, next to the baseline's batch."""
+    kernel_ms: list = field(default_factory=list)     # per call, one entry per round
+    baseline_ms: list = field(default_factory=list)
+    calls: int = 0
+    weight_sets: int = 0
+    graph: bool = False
+    note: str = ""
+    wrong: str = ""                  # the first wrong output of a timed call, if any
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.baseline_ms) / statistics.median(self.kernel_ms)
+
+
+def _batch_size(task, shape, options, seed, batch_ms: float) -> tuple[int, int]:
+    """(calls, weight sets): enough calls for ``batch_ms`` of baseline work, and
+    enough distinct weights that a batch cannot run out of the L2 cache."""
+    args, extras = make_inputs(task, shape, options, seed, "cuda")
+    act = ACTIVATION_ARGS[task]
+    set_bytes = sum(_bytes(a) for i, a in enumerate(args) if i not in act)
+    call_bytes = sum(_bytes(args[i]) for i in act) + 2 * shape[0] * shape[1]
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+    sets = max(1, min(16, math.ceil(3 * l2 / max(set_bytes, 1))))
+    x, wt = args[0], extras["weight"].t()
+    torch.matmul(x, wt)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        torch.matmul(x, wt)
+    torch.cuda.synchronize()
+    est_ms = (time.perf_counter() - t0) * 1e3 / 5
+    calls = max(sets, min(MAX_CALLS, math.ceil(batch_ms / max(est_ms, 1e-3))))
+    calls = max(1, min(calls, MAX_TIMED_BYTES // max(call_bytes, 1)))
+    return calls, sets
+
+
+def _bytes(t: torch.Tensor) -> int:
+    if t.layout == torch.sparse_bsr:
+        return sum(_bytes(p) for p in (t.crow_indices(), t.col_indices(), t.values()))
+    return t.numel() * t.element_size()
+
+
+def timed_batches(session: Session, name: str, task: str, shape, options: dict, seed: int,
+                  rounds: int, batch_ms: float, more_rounds=None) -> Timing:
+    """Time the worker's kernel against fp16 torch.matmul on the same inputs.
+
+    One batch is ``calls`` back-to-back calls: call j gets fresh activations
+    of its own and weight set j mod ``sets``. Each round refreshes every
+    activation, times the baseline's batch (a CUDA graph in this process),
+    then the worker's batch (the worker's CUDA graph, replayed on command),
+    and checks every output of the worker's batch. ``more_rounds(timing)``
+    may ask for extra rounds (scores near a threshold).
+    """
+    calls, nsets = _batch_size(task, shape, options, seed, batch_ms)
+    act = ACTIVATION_ARGS[task]
+    sets = [make_inputs(task, shape, options, seed + 1 + r, "cuda") for r in range(nsets)]
+    plan = Plan()
+    set_specs = [[plan.arg(a) if i not in act else None for i, a in enumerate(args)] for args, _ in sets]
+    private = []   # the harness's own activations of each call, refreshed every round
+    batch = []
+    for j in range(calls):
+        args = sets[j % nsets][0]
+        mine = {i: args[i].clone() for i in act}
+        private.append(mine)
+        specs = [set_specs[j % nsets][i] if i not in act else {"tensor": plan.tensor(mine[i])}
+                 for i in range(len(args))]
+        batch.append({"args": specs, "out": plan.output((shape[0], shape[1]))})
+    arena = Arena(plan, "cuda", name=name)
+    timing = Timing(calls=calls, weight_sets=nsets)
+    mapped = session.request({"op": "map", "arena": name, "handle": arena.handle()})
+    if not mapped["ok"]:
+        raise WorkerGone("the worker could not map the timed inputs:\n" + mapped.get("error", "?"))
+    ready = session.request({"op": "prepare", "arena": name, "calls": batch})
+    if not ready["ok"]:
+        raise WorkerGone("raised an exception while timed:\n" + ready.get("error", "?"))
+    timing.graph, timing.note = ready.get("graph", False), ready.get("note", "")
+
+    # The baseline: the same calls on the same inputs, fp16 weights, same output copy.
+    weights = [extras["weight"].t() for _, extras in sets]
+    base_out = torch.empty((calls, shape[0], shape[1]), dtype=torch.float16, device="cuda")
+
+    def views(j):
+        return [arena.view(batch[j]["args"][i]["tensor"]) for i in act]
+
+    def baseline():
+        for j in range(calls):
+            base_out[j].copy_(torch.matmul(views(j)[0], weights[j % nsets]))
+
+    base_graph = _capture(baseline)
+    out_specs = [c["out"] for c in batch]
+    r = 0
+    while r < rounds or (more_rounds and r < rounds + 4 and more_rounds(timing)):
+        for j, mine in enumerate(private):
+            fresh_activations(task, mine, (seed + 1 + r * calls + j) % 2**62)
+            for i, v in zip(act, views(j)):
+                v.copy_(mine[i])
+        arena.reset_outputs(out_specs)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        base_graph.replay()
+        torch.cuda.synchronize()
+        timing.baseline_ms.append((time.perf_counter() - t0) * 1e3 / calls)
+        t0 = time.perf_counter()
+        session.request({"op": "run"})
+        timing.kernel_ms.append((time.perf_counter() - t0) * 1e3 / calls)
+        if not timing.wrong:
+            timing.wrong = _first_wrong(arena, batch, sets, private, task, shape, act)
+        r += 1
+    return timing
+
+
+def _capture(fn) -> torch.cuda.CUDAGraph:
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph
+
+
+def _first_wrong(arena, batch, sets, private, task, shape, act) -> str:
+    """Check every output of the batch that just ran; describe the first wrong one."""
+    nsets = len(sets)
+    for j, call in enumerate(batch):
+        args = list(sets[j % nsets][0])
+        for i in act:
+            args[i] = private[j][i]
+        check = check_output(arena.view(call["out"]), REFERENCES[task](*args), task, shape[:2])
+        if not check.passed:
+            return f"call {j + 1} of the batch: {check.message}"
+    if arena.guards_broken():
+        return "a timed call wrote outside its output"
+    return ""

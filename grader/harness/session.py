@@ -1,0 +1,203 @@
+"""One worker process for one task: start it in the sandbox, talk to it, end it.
+
+The harness writes commands (trusted JSON) and reads one reply line per
+command. A reply is the only thing the worker can say, so it is read with a
+deadline and a size cap, parsed defensively and checked against a schema:
+a reply that breaks the rules ends the session as a crash of the worker,
+never as an exception in the grader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from ..submission import Submission, stage
+try:
+    from . import sandbox
+except ImportError:  # pragma: no cover
+    from . import _fallback as sandbox
+
+LOG_TAIL_BYTES = 16 * 1024
+MAX_REPLY_BYTES = 64 * 1024
+PASS_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH",
+            "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "NVIDIA_VISIBLE_DEVICES", "LANG", "LC_ALL")
+# The fields a reply may have, and their types; anything else is a broken reply.
+REPLY_SCHEMA = {"ok": bool, "error": str, "returned": str, "graph": bool, "note": str, "evidence": dict}
+EVIDENCE_SCHEMA = {"own_launches": int, "foreign_launches": list, "library_matmuls": list,
+                   "oversized_ops": list}
+MAX_TEXT = 4000
+
+
+class WorkerGone(Exception):
+    """The worker died, hung past its deadline, or broke the reply protocol."""
+
+
+class _TailReader(threading.Thread):
+    """Drains the worker's stdout/stderr, keeping only the last LOG_TAIL_BYTES."""
+
+    def __init__(self, pipe):
+        super().__init__(daemon=True)
+        self.pipe, self.tail = pipe, deque()
+
+    def run(self):
+        size = 0
+        for chunk in iter(lambda: self.pipe.read(65536), b""):
+            self.tail.append(chunk)
+            size += len(chunk)
+            while size - len(self.tail[0]) >= LOG_TAIL_BYTES:
+                size -= len(self.tail.popleft())
+
+    def text(self) -> str:
+        return b"".join(self.tail)[-LOG_TAIL_BYTES:].decode("utf-8", "replace")
+
+
+def _validate(reply) -> dict:
+    if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+        raise WorkerGone("the worker sent a malformed reply")
+    clean = {}
+    for key, value in reply.items():
+        kind = REPLY_SCHEMA.get(key)
+        if kind is None or not isinstance(value, kind):
+            raise WorkerGone(f"the worker sent a malformed reply (field {key!r})")
+        clean[key] = value[:MAX_TEXT] if isinstance(value, str) else value
+    if "evidence" in clean:
+        ev = {}
+        for key, kind in EVIDENCE_SCHEMA.items():
+            value = clean["evidence"].get(key, kind())
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise WorkerGone(f"the worker sent malformed evidence (field {key!r})")
+            ev[key] = [str(v)[:200] for v in value[:10]] if isinstance(value, list) else value
+        clean["evidence"] = ev
+    return clean
+
+
+class Session:
+    """A running worker for ``kernel_file`` of ``sub``; use as a context manager."""
+
+    def __init__(self, sub: Submission, kernel_file: str, entry: str, device: str,
+                 deadline: float, writable: list[Path] = ()):
+        self.device, self.deadline = device, deadline
+        self.tmp = Path(tempfile.mkdtemp(prefix="grade-"))
+        self.scratch = self.tmp / "scratch"
+        self.scratch.mkdir()
+        self.scratch.chmod(0o777)
+        stage(sub, kernel_file, self.tmp / "stage")
+        self.started = time.monotonic()
+        self.timed_out = False
+        self.exit_reason: str | None = None
+        cmd_r, self._cmd_w = os.pipe()
+        self._reply_r, reply_w = os.pipe()
+        argv = [sys.executable, "-m", "_grader_worker.main", str(cmd_r), str(reply_w),
+                "submission", kernel_file[:-3], entry]
+        jail = sandbox.Jail(scratch=self.scratch, readonly=[self.tmp / "stage"],
+                            writable=list(writable), env=self._env(), gpu=device != "cpu",
+                            pass_fds=(cmd_r, reply_w))
+        try:
+            self.proc = sandbox.spawn(argv, jail, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT)
+        finally:
+            os.close(cmd_r)
+            os.close(reply_w)
+        self._log = _TailReader(self.proc.stdout)
+        self._log.start()
+        self._pending = b""
+        self.hello = self._recv()  # the import of the kernel file
+
+    def _env(self) -> dict:
+        env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
+        env.update(HOME=str(self.scratch), TMPDIR=str(self.scratch), PYTHONNOUSERSITE="1",
+                   PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1",
+                   TRITON_CACHE_DIR=str(self.scratch / "triton-cache"),
+                   PYTHONPATH=str(self.tmp / "stage"))
+        if self.device == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def request(self, msg: dict) -> dict:
+        """Send one command, return its validated reply; WorkerGone if there is none."""
+        if self.exit_reason:
+            raise WorkerGone(self.exit_reason)
+        try:
+            os.write(self._cmd_w, (json.dumps(msg) + "\n").encode())
+        except OSError:
+            self._gone("the worker stopped reading its commands")
+        return self._recv()
+
+    def _recv(self) -> dict:
+        while b"\n" not in self._pending:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                self.timed_out = True
+                self._gone(f"time limit exceeded after {time.monotonic() - self.started:.0f} s; "
+                           "the worker was killed")
+            ready, _, _ = select.select([self._reply_r], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(self._reply_r, 65536)
+            if not chunk:
+                self._gone(self._death())
+            self._pending += chunk
+            if len(self._pending) > MAX_REPLY_BYTES:
+                self._gone("the worker sent an oversized reply")
+        line, self._pending = self._pending.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except (ValueError, RecursionError):
+            self._gone("the worker sent a reply that is not JSON")
+        try:
+            return _validate(reply)
+        except WorkerGone as e:
+            self._gone(str(e))
+
+    def _death(self) -> str:
+        code = self.proc.wait(timeout=10)
+        why = self.proc.reason() if hasattr(self.proc, "reason") else None
+        if why:
+            return f"the worker process ended: {why}"
+        if code is not None and code < 0:
+            try:
+                return f"the process crashed ({signal.Signals(-code).name})"
+            except ValueError:
+                return f"the process crashed (signal {-code})"
+        return f"the process exited early with code {code}"
+
+    def _gone(self, reason: str):
+        self.exit_reason = reason
+        self.close()
+        raise WorkerGone(reason)
+
+    def log_tail(self) -> str:
+        return self._log.text()
+
+    def close(self) -> None:
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+        self._log.join(timeout=5)
+        for fd in (self._cmd_w, self._reply_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.seconds = time.monotonic() - self.started
+        import shutil
+        shutil.rmtree(self.tmp, ignore_errors=True)

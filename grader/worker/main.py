@@ -1,0 +1,172 @@
+"""The worker: import one kernel file of the submission and call it, nothing else.
+
+    python -m _grader_worker.main CMD_FD REPLY_FD PACKAGE MODULE ENTRY
+
+It runs inside the sandbox, next to the submission, so nothing it says is
+believed: the harness owns the inputs (in a shared arena), reads the outputs
+out of that arena itself, checks them against its own references, and keeps
+the clock. Commands arrive as JSON lines on CMD_FD; each gets one JSON line
+back on REPLY_FD:
+
+    {"op": "map", "arena": A, "handle": {...}}              -> {"ok": true}
+    {"op": "call", "arena": A, "args": [...], "out": spec}  -> {"ok": true, "evidence": {...}}
+                                                               | {"ok": false, "error": "...", "returned": "..."}
+    {"op": "prepare", "arena": A, "calls": [{"args", "out"}, ...]}
+                                                            -> {"ok": true, "graph": bool, "note": "..."}
+    {"op": "run"}                                           -> {"ok": true}   (after the device is idle)
+
+``call`` is a correctness call: the kernel's result is copied into ``out``.
+``prepare`` warms a timed batch up and captures it in a CUDA graph when the
+submission allows it (``run`` then replays it; otherwise it calls eagerly).
+The evidence (Triton launches, PyTorch ops) can only cost the submission
+points: docs/integrity.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+import os
+import pickle
+import sys
+import traceback
+
+import torch
+
+from .evidence import LaunchRecorder, OpRecorder
+from .layout import build, view
+
+MAX_ERROR_CHARS = 4000
+
+
+class Worker:
+    def __init__(self, fn, launches: LaunchRecorder, device: str):
+        self.fn, self.launches, self.device = fn, launches, device
+        self.arenas: dict = {}
+        self.batch = None  # (calls, graph or None)
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def map(self, msg: dict) -> dict:
+        h = msg["handle"]
+        if h["kind"] == "file":
+            buf = torch.from_file(h["path"], shared=True, size=h["nbytes"], dtype=torch.uint8)
+        else:
+            importlib.import_module("torch.multiprocessing")  # registers the CUDA IPC rebuild
+            buf = pickle.loads(base64.b64decode(h["pickle"]))
+        self.arenas[msg["arena"]] = buf
+        return {"ok": True}
+
+    def _call(self, arena, call: dict):
+        args = [build(arena, a) for a in call["args"]]
+        out = view(arena, call["out"])
+        return args, out
+
+    def call(self, msg: dict) -> dict:
+        args, out = self._call(self.arenas[msg["arena"]], msg)
+        self.launches.reset()
+        ops = OpRecorder()
+        try:
+            with ops:
+                y = self.fn(*args)
+            self.sync()
+        except BaseException:  # sys.exit() in one case loses that case only
+            return {"ok": False, "error": traceback.format_exc()[-MAX_ERROR_CHARS:],
+                    "evidence": self._evidence(ops, args, out)}
+        problem = _unusable(y, out)
+        if problem:
+            return {"ok": False, "returned": problem, "evidence": self._evidence(ops, args, out)}
+        out.copy_(y)
+        self.sync()
+        return {"ok": True, "evidence": self._evidence(ops, args, out)}
+
+    def _evidence(self, ops: OpRecorder, args, out) -> dict:
+        sizes = [a.numel() for a in args if isinstance(a, torch.Tensor) and a.layout == torch.strided]
+        limit = 2 * max(sizes + [out.numel()])
+        return {"own_launches": self.launches.own(), "foreign_launches": self.launches.foreign()[:10],
+                "library_matmuls": ops.library_matmuls()[:10], "oversized_ops": ops.oversized(limit)[:10]}
+
+    def prepare(self, msg: dict) -> dict:
+        arena = self.arenas[msg["arena"]]
+        calls = [self._call(arena, c) for c in msg["calls"]]
+
+        def batch():
+            for args, out in calls:
+                out.copy_(self.fn(*args))
+
+        batch()  # compiles every variant the batch needs
+        self.sync()
+        graph, note = None, ""
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                batch()
+            torch.cuda.current_stream().wait_stream(stream)
+            self.sync()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                batch()
+            self.sync()
+        except Exception as e:  # e.g. a host synchronisation inside the call
+            graph, note = None, f"{type(e).__name__}: {e}"[:500]
+            self.sync()
+        self.batch = (batch, graph)
+        return {"ok": True, "graph": graph is not None, "note": note}
+
+    def run(self, msg: dict) -> dict:
+        batch, graph = self.batch
+        if graph is not None:
+            graph.replay()
+        else:
+            batch()
+        self.sync()
+        return {"ok": True}
+
+
+def _unusable(y, out: torch.Tensor) -> str | None:
+    """Why ``y`` cannot be the output, in words, or None."""
+    if not isinstance(y, torch.Tensor):
+        return f"returned {type(y).__name__}, expected a torch.Tensor"
+    if y.layout != torch.strided:
+        return f"returned a {y.layout} tensor, expected a dense (strided) tensor"
+    if y.dtype != out.dtype:
+        return f"output dtype is {y.dtype}, expected {out.dtype}"
+    if tuple(y.shape) != tuple(out.shape):
+        return f"output shape is {tuple(y.shape)}, expected {tuple(out.shape)}"
+    if y.device != out.device:
+        return f"output is on {y.device}, expected {out.device}"
+    return None
+
+
+def main(argv: list[str]) -> None:
+    cmd_fd, reply_fd, package, module_name, entry = int(argv[0]), int(argv[1]), *argv[2:5]
+    commands = os.fdopen(cmd_fd, "rb")
+    replies = os.fdopen(reply_fd, "wb", buffering=0)
+
+    def reply(obj: dict) -> None:
+        replies.write((json.dumps(obj) + "\n").encode())
+
+    launches = LaunchRecorder(own_prefix=package + ".")
+    launches.install()
+    try:
+        fn = getattr(importlib.import_module(f"{package}.{module_name}"), entry)
+    except BaseException:
+        reply({"ok": False, "error": traceback.format_exc()[-MAX_ERROR_CHARS:]})
+        return
+    reply({"ok": True})
+    device = "cuda" if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"
+    worker = Worker(fn, launches, device)
+    for line in commands:
+        msg = json.loads(line)
+        try:
+            reply(getattr(worker, msg["op"])(msg))
+        except BaseException:
+            reply({"ok": False, "error": traceback.format_exc()[-MAX_ERROR_CHARS:]})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
