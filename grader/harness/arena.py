@@ -104,7 +104,9 @@ class Arena:
         """What the worker needs to map this arena (trusted data for the worker)."""
         if self.path is not None:
             return {"kind": "file", "path": str(self.path), "nbytes": self.buf.numel()}
-        from torch.multiprocessing.reductions import ForkingPickler  # registers CUDA IPC reductions
+        from multiprocessing.reduction import ForkingPickler
+
+        import torch.multiprocessing  # noqa: F401  (registers torch's CUDA IPC reductions)
 
         blob = bytes(ForkingPickler.dumps(self.buf, pickle.HIGHEST_PROTOCOL))
         return {"kind": "cuda", "pickle": base64.b64encode(blob).decode(), "nbytes": self.buf.numel()}

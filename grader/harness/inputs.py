@@ -1,10 +1,8 @@
-"""Random inputs for one graded call, rebuilt bit-for-bit from (case, seed).
+"""Random inputs for one graded call, rebuilt bit-for-bit from (case, seed, device).
 
-The parent (to compute references) and the child (to call the submission)
-both call ``make_inputs``; only the parent knows the master seed, the child
-receives one derived seed per case. Inputs are drawn on the CPU so that both
-sides get the same numbers whatever the device. Depends on torch only: this
-file is copied next to the submission.
+Only the harness draws inputs: it keeps a private copy for the reference and
+puts another into the arena the worker reads. They are drawn on the device
+that runs the kernel, so full-size GPU cases cost no host work.
 """
 
 from __future__ import annotations
@@ -16,8 +14,8 @@ import torch
 BSR_BLOCK = 32
 
 
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
+def _gen(seed: int, device: str = "cpu") -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 def _activations(M: int, K: int, zero_rows: int, g: torch.Generator) -> torch.Tensor:
@@ -94,23 +92,11 @@ BUILDERS = {"w8a8": w8a8_inputs, "w4a16": w4a16_inputs, "dds": dds_inputs}
 def make_inputs(task: str, shape, options: dict, seed: int, device: str = "cpu"):
     """(args for the kernel call, extras for the checks), on ``device``.
 
-    The same (task, shape, options, seed) always gives the same numbers.
+    The same (task, shape, options, seed, device) always gives the same numbers.
     """
     M, N, K = shape
-    args, extras = BUILDERS[task](M, N, K, _gen(seed), **options)
-    if device != "cpu":
-        args = tuple(_to(a, device) for a in args)
-        extras = {k: v.to(device) for k, v in extras.items()}
-    return args, extras
-
-
-def _to(t: torch.Tensor, device: str) -> torch.Tensor:
-    if t.layout == torch.sparse_bsr:
-        return torch.sparse_bsr_tensor(t.crow_indices().to(device), t.col_indices().to(device),
-                                       t.values().to(device), size=t.shape)
-    if t.dim() == 2 and t.stride(0) == 1 and t.stride(1) != 1:  # keep a transposed view a view
-        return t.t().contiguous().to(device).t()
-    return t.to(device)
+    with torch.device(device):  # every factory call below allocates on ``device``
+        return BUILDERS[task](M, N, K, _gen(seed, device), **options)
 
 
 # Which kernel arguments are a call's activations (fresh for every timed call);

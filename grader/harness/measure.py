@@ -85,10 +85,10 @@ class Timing:
         return statistics.median(self.baseline_ms) / statistics.median(self.kernel_ms)
 
 
-def _batch_size(task, shape, options, seed, batch_ms: float) -> tuple[int, int]:
+def _batch_size(task, shape, inputs, batch_ms: float) -> tuple[int, int]:
     """(calls, weight sets): enough calls for ``batch_ms`` of baseline work, and
     enough distinct weights that a batch cannot run out of the L2 cache."""
-    args, extras = make_inputs(task, shape, options, seed, "cuda")
+    args, extras = inputs
     act = ACTIVATION_ARGS[task]
     set_bytes = sum(_bytes(a) for i, a in enumerate(args) if i not in act)
     call_bytes = sum(_bytes(args[i]) for i in act) + 2 * shape[0] * shape[1]
@@ -124,9 +124,10 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
     and checks every output of the worker's batch. ``more_rounds(timing)``
     may ask for extra rounds (scores near a threshold).
     """
-    calls, nsets = _batch_size(task, shape, options, seed, batch_ms)
+    first = make_inputs(task, shape, options, seed + 1, "cuda")
+    calls, nsets = _batch_size(task, shape, first, batch_ms)
     act = ACTIVATION_ARGS[task]
-    sets = [make_inputs(task, shape, options, seed + 1 + r, "cuda") for r in range(nsets)]
+    sets = [first] + [make_inputs(task, shape, options, seed + 1 + r, "cuda") for r in range(1, nsets)]
     plan = Plan()
     set_specs = [[plan.arg(a) if i not in act else None for i, a in enumerate(args)] for args, _ in sets]
     private = []   # the harness's own activations of each call, refreshed every round
@@ -197,15 +198,21 @@ def _capture(fn) -> torch.cuda.CUDAGraph:
 
 
 def _first_wrong(arena, batch, sets, private, task, shape, act) -> str:
-    """Check every output of the batch that just ran; describe the first wrong one."""
-    nsets = len(sets)
-    for j, call in enumerate(batch):
-        args = list(sets[j % nsets][0])
+    """Check every output of the batch that just ran; describe the first wrong one.
+
+    The calls that share a weight set are checked together: their activations
+    stacked make one reference product, and their outputs stacked one check.
+    """
+    nsets, M = len(sets), shape[0]
+    for r in range(nsets):
+        calls = list(range(r, len(batch), nsets))
+        args = list(sets[r][0])
         for i in act:
-            args[i] = private[j][i]
-        check = check_output(arena.view(call["out"]), REFERENCES[task](*args), task, shape[:2])
+            args[i] = torch.cat([private[j][i] for j in calls])
+        out = torch.cat([arena.view(batch[j]["out"]) for j in calls])
+        check = check_output(out, REFERENCES[task](*args), task, (M * len(calls), shape[1]))
         if not check.passed:
-            return f"call {j + 1} of the batch: {check.message}"
+            return f"one of the calls on weight set {r + 1}: {check.message}"
     if arena.guards_broken():
         return "a timed call wrote outside its output"
     return ""
