@@ -44,7 +44,7 @@ def rubric_dict(timeout_s: float = 120, static: bool = True, same_shape_twice: b
                           shape=[64, 256, 256], full_ratio=1.0, zero_ratio=0.5, **opts))
     task_table = {t: dict(title=t, file=f"{t}.py", entry=f"{t}_mm") for t in tasks}
     settings = dict(cpu_task_timeout_s=timeout_s, task_timeout_s=timeout_s, static_checks=static,
-                    timing_reps=10, timing_rounds=2)
+                    timed_batch_ms=2.0, timing_rounds=2)
     return {"schema_version": 1, "settings": settings, "tasks": task_table, "tests": tests}
 
 

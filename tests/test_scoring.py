@@ -3,7 +3,9 @@
 import pytest
 
 from grader.rubric import parse_rubric
-from grader.worker.child import _borderline
+from grader.harness.measure import Timing
+from grader.judge import borderline
+from grader.rubric import TestSpec
 from grader.scoring import resolve_test, round_to_step, totals
 
 
@@ -42,7 +44,11 @@ def test_bonus_is_capped_at_the_maximum_of_tests_that_ran(cap, expected):
 
 
 def test_borderline_ratios_are_measured_again():
-    case = dict(baseline_ms=1.0, full_ratio=1.0, zero_ratio=0.5)
-    assert _borderline(1 / 1.01, case)       # ratio 1.01, 1% from full credit
-    assert _borderline(1 / 0.51, case)       # ratio 0.51, 2% from zero
-    assert not _borderline(1 / 0.75, case)   # in the middle: the linear part absorbs noise
+    spec = TestSpec("w8a8/p", "w8a8", "performance", 4, (1, 8, 8), full_ratio=1.0, zero_ratio=0.5)
+
+    def at(ratio):
+        return Timing(kernel_ms=[1 / ratio], baseline_ms=[1.0])
+
+    assert borderline(spec, at(1.01))       # 1% from full credit
+    assert borderline(spec, at(0.51))       # 2% from zero
+    assert not borderline(spec, at(0.75))   # in the middle: the linear part absorbs noise
