@@ -15,7 +15,7 @@ import torch
 import triton
 
 from .harness.inputs import make_inputs
-from .harness.measure import checked_call, timed_batches
+from .harness.measure import CallResult, checked_call, timed_batches
 from .harness.session import Session, WorkerGone
 from .judge import Verdict, borderline, judge_call, judge_timing, not_run, task_flags
 from .pytest_plugin import GradingPlugin
@@ -171,6 +171,7 @@ def _performance(state: GradingState, task: str, specs: list[TestSpec], session,
             state.gone[task] = str(e)
             state.verdicts[spec.name] = Verdict(False, f"while timed: {e}")
             continue
+        state.evidence[task].append((spec.name, CallResult("ok", evidence=timing.evidence)))
         state.verdicts[spec.name] = judge_timing(spec, timing, state.bandwidth_gbs)
         torch.cuda.empty_cache()
 

@@ -79,6 +79,7 @@ class Timing:
     graph: bool = False
     note: str = ""
     wrong: str = ""                  # the first wrong output of a timed call, if any
+    evidence: dict = field(default_factory=dict)  # what the worker recorded while preparing
 
     @property
     def ratio(self) -> float:
@@ -148,6 +149,7 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
     if not ready["ok"]:
         raise WorkerGone("raised an exception while timed:\n" + ready.get("error", "?"))
     timing.graph, timing.note = ready.get("graph", False), ready.get("note", "")
+    timing.evidence = ready.get("evidence", {})
 
     # The baseline: the same calls on the same inputs, fp16 weights, same output copy.
     weights = [extras["weight"].t() for _, extras in sets]
