@@ -5,9 +5,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .compare import check_output, check_sanity
+from .compare import check_sanity, check_task_output
 from .harness.measure import CallResult, Timing
-from .references import REFERENCES
 from .rubric import TestSpec
 
 
@@ -67,9 +66,7 @@ def judge_call(spec: TestSpec, result: CallResult, args: tuple, extras: dict) ->
         return Verdict(False, "raised an exception:\n" + _error_summary(result.message))
     if result.status == "unusable":
         return Verdict(False, result.message)
-    ref = REFERENCES[spec.task](*args)
-    M, N = args[0].shape[0], extras["weight"].shape[0]
-    tight = check_output(result.output, ref, spec.task, (M, N))
+    tight = check_task_output(result.output, spec.task, args)
     details = {"max_abs_err": tight.max_abs_err, "max_rel_err": tight.max_rel_err, "bad_elements": tight.bad}
     if not tight.passed:
         return Verdict(False, tight.message, details=details)

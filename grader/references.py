@@ -25,6 +25,26 @@ def w8a8_reference(x, qweight_t, input_scale, weight_scale) -> torch.Tensor:
     return (acc.float() * input_scale * weight_scale.t()).to(torch.float16)
 
 
+def w8a8_rounding_slack(x, qweight_t, input_scale, weight_scale, ulps: int = 4) -> torch.Tensor:
+    """float64 [M, N]: how far a faithful W8A8 kernel may be from the reference.
+
+    A kernel may compute x / s with Triton's fast approximate division (about
+    2 ulp on a GPU) or as x * (1 / s). Where x / s lies within ``ulps`` ulp of
+    a rounding boundary (k + 0.5), either integer is a faithful quantization,
+    and the product moves by s_x * s_w * |w_q| for that element. That includes
+    exact ties, unless the row's scale is a power of two: then every faithful
+    division is exact and a tie must round half to even (the rounding_ties
+    case is built that way).
+    """
+    t = x.float() / input_scale
+    boundary = torch.floor(t) + 0.5
+    ulp = torch.finfo(torch.float32).eps * t.abs().clamp_min(1.0)
+    exact_scale = torch.frexp(input_scale.float()).mantissa == 0.5  # [M, 1]: s = 2^e
+    ambiguous = ((t - boundary).abs() <= ulps * ulp) & ~((t == boundary) & exact_scale)
+    wq = qweight_t.double().abs()  # [K, N]
+    return (ambiguous.double() @ wq) * input_scale.double() * weight_scale.double().t()
+
+
 def w4a16_reference(x, qweight, scales) -> torch.Tensor:
     """float64 [M, N]: x @ (q * s)^T with the dequantized weight exact in fp32."""
     q = unpack_int4(qweight)

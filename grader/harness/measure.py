@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..compare import check_output
-from ..references import REFERENCES
+from ..compare import check_task_output
 from .arena import Arena, Plan
 from .inputs import ACTIVATION_ARGS, fresh_activations, make_inputs
 from .session import Session, WorkerGone
@@ -212,7 +211,7 @@ def _first_wrong(arena, batch, sets, private, task, shape, act) -> str:
         for i in act:
             args[i] = torch.cat([private[j][i] for j in calls])
         out = torch.cat([arena.view(batch[j]["out"]) for j in calls])
-        check = check_output(out, REFERENCES[task](*args), task, (M * len(calls), shape[1]))
+        check = check_task_output(out, task, args)
         if not check.passed:
             return f"one of the calls on weight set {r + 1}: {check.message}"
     if arena.guards_broken():
