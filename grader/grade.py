@@ -21,6 +21,7 @@ from .judge import Verdict, borderline, judge_call, judge_timing, not_run, task_
 from .pytest_plugin import GradingPlugin
 from .rubric import Rubric, TestSpec
 from .staticcheck import check_source
+from .tracebacks import explain_error
 from .scoring import SCHEMA_VERSION, GradeResult, TaskResult, resolve_test, totals
 from .submission import Submission, SubmissionError, load_submission
 
@@ -125,14 +126,9 @@ def _grade_task(state: GradingState, task: str, log) -> None:
 def _open(state: GradingState, t, deadline: float) -> Session:
     session = Session(state.sub, t.file, t.entry, state.device, deadline)
     if not session.hello["ok"]:
-        state.gone[t.name] = ("the kernel file could not be imported: "
-                              + _last_line(session.hello.get("error", "")))
+        state.gone[t.name] = ("the kernel file could not be imported:\n"
+                              + explain_error(session.hello.get("error", "")))
     return session
-
-
-def _last_line(text: str) -> str:
-    lines = [l for l in text.strip().splitlines() if l.strip()]
-    return lines[-1] if lines else "?"
 
 
 def _correctness(state: GradingState, session: Session, spec: TestSpec, evidence: list) -> Verdict:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from .compare import check_sanity, check_task_output
 from .harness.measure import CallResult, Timing
 from .rubric import TestSpec
+from .tracebacks import explain_error
 
 
 @dataclass
@@ -53,17 +54,12 @@ def task_flags(results: list[tuple[str, CallResult]]) -> list[str]:
     return unique
 
 
-def _error_summary(text: str) -> str:
-    lines = [l for l in text.strip().splitlines() if l.strip()]
-    return "\n".join(lines[-6:])
-
-
 def judge_call(spec: TestSpec, result: CallResult, args: tuple, extras: dict) -> Verdict:
     """Correctness of one checked call against the reference on the same inputs."""
     if result.status == "gone":
         return Verdict(False, result.message)
     if result.status == "error":
-        return Verdict(False, "raised an exception:\n" + _error_summary(result.message))
+        return Verdict(False, "raised an exception:\n" + explain_error(result.message))
     if result.status == "unusable":
         return Verdict(False, result.message)
     tight = check_task_output(result.output, spec.task, args)

@@ -35,7 +35,7 @@ PASS_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUD
 REPLY_SCHEMA = {"ok": bool, "error": str, "returned": str, "graph": bool, "note": str, "evidence": dict}
 EVIDENCE_SCHEMA = {"own_launches": int, "foreign_launches": list, "library_matmuls": list,
                    "oversized_ops": list}
-MAX_TEXT = 4000
+MAX_TEXT = 12000
 
 
 class WorkerGone(Exception):

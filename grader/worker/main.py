@@ -37,7 +37,14 @@ import torch
 from .evidence import LaunchRecorder, OpRecorder
 from .layout import build, view
 
-MAX_ERROR_CHARS = 4000
+MAX_ERROR_CHARS = 12000  # the harness looks for the submission's frame in it
+
+
+def _traceback() -> str:
+    """The current traceback, its head and tail kept if it is long (the root cause comes first)."""
+    text = traceback.format_exc()
+    half = MAX_ERROR_CHARS // 2
+    return text if len(text) <= MAX_ERROR_CHARS else text[:half] + "\n...\n" + text[-half:]
 
 
 class Worker:
@@ -74,7 +81,7 @@ class Worker:
                 y = self.fn(*args)
             self.sync()
         except BaseException:  # sys.exit() in one case loses that case only
-            return {"ok": False, "error": traceback.format_exc()[-MAX_ERROR_CHARS:],
+            return {"ok": False, "error": _traceback(),
                     "evidence": self._evidence(ops, args, out)}
         problem = _unusable(y, out)
         if problem:
@@ -162,7 +169,7 @@ def main(argv: list[str]) -> None:
     try:
         fn = getattr(importlib.import_module(f"{package}.{module_name}"), entry)
     except BaseException:
-        reply({"ok": False, "error": traceback.format_exc()[-MAX_ERROR_CHARS:]})
+        reply({"ok": False, "error": _traceback()})
         return
     reply({"ok": True})
     device = "cuda" if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"
@@ -172,7 +179,7 @@ def main(argv: list[str]) -> None:
         try:
             reply(getattr(worker, msg["op"])(msg))
         except BaseException:
-            reply({"ok": False, "error": traceback.format_exc()[-MAX_ERROR_CHARS:]})
+            reply({"ok": False, "error": _traceback()})
 
 
 if __name__ == "__main__":

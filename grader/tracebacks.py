@@ -1,0 +1,55 @@
+"""Point a student at their own line: the innermost frame of a traceback that is in their file.
+
+The worker sends a traceback as text (untrusted, only ever shown). Triton's
+interpreter and compiler wrap a kernel's error in their own frames, so the
+last lines of a traceback are rarely the student's; this finds the frame in
+the submission's package (staged as ``.../submission/<file>``) nearest the
+error and shows it with its source line and the final exception.
+"""
+
+from __future__ import annotations
+
+import re
+
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"\n]+)", line (?P<line>\d+)(?:, in (?P<func>[^\n]+))?\n'
+                    r'(?P<src>(?:(?![ \t]*File ")[ \t]+[^\n]*\n){0,3})', re.M)
+_PACKAGE = "/submission/"
+_CHAINED = re.compile(r"^(The above exception was the direct cause of the following exception:|"
+                      r"During handling of the above exception, another exception occurred:)$", re.M)
+
+
+def explain_error(text: str, max_lines: int = 8) -> str:
+    """``file, line N, in f:`` + source line(s) + the final exception, or the text's last lines.
+
+    In a chained traceback (Triton's interpreter re-raises a kernel's error as
+    its own) the root cause comes first: its innermost frame in the
+    submission is the line to show.
+    """
+    lines = [l for l in text.strip().splitlines() if l.strip()]
+    if not lines:
+        return "(no error text)"
+    for segment in _CHAINED.split(text):
+        mine = [m for m in _FRAME.finditer(segment + "\n") if _PACKAGE in m["path"]]
+        if mine:
+            break
+    else:
+        return "\n".join(lines[-max_lines:])
+    final = _final_exception([l for l in segment.splitlines() if l.strip()] or lines)
+    frame = mine[-1]
+    where = f'{frame["path"].rsplit(_PACKAGE, 1)[1]}, line {frame["line"]}'
+    if frame["func"] and frame["func"] != "<module>":
+        where += f', in {frame["func"]}'
+    src = [l for l in frame["src"].splitlines() if l.strip() and not set(l.strip()) <= set("^~")][:2]
+    caret = [l for l in frame["src"].splitlines() if l.strip() and set(l.strip()) <= set("^~")]
+    body = [where + ":"] + ["    " + s.strip() for s in src]
+    if caret and src and final.startswith("SyntaxError"):
+        body.append(caret[0].rstrip())
+    return "\n".join(body + [final])
+
+
+def _final_exception(lines: list[str]) -> str:
+    """The last line that names an exception (Triton adds notes after it at times)."""
+    for line in reversed(lines):
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b", line):
+            return re.sub(r"^triton\.(runtime|compiler)\.errors\.", "", line.strip())[:500]
+    return lines[-1].strip()[:500]
