@@ -194,6 +194,7 @@ format join strip lstrip rstrip startswith endswith lower upper replace isdigit 
 value _replace _asdict _fields
 """.split())
 ALLOWED_DUNDERS = {"__name__", "__qualname__", "__doc__", "__init__", "__version__"}
+MATMUL_DUNDERS = {"__matmul__", "__rmatmul__", "__imatmul__"}
 # Attributes of Triton kernel objects that reach the plain Python function or its source.
 KERNEL_OBJECT_ATTRS = {"fn", "base_fn", "rewritten_fn", "rewrite", "src", "run", "warmup", "cache",
                        "device_caches", "arg_names", "params", "kernel_decorators", "_set_src",
@@ -235,6 +236,8 @@ REFUSED_BUILTINS = {
                              "your kernel, and use math.prod or a loop for shapes"),
 }
 ALLOWED_NAME_DUNDERS = {"__name__", "__debug__"}
+BUILTIN_NAMES = set(vars(builtins))
+MODULE, CLASS, FUNCTION = 0, 1, 2  # where a statement runs: what a name bound there hides
 DISPATCH_HOOKS = {"__torch_function__", "__torch_dispatch__"}
 SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
                ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -375,8 +378,8 @@ def _path_reason(path: str) -> tuple[str, str]:
     """(rule, why) for a dotted path that is not allowed."""
     module = path.split(".")[0]
     if _is_product(path):
-        return "torch-product", ("computes the product (or a reduction) outside your kernel; the product "
-                                 "must come from your @triton.jit kernel (tl.dot, tl.sum)")
+        return "torch-product", ("computes the product (or a reduction) in PyTorch; the product must come "
+                                 "from your @triton.jit kernel (tl.dot, tl.sum)")
     if module == "torch":
         return "not-allowed", ("is not on the list of PyTorch names a kernel file may use: outside a kernel, "
                                "use torch only to allocate (torch.empty, torch.zeros, ...), for dtypes and "
@@ -387,14 +390,15 @@ def _path_reason(path: str) -> tuple[str, str]:
                                "triton.autotune, triton.heuristics, triton.Config, triton.cdiv, "
                                "triton.next_power_of_2 and triton.language (tl.*)")
     if module == "os":
-        return "not-allowed", ("a kernel file may only read settings from os (os.environ.get, os.getenv); "
-                               "files, processes, signals and the environment are the grader's business")
+        return "not-allowed", ("is not allowed: from os a kernel file may only read settings (os.environ.get, "
+                               "os.getenv); files, processes, signals and the environment are the grader's "
+                               "business")
     if path.startswith(UTILS + "."):
         return "not-allowed", ("is not a helper that .utils defines; available: "
                                + ", ".join(sorted(UTILS_NAMES)[:12]) + ", ...")
     allowed = sorted(p.split(".", 1)[1] for p in ALLOWED_PATHS if p.startswith(module + "."))
     if allowed:
-        return "not-allowed", f"from {module} a kernel file may use only {', '.join(allowed)}"
+        return "not-allowed", f"is not allowed: from {module} a kernel file may use only {', '.join(allowed)}"
     return "not-allowed", "is not on the list of names a kernel file may use"
 
 
@@ -469,6 +473,7 @@ class _Checker:
         self.imports: dict[str, str] = {}    # local name -> dotted path it was imported as
         self.kernels: set[str] = set(UTILS_KERNELS)  # names of @triton.jit functions
         self.own_attrs: set[str] = set()     # attribute names the file's own classes define
+        self.defined: set[str] = set()       # every name the file binds anywhere
 
     # -- reporting
     def flag(self, node: ast.AST | None, rule: str, detail: str) -> None:
@@ -484,6 +489,8 @@ class _Checker:
     def collect(self) -> None:
         nodes = list(ast.walk(self.tree))
         for node in nodes:
+            if isinstance(node, SCOPE_NODES):
+                self.defined |= _bound_in(node) | ({node.name} if hasattr(node, "name") else set())
             if isinstance(node, ast.Import):
                 for a in node.names:
                     self._bind_import(node, a.asname or a.name.split(".")[0],
@@ -517,6 +524,7 @@ class _Checker:
                     for c in ast.walk(arg):
                         if isinstance(c, ast.Constant) and isinstance(c.value, str):
                             self.own_attrs |= set(c.value.replace(",", " ").split())
+        self.defined |= _bound_in(self.tree) | set(self.imports)
         self.own_attrs = {a for a in self.own_attrs if a not in LIBRARY_ATTRS and not a.startswith("__")}
 
     def _bind_import(self, node: ast.AST, name: str, path: str) -> None:
@@ -575,25 +583,25 @@ class _Checker:
     # -- the walk
     def run(self) -> None:
         self.collect()
-        stack: list[tuple[ast.AST, bool, _Scope | None, bool]] = [(self.tree, False, None, False)]
+        stack: list[tuple[ast.AST, bool, _Scope | None, int]] = [(self.tree, False, None, MODULE)]
         while stack:
-            node, in_kernel, scope, in_function = stack.pop()
-            push = lambda n, k=in_kernel, s=scope, f=in_function: stack.append((n, k, s, f))  # noqa: E731
+            node, in_kernel, scope, level = stack.pop()
+            push = lambda n, k=in_kernel, s=scope, f=level: stack.append((n, k, s, f))  # noqa: E731
             handler = getattr(self, "visit_" + type(node).__name__, None)
             if handler is not None:
-                handler(node, in_kernel, scope, in_function, push, stack)
+                handler(node, in_kernel, scope, level, push, stack)
             else:
                 for child in ast.iter_child_nodes(node):
                     push(child)
 
     # Each visit_X checks its node and pushes the children that still need visiting.
 
-    def visit_Import(self, node, in_kernel, scope, in_function, push, stack):
+    def visit_Import(self, node, in_kernel, scope, level, push, stack):
         for a in node.names:
             if not self.importable(a.name):
                 self._flag_import(node, a.name)
 
-    def visit_ImportFrom(self, node, in_kernel, scope, in_function, push, stack):
+    def visit_ImportFrom(self, node, in_kernel, scope, level, push, stack):
         if node.level:
             siblings = {node.module or ""} | {a.name for a in node.names}
             if node.level > 1 or siblings & KERNEL_SIBLINGS:
@@ -639,8 +647,8 @@ class _Checker:
                               "triton.language, math, functools, typing, dataclasses, itertools, "
                               "collections, enum, warnings, os (os.environ.get only) and helpers from .utils")
 
-    def visit_FunctionDef(self, node, in_kernel, scope, in_function, push, stack):
-        self._check_binding(node, node.name, in_function)
+    def visit_FunctionDef(self, node, in_kernel, scope, level, push, stack):
+        self._check_binding(node, node.name, level)
         if node.name in DISPATCH_HOOKS:
             self.flag(node, "patching", f"defines {node.name}, which intercepts PyTorch operations; "
                                         "a kernel file has no use for it")
@@ -652,7 +660,7 @@ class _Checker:
         inner = _Scope(_bound_in(node), scope)
         kernel = self._is_kernel(node)
         for s in node.body:
-            stack.append((s, kernel, inner, True))
+            stack.append((s, kernel, inner, FUNCTION))
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
@@ -666,12 +674,12 @@ class _Checker:
             if a.annotation is not None:
                 push(a.annotation)
 
-    def visit_Lambda(self, node, in_kernel, scope, in_function, push, stack):
+    def visit_Lambda(self, node, in_kernel, scope, level, push, stack):
         self._push_arguments(node.args, push)
-        stack.append((node.body, False, _Scope(_bound_in(node), scope), True))
+        stack.append((node.body, False, _Scope(_bound_in(node), scope), FUNCTION))
 
-    def visit_ClassDef(self, node, in_kernel, scope, in_function, push, stack):
-        self._check_binding(node, node.name, in_function)
+    def visit_ClassDef(self, node, in_kernel, scope, level, push, stack):
+        self._check_binding(node, node.name, level)
         for b in node.bases:
             if self._resolve(b) == ["torch", "Tensor"]:
                 self.flag(b, "patching", "subclasses torch.Tensor, which can change what PyTorch operations "
@@ -679,53 +687,51 @@ class _Checker:
         for n in node.decorator_list + node.bases + [k.value for k in node.keywords]:
             push(n)
         for s in node.body:
-            stack.append((s, False, scope, False))
+            stack.append((s, False, scope, CLASS))
 
-    def _comprehension(self, node, in_kernel, scope, in_function, push, stack):
+    def _comprehension(self, node, in_kernel, scope, level, push, stack):
         inner = _Scope(_bound_in(node), scope)
         for i, g in enumerate(node.generators):
             if i == 0:
                 push(g.iter)
             else:
-                stack.append((g.iter, in_kernel, inner, True))
-            stack.append((g.target, in_kernel, inner, True))
+                stack.append((g.iter, in_kernel, inner, FUNCTION))
+            stack.append((g.target, in_kernel, inner, FUNCTION))
             for c in g.ifs:
-                stack.append((c, in_kernel, inner, True))
+                stack.append((c, in_kernel, inner, FUNCTION))
         for part in ("elt", "key", "value"):
             if hasattr(node, part):
-                stack.append((getattr(node, part), in_kernel, inner, True))
+                stack.append((getattr(node, part), in_kernel, inner, FUNCTION))
 
     visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
 
-    def _check_binding(self, node, name: str, in_function: bool) -> None:
+    def _check_binding(self, node, name: str, level: int) -> None:
         if name in self.imports:
             self.flag(node, "patching", f"rebinds {name}, which this file imports as {self.imports[name]}: "
                                         "a local name (a `def jit`, `tl = ...`) would change what the name "
                                         "means; rename it")
-        elif not in_function and (name in REFUSED_BUILTINS or (hasattr(builtins, name)
-                                                               and name not in ALLOWED_BUILTINS)):
+        elif level == MODULE and (name in REFUSED_BUILTINS or (name in BUILTIN_NAMES
+                                                                and name not in ALLOWED_BUILTINS)):
             self.flag(node, "patching", f"names something {name}, which hides the builtin {name}; rename it")
 
-    def visit_ExceptHandler(self, node, in_kernel, scope, in_function, push, stack):
-        if node.name and not in_function:
-            self._check_binding(node, node.name, in_function)
-        elif node.name in self.imports:
-            self._check_binding(node, node.name, in_function)
+    def visit_ExceptHandler(self, node, in_kernel, scope, level, push, stack):
+        if node.name:
+            self._check_binding(node, node.name, level)
         for child in ast.iter_child_nodes(node):
             push(child)
 
-    def visit_Global(self, node, in_kernel, scope, in_function, push, stack):
+    def visit_Global(self, node, in_kernel, scope, level, push, stack):
         for name in node.names:
-            self._check_binding(node, name, False)
+            self._check_binding(node, name, MODULE)
 
     visit_Nonlocal = visit_Global
 
-    def visit_Name(self, node, in_kernel, scope, in_function, push, stack):
+    def visit_Name(self, node, in_kernel, scope, level, push, stack):
         name = node.id
         if not isinstance(node.ctx, ast.Load):
-            local_ok = in_function and not (name in self.imports)
+            local_ok = level == FUNCTION and name not in self.imports
             if not local_ok:
-                self._check_binding(node, name, in_function)
+                self._check_binding(node, name, level)
             return
         if name in self.imports:
             self._check_use(node, self.imports[name].split("."), in_kernel, name)
@@ -739,7 +745,7 @@ class _Checker:
             self.flag(node, rule, f"uses {name}, which {why}")
         elif name.startswith("__") and name.endswith("__") and name not in ALLOWED_NAME_DUNDERS:
             self.flag(node, "introspection", f"uses {name}: module internals are not for kernel files")
-        elif hasattr(builtins, name) and name not in ALLOWED_BUILTINS:
+        elif name in BUILTIN_NAMES and name not in ALLOWED_BUILTINS:
             self.flag(node, "builtin", f"uses the builtin {name}, which is not on the list a kernel file may "
                                        "use (len, range, min, max, isinstance, print, exceptions, ...)")
 
@@ -747,6 +753,15 @@ class _Checker:
                    attrs: list[str] | None = None) -> None:
         """Check an imported name ``text_root`` (imported as the path ``parts``) followed by ``attrs``."""
         attrs = attrs or []
+        dunders = [a for a in attrs if a.startswith("__") and a.endswith("__") and a not in ALLOWED_DUNDERS]
+        if set(dunders) & MATMUL_DUNDERS:
+            self.flag(node, "torch-product", f"uses {_text(text_root, attrs)}, the @ operator by another name: "
+                                             "a PyTorch matrix product; use tl.dot in your @triton.jit kernel")
+            return
+        if dunders:
+            self.flag(node, "introspection", f"uses {_text(text_root, attrs)}: {dunders[0]} and other dunder "
+                                             "attributes are not allowed in a kernel file; use public names")
+            return
         full = parts + attrs
         got, is_module = self.covered(full)
         if got < len(parts) or (got < len(full) and is_module):
@@ -765,6 +780,10 @@ class _Checker:
 
     def _check_attr(self, node, attr: str, in_kernel: bool, owner: str = "", store: bool = False) -> None:
         """Check one attribute of a value (not of a module)."""
+        if attr in MATMUL_DUNDERS:
+            self.flag(node, "torch-product", f"uses .{attr}, the @ operator by another name: a PyTorch matrix "
+                                             "product; use tl.dot in your @triton.jit kernel")
+            return
         if attr.startswith("__") and attr.endswith("__"):
             if attr not in ALLOWED_DUNDERS or store:
                 self.flag(node, "introspection", f"uses .{attr}: introspection and dunder attributes are not "
@@ -795,7 +814,7 @@ class _Checker:
                                          "device, views, .contiguous(), .to(), .crow_indices(), .values(), "
                                          "dict/list/str methods, your own classes' attributes)")
 
-    def visit_Attribute(self, node, in_kernel, scope, in_function, push, stack):
+    def visit_Attribute(self, node, in_kernel, scope, level, push, stack):
         attrs, root = [], node
         while isinstance(root, ast.Attribute):
             attrs.append(root.attr)
@@ -817,11 +836,14 @@ class _Checker:
             for attr in attrs:
                 self._check_attr(node, attr, False, root.id)
             return
+        owner = ""
+        if isinstance(root, ast.Name) and root.id not in self.defined and not root.id in BUILTIN_NAMES:
+            owner = f"{root.id} (which this file never imports or defines)"
         for i, attr in enumerate(attrs):
-            self._check_attr(node, attr, in_kernel, store=store and i == len(attrs) - 1)
+            self._check_attr(node, attr, in_kernel, owner, store=store and i == len(attrs) - 1)
         push(root)
 
-    def visit_Subscript(self, node, in_kernel, scope, in_function, push, stack):
+    def visit_Subscript(self, node, in_kernel, scope, level, push, stack):
         if isinstance(node.value, ast.Name) and node.value.id in self.kernels:
             push(node.slice)  # kernel[grid] is how kernels are launched
             return
@@ -830,7 +852,7 @@ class _Checker:
         push(node.value)
         push(node.slice)
 
-    def visit_Call(self, node, in_kernel, scope, in_function, push, stack):
+    def visit_Call(self, node, in_kernel, scope, level, push, stack):
         func = node.func
         local = scope is not None and isinstance(func, ast.Name) and scope.binds(func.id)
         if isinstance(func, ast.Name) and not local and func.id in ("getattr", "hasattr") \
@@ -863,7 +885,7 @@ class _Checker:
         for k in node.keywords:
             push(k.value)
 
-    def visit_BinOp(self, node, in_kernel, scope, in_function, push, stack):
+    def visit_BinOp(self, node, in_kernel, scope, level, push, stack):
         if isinstance(node.op, ast.MatMult) and not in_kernel:
             self.flag(node, "torch-product", "uses @ outside a @triton.jit function, where it is a PyTorch "
                                              "matrix product; the product must come from your kernel (tl.dot, "
@@ -871,7 +893,7 @@ class _Checker:
         push(node.left)
         push(node.right)
 
-    def visit_AugAssign(self, node, in_kernel, scope, in_function, push, stack):
+    def visit_AugAssign(self, node, in_kernel, scope, level, push, stack):
         if isinstance(node.op, ast.MatMult) and not in_kernel:
             self.flag(node, "torch-product", "uses @= outside a @triton.jit function, where it is a PyTorch "
                                              "matrix product; the product must come from your kernel")
