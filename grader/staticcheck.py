@@ -209,7 +209,7 @@ ALLOWED_BUILTINS = set("""
 abs all any ascii bin bool bytearray bytes callable chr classmethod complex dict divmod enumerate filter
 float format frozenset hasattr hash hex id int isinstance issubclass iter len list map max min next
 object oct ord pow print property range repr reversed round set slice sorted staticmethod str super
-tuple type zip NotImplemented Ellipsis None True False __name__ __debug__ getattr aiter anext
+tuple type zip NotImplemented Ellipsis None True False __name__ __debug__ aiter anext
 """.split()) | {n for n in dir(builtins) if isinstance(getattr(builtins, n), type)
                 and issubclass(getattr(builtins, n), BaseException)
                 and n not in ("SystemExit", "KeyboardInterrupt", "GeneratorExit")}
@@ -232,10 +232,12 @@ REFUSED_BUILTINS = {
     "SystemExit": ("builtin", "ends the process; raise an exception such as ValueError instead"),
     "KeyboardInterrupt": ("builtin", "fakes an interrupt; raise an exception such as ValueError instead"),
     "memoryview": ("builtin", "reads raw memory; use tensors and Triton pointers"),
+    "getattr": ("introspection", "is allowed only as getattr(obj, 'a literal name'), which is read as obj.name"),
     "sum": ("torch-product", "adds tensors in PyTorch when given tensors; do reductions with tl.sum in "
                              "your kernel, and use math.prod or a loop for shapes"),
 }
 ALLOWED_NAME_DUNDERS = {"__name__", "__debug__"}
+ALLOWED_STORE_DUNDERS = {"__all__", "__doc__", "__version__", "__author__"}
 BUILTIN_NAMES = set(vars(builtins))
 MODULE, CLASS, FUNCTION = 0, 1, 2  # where a statement runs: what a name bound there hides
 DISPATCH_HOOKS = {"__torch_function__", "__torch_dispatch__"}
@@ -471,7 +473,7 @@ class _Checker:
         self.extra = extra_modules
         self.findings: list[Finding] = []
         self.imports: dict[str, str] = {}    # local name -> dotted path it was imported as
-        self.kernels: set[str] = set(UTILS_KERNELS)  # names of @triton.jit functions
+        self.kernels: set[str] = set()       # local names of @triton.jit functions
         self.own_attrs: set[str] = set()     # attribute names the file's own classes define
         self.defined: set[str] = set()       # every name the file binds anywhere
 
@@ -505,6 +507,8 @@ class _Checker:
                     else:
                         path = f"{node.module}.{a.name}"
                     self._bind_import(node, a.asname or a.name, path)
+        self.kernels |= {name for name, path in self.imports.items()
+                         if path.startswith(UTILS + ".") and path.split(".", 1)[1] in UTILS_KERNELS}
         for node in nodes:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and self._is_kernel(node):
                 self.kernels.add(node.name)
@@ -634,7 +638,7 @@ class _Checker:
 
     def _flag_import(self, node, module: str) -> None:
         top = module.split(".")[0]
-        if _is_product(module):
+        if module.startswith("torch.") and _is_product(module):
             rule, why = "torch-product", "holds PyTorch's products and layers; the product must come from " \
                                          "your @triton.jit kernel"
         elif top in ("os", "sys", "subprocess", "ctypes", "multiprocessing", "signal", "shutil", "pathlib",
@@ -729,15 +733,17 @@ class _Checker:
     def visit_Name(self, node, in_kernel, scope, level, push, stack):
         name = node.id
         if not isinstance(node.ctx, ast.Load):
-            local_ok = level == FUNCTION and name not in self.imports
-            if not local_ok:
+            if name.startswith("__") and name.endswith("__") and name not in ALLOWED_STORE_DUNDERS:
+                self.flag(node, "patching", f"assigns {name}, a name the interpreter gives meaning to "
+                                            "(__builtins__ changes what every builtin is); rename it")
+            elif not (level == FUNCTION and name not in self.imports):
                 self._check_binding(node, name, level)
             return
-        if name in self.imports:
-            self._check_use(node, self.imports[name].split("."), in_kernel, name)
-        elif name in self.kernels and not in_kernel:
+        if name in self.kernels and not in_kernel:
             self.flag(node, "jit-call", f"uses the @triton.jit function {name} outside a kernel: launch it "
                                         f"as {name}[grid](...) (a direct call would run it as plain Python)")
+        elif name in self.imports:
+            self._check_use(node, self.imports[name].split("."), in_kernel, name)
         elif scope is not None and scope.binds(name):
             return
         elif name in REFUSED_BUILTINS:
@@ -821,6 +827,10 @@ class _Checker:
             root = root.value
         attrs.reverse()
         store = not isinstance(node.ctx, ast.Load)
+        if isinstance(root, ast.Name) and root.id in self.kernels and not in_kernel and not store:
+            for attr in attrs:
+                self._check_attr(node, attr, False, root.id)
+            return
         if isinstance(root, ast.Name) and root.id in self.imports:
             if store:
                 self.flag(node, "patching", f"assigns to {_text(root.id, attrs)}: changing modules or their "
@@ -832,10 +842,6 @@ class _Checker:
             self.flag(node, "patching", f"assigns to {_text(getattr(root, 'id', '(...)'), attrs)}: assign "
                                         "attributes only on self in your own classes; changing other objects "
                                         "is monkeypatching")
-        elif isinstance(root, ast.Name) and root.id in self.kernels and not in_kernel:
-            for attr in attrs:
-                self._check_attr(node, attr, False, root.id)
-            return
         owner = ""
         if isinstance(root, ast.Name) and root.id not in self.defined and not root.id in BUILTIN_NAMES:
             owner = f"{root.id} (which this file never imports or defines)"
@@ -855,6 +861,9 @@ class _Checker:
     def visit_Call(self, node, in_kernel, scope, level, push, stack):
         func = node.func
         local = scope is not None and isinstance(func, ast.Name) and scope.binds(func.id)
+        if isinstance(func, ast.Name) and not local and func.id == "type" and len(node.args) + len(node.keywords) > 1:
+            self.flag(node, "patching", "calls type() with several arguments, which builds a class at run time; "
+                                        "write a class statement so that it can be checked")
         if isinstance(func, ast.Name) and not local and func.id in ("getattr", "hasattr") \
                 and func.id not in self.imports:
             obj = node.args[0] if node.args else None
