@@ -266,9 +266,39 @@ def _library_attrs() -> tuple[set[str], set[str]]:
     return lib, triton_values
 
 
+def _python_internal_attrs() -> set[str]:
+    """Non-dunder attributes of the interpreter's own objects: generators, coroutines, frames,
+    tracebacks, code objects, classes (``g.gi_frame.f_globals`` reaches every module)."""
+    import sys
+    import types
+
+    def gen():
+        yield
+
+    async def coro():
+        return None
+
+    async def agen():
+        yield
+
+    c = coro()
+    c.close()
+    try:
+        raise ValueError
+    except ValueError as e:
+        tb = e.__traceback__
+    objects = (gen(), c, agen(), sys._getframe(), tb, gen.__code__, gen, type, types.ModuleType("m"),
+               property(), BaseException(), types.SimpleNamespace())
+    names = {n for o in objects for n in dir(o) if not n.startswith("__")}
+    return {n for n in names if n.startswith(("gi_", "cr_", "ag_", "f_", "tb_", "co_", "_co_")) or n == "mro"}
+
+
+PY_INTERNAL_ATTRS = _python_internal_attrs() - VALUE_ATTRS
 LIBRARY_ATTRS, TRITON_VALUE_ATTRS = _library_attrs()
+LIBRARY_ATTRS |= PY_INTERNAL_ATTRS
 # In a kernel, values are Triton's; refuse what only a PyTorch tensor or a kernel object has.
-REFUSED_IN_KERNEL = (LIBRARY_ATTRS - TRITON_VALUE_ATTRS - VALUE_ATTRS) | HOST_COPY_ATTRS | KERNEL_OBJECT_ATTRS
+REFUSED_IN_KERNEL = ((LIBRARY_ATTRS - TRITON_VALUE_ATTRS - VALUE_ATTRS) | HOST_COPY_ATTRS | KERNEL_OBJECT_ATTRS
+                     | PY_INTERNAL_ATTRS)
 
 
 def _utils_names() -> tuple[set[str], set[str]]:
@@ -799,6 +829,10 @@ class _Checker:
             if attr in LIBRARY_ATTRS or attr in VALUE_ATTRS:
                 self.flag(node, "patching", f"assigns .{attr}, an attribute that torch and Triton objects have "
                                             "(monkeypatching); keep your own state under your own names")
+            return
+        if attr in PY_INTERNAL_ATTRS:
+            self.flag(node, "introspection", f"uses .{attr}, which reaches the interpreter's internals (frames, "
+                                             "code objects, classes); a kernel file has no use for it")
             return
         if in_kernel:
             if attr in REFUSED_IN_KERNEL:

@@ -211,6 +211,10 @@ MORE_BYPASSES = {
     "getattr alias": ('g = getattr\ny = g(x, "matmul")(w)', "introspection"),
     "class built by type()": ('T = type("T", (torch.Tensor,), {"__torch_function__": f})', "patching"),
     "__builtins__ replaced": ("__builtins__ = {'range': f}", "patching"),
+    "generator frame": ("class C:\n    gi_frame = f_globals = 1\ng = (i for i in ())\n"
+                        "b = g.gi_frame.f_globals['__builtins__']", "introspection"),
+    "class mro": ("o = type(x).mro()[-1]", "introspection"),
+    "frame in a kernel": ("@triton.jit\ndef k(x):\n    return k.f_back", "introspection"),
 }
 
 
