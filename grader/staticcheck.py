@@ -618,15 +618,28 @@ class _Checker:
     def run(self) -> None:
         self.collect()
         stack: list[tuple[ast.AST, bool, _Scope | None, int]] = [(self.tree, False, None, MODULE)]
+        handlers: dict[type, object] = {}
+        ctx: tuple = ()
+
+        def push(n: ast.AST) -> None:  # visit ``n`` in the context of the node being visited
+            stack.append((n, *ctx))
+
         while stack:
-            node, in_kernel, scope, level = stack.pop()
-            push = lambda n, k=in_kernel, s=scope, f=level: stack.append((n, k, s, f))  # noqa: E731
-            handler = getattr(self, "visit_" + type(node).__name__, None)
+            node, *rest = stack.pop()
+            ctx = tuple(rest)
+            kind = type(node)
+            if kind not in handlers:
+                handlers[kind] = getattr(self, "visit_" + kind.__name__, None)
+            handler = handlers[kind]
             if handler is not None:
-                handler(node, in_kernel, scope, level, push, stack)
+                handler(node, *ctx, push, stack)
             else:
-                for child in ast.iter_child_nodes(node):
-                    push(child)
+                for field in node._fields:
+                    value = getattr(node, field, None)
+                    if isinstance(value, ast.AST):
+                        stack.append((value, *ctx))
+                    elif isinstance(value, list):
+                        stack.extend((v, *ctx) for v in value if isinstance(v, ast.AST))
 
     # Each visit_X checks its node and pushes the children that still need visiting.
 
