@@ -96,6 +96,7 @@ import ast
 import builtins
 import importlib
 import io
+import re
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -542,7 +543,14 @@ class _Checker:
         for node in nodes:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and self._is_kernel(node):
                 self.kernels.add(node.name)
-            elif isinstance(node, ast.ClassDef):
+        assigns = [n for n in nodes if isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) for t in n.targets)]
+        for _ in range(8):  # kernel = _a if small else _b: the alias is a kernel name too
+            grown = {t.id for n in assigns if self._kernel_parts(n.value) is not None for t in n.targets}
+            if grown <= self.kernels:
+                break
+            self.kernels |= grown
+        for node in nodes:
+            if isinstance(node, ast.ClassDef):
                 for s in node.body:
                     if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                         self.own_attrs.add(s.name)
@@ -581,6 +589,19 @@ class _Checker:
         if isinstance(node, ast.Name) and node.id in self.imports:
             return self.imports[node.id].split(".") + attrs[::-1]
         return None
+
+    def _kernel_parts(self, expr: ast.AST) -> list[ast.AST] | None:
+        """For an expression whose value is one of the file's kernels (``k``, ``a if c else b``),
+        the parts that still need checking (the conditions); None for any other expression."""
+        parts, stack = [], [expr]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, ast.IfExp):
+                parts.append(e.test)
+                stack += [e.body, e.orelse]
+            elif not (isinstance(e, ast.Name) and e.id in self.kernels):
+                return None
+        return parts
 
     def _is_kernel(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         for dec in fn.decorator_list:
@@ -783,8 +804,9 @@ class _Checker:
                 self._check_binding(node, name, level)
             return
         if name in self.kernels and not in_kernel:
-            self.flag(node, "jit-call", f"uses the @triton.jit function {name} outside a kernel: launch it "
-                                        f"as {name}[grid](...) (a direct call would run it as plain Python)")
+            self.flag(node, "jit-call", f"uses the @triton.jit function {name} outside a kernel other than to "
+                                        f"launch it: write {name}[grid](...), choosing the kernel with `if` or "
+                                        "`k = a if c else b` (a direct call would run it as plain Python)")
         elif name in self.imports:
             self._check_use(node, self.imports[name].split("."), in_kernel, name)
         elif scope is not None and scope.binds(name):
@@ -890,7 +912,7 @@ class _Checker:
                                         "attributes only on self in your own classes; changing other objects "
                                         "is monkeypatching")
         owner = ""
-        if isinstance(root, ast.Name) and root.id not in self.defined and not root.id in BUILTIN_NAMES:
+        if isinstance(root, ast.Name) and root.id not in self.defined and root.id not in BUILTIN_NAMES:
             owner = f"{root.id} (which this file never imports or defines)"
         for i, attr in enumerate(attrs):
             self._check_attr(node, attr, in_kernel, owner, store=store and i == len(attrs) - 1)
@@ -941,6 +963,13 @@ class _Checker:
         for k in node.keywords:
             push(k.value)
 
+    def visit_Assign(self, node, in_kernel, scope, level, push, stack):
+        parts = self._kernel_parts(node.value)
+        if parts is None or not all(isinstance(t, ast.Name) for t in node.targets):
+            parts = [node.value]
+        for n in node.targets + parts:
+            push(n)
+
     def visit_BinOp(self, node, in_kernel, scope, level, push, stack):
         if isinstance(node.op, ast.MatMult) and not in_kernel:
             self.flag(node, "torch-product", "uses @ outside a @triton.jit function, where it is a PyTorch "
@@ -978,7 +1007,7 @@ def _lines(data: bytes) -> list[bytes] | None:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         text = data.decode(encoding)
-        return [line.encode("utf-8") for line in text.splitlines()]
+        return [line.encode("utf-8") for line in re.split(r"\r\n|\r|\n", text)]
     except Exception:
         return None
 

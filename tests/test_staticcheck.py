@@ -77,6 +77,9 @@ OK_SNIPPETS = {
                           "    return x.to(torch.float32) if isinstance(x, torch.Tensor) else None",
     "print and dict caching": "_C = {}\ndef f(x):\n    print(f'{x.shape}')\n    return _C.setdefault(tuple(x.shape), 1)",
     "version string": "v = triton.__version__ + torch.__version__",
+    "choosing a kernel variant": "@triton.jit\ndef _a(p):\n    pass\n@triton.jit\ndef _b(p):\n    pass\n"
+                                 "def f(x, M):\n    kernel = _a if M <= 16 else _b\n    k2 = kernel\n"
+                                 "    k2[(1,)](x)\n    return kernel[(M,)](x)",
 }
 
 
@@ -146,7 +149,9 @@ MORE_BYPASSES = {
     "rebinding tl": ("tl = torch", "patching"),
     "parameter shadows tl": ("def f(tl, a, b):\n    return tl.dot(a, b)", "patching"),
     "calling a kernel as Python": ("@triton.jit\ndef k(x, w):\n    return x @ w\ny = k(x, w)", "jit-call"),
-    "passing a kernel around": ("@triton.jit\ndef k(x, w):\n    return x @ w\nf = k", "jit-call"),
+    "passing a kernel around": ("@triton.jit\ndef k(x, w):\n    return x @ w\nf = [k]", "jit-call"),
+    "calling a kernel alias": ("@triton.jit\ndef k(x, w):\n    return x @ w\nf = k if x else k\ny = f(x, w)",
+                               "jit-call"),
     "kernel.fn": ("@triton.jit\ndef k(x, w):\n    return x @ w\ny = k.fn(x, w)", "attribute"),
     "utils kernel called directly": ("from .utils import grouped_tile\ngrouped_tile(0, 1, 1, 1, 1, 1)", "jit-call"),
     "torch op inside a real kernel": ("@triton.jit\ndef k(x, w):\n    return torch.matmul(x, w)", "torch-product"),
