@@ -504,7 +504,8 @@ class _Checker:
         self.extra = extra_modules
         self.findings: list[Finding] = []
         self.imports: dict[str, str] = {}    # local name -> dotted path it was imported as
-        self.kernels: set[str] = set()       # local names of @triton.jit functions
+        self.kernels: set[str] = set()       # names of @triton.jit functions and of their aliases
+        self.aliases: set[str] = set()       # names assigned a kernel (``k = _a if c else _b``)
         self.own_attrs: set[str] = set()     # attribute names the file's own classes define
         self.defined: set[str] = set()       # every name the file binds anywhere
 
@@ -549,6 +550,7 @@ class _Checker:
             if grown <= self.kernels:
                 break
             self.kernels |= grown
+            self.aliases |= grown
         for node in nodes:
             if isinstance(node, ast.ClassDef):
                 for s in node.body:
@@ -589,6 +591,12 @@ class _Checker:
         if isinstance(node, ast.Name) and node.id in self.imports:
             return self.imports[node.id].split(".") + attrs[::-1]
         return None
+
+    def _is_kernel_name(self, name: str, scope: _Scope | None) -> bool:
+        """Whether ``name`` here means a kernel: a function's own variable does only if it is assigned one."""
+        if scope is not None and scope.binds(name) and name not in self.imports:
+            return name in self.aliases
+        return name in self.kernels
 
     def _kernel_parts(self, expr: ast.AST) -> list[ast.AST] | None:
         """For an expression whose value is one of the file's kernels (``k``, ``a if c else b``),
@@ -803,7 +811,7 @@ class _Checker:
             elif not (level == FUNCTION and name not in self.imports):
                 self._check_binding(node, name, level)
             return
-        if name in self.kernels and not in_kernel:
+        if not in_kernel and self._is_kernel_name(name, scope):
             self.flag(node, "jit-call", f"uses the @triton.jit function {name} outside a kernel other than to "
                                         f"launch it: write {name}[grid](...), choosing the kernel with `if` or "
                                         "`k = a if c else b` (a direct call would run it as plain Python)")
@@ -896,7 +904,7 @@ class _Checker:
             root = root.value
         attrs.reverse()
         store = not isinstance(node.ctx, ast.Load)
-        if isinstance(root, ast.Name) and root.id in self.kernels and not in_kernel and not store:
+        if isinstance(root, ast.Name) and not in_kernel and not store and self._is_kernel_name(root.id, scope):
             for attr in attrs:
                 self._check_attr(node, attr, False, root.id)
             return
@@ -919,7 +927,7 @@ class _Checker:
         push(root)
 
     def visit_Subscript(self, node, in_kernel, scope, level, push, stack):
-        if isinstance(node.value, ast.Name) and node.value.id in self.kernels:
+        if isinstance(node.value, ast.Name) and self._is_kernel_name(node.value.id, scope):
             push(node.slice)  # kernel[grid] is how kernels are launched
             return
         if not isinstance(node.ctx, ast.Load) and self._resolve(node.value) is not None:

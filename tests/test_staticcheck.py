@@ -80,7 +80,51 @@ OK_SNIPPETS = {
     "choosing a kernel variant": "@triton.jit\ndef _a(p):\n    pass\n@triton.jit\ndef _b(p):\n    pass\n"
                                  "def f(x, M):\n    kernel = _a if M <= 16 else _b\n    k2 = kernel\n"
                                  "    k2[(1,)](x)\n    return kernel[(M,)](x)",
+    "a local variable named like a kernel": "@triton.jit\ndef k(p):\n    pass\ndef f(x):\n    k = len(x)\n"
+                                            "    return k + 1",
 }
+
+
+HANDOUT_TABLE = """
+import math, functools, typing, dataclasses, itertools, collections, enum, warnings
+from triton.language.extra import libdevice
+from .utils import check_w8a8_inputs
+def f(x, w):
+    a = torch.empty(1), torch.zeros(1), torch.ones(1), torch.full((1,), 0), torch.empty_like(x), torch.arange(3)
+    b = torch.tensor([1]), torch.float16, torch.device("cpu"), isinstance(x, torch.Tensor)
+    c = torch.finfo(torch.float16), torch.iinfo(torch.int8), torch.no_grad()
+    d = torch.cat([x]), torch.stack([x]), torch.diff(x), torch.repeat_interleave(x, 2), torch.sort(x), torch.argsort(x)
+    e = torch.cuda.is_available(), torch.cuda.get_device_capability(), torch.cuda.get_device_properties(0)
+    g = x.shape, x.stride(), x.dtype, x.device, x.numel(), x.dim(), x.size(), x.view(-1), x.reshape(-1), x.t()
+    h = x.transpose(0, 1), x.permute(1, 0), x.unsqueeze(0), x.contiguous(), x.to(torch.float16), x.half()
+    i = x.float(), x.clone(), x.zero_(), x.fill_(0), x.copy_(x), x.new_empty(1), w.crow_indices()
+    j = w.col_indices(), w.values(), x.item(), triton.cdiv(3, 2), triton.next_power_of_2(3), triton.Config({})
+    k = len(x), range(3), min(1, 2), max(1, 2), print(f"{x}"), ValueError("x"), math.prod([1]), math.ceil(1.5)
+    m = functools.partial(f, 1), typing.Optional[int], os.environ.get("A"), os.getenv("A"), warnings.warn("w")
+    n = getattr(x, "shape")
+    return a, b, c, d, e, g, h, i, j, k, m, n
+
+@functools.lru_cache(maxsize=None)
+def cfg(M):
+    return M
+
+@dataclasses.dataclass
+class C:
+    a: int = 1
+
+E = enum.Enum("E", "a b")
+P = collections.namedtuple("P", "a b")
+
+@triton.autotune(configs=[], key=[])
+@triton.heuristics({})
+@triton.jit
+def k(p):
+    tl.store(p, libdevice.rint(tl.load(p)))
+"""
+
+
+def test_what_the_handout_table_allows_is_allowed():
+    assert check_source(HEADER + HANDOUT_TABLE) == []
 
 
 @pytest.mark.parametrize("name", OK_SNIPPETS)
