@@ -50,10 +50,11 @@ attribute must be on ``VALUE_ATTRS`` (shape/stride/dtype/device, views,
 ``.values()``, ``.item()``, ``.max``/``.min`` for ``finfo``/``iinfo``, dict/list/
 str methods) or be an attribute that the file's own classes define, unless
 that name is also an attribute of ``torch.Tensor`` or of a Triton kernel object
-(a class field named ``matmul`` does not unlock ``x.matmul``). Inside a real
-``@triton.jit`` function any attribute of Triton's own values is fine. Dunder
-attributes are refused everywhere, except ``__name__``, ``__qualname__``,
-``__doc__``, ``__init__`` and ``__version__``.
+(a class field named ``matmul`` does not unlock ``x.matmul``), or of the
+interpreter's frames, code objects and generators (``gi_frame``, ``f_globals``,
+``mro``). Inside a real ``@triton.jit`` function any attribute of Triton's own
+values is fine. Dunder attributes are refused everywhere, except ``__name__``,
+``__qualname__``, ``__doc__``, ``__init__`` and ``__version__``.
 
 **Builtins** are listed too: the ordinary ones (``len``, ``range``, ``min``,
 ``max``, ``isinstance``, ``print``, exceptions, ...) are fine; ``eval``,
@@ -62,16 +63,18 @@ attributes are refused everywhere, except ``__name__``, ``__qualname__``,
 ``exit``, ``memoryview``, ``SystemExit`` and the builtin ``sum`` (it adds
 tensors in PyTorch; ``math.prod`` and loops serve shapes) are refused unless a
 function binds that name locally (a parameter called ``input`` is fine).
-``getattr`` is fine with a literal name (it is read as ``x.name``), refused
-with a computed one.
+``getattr`` is fine called with a literal name (it is read as ``x.name``),
+refused with a computed one or as a value (``g = getattr``); ``type()`` with
+three arguments (a class built at run time) is refused.
 
 **Kernels.** A function is a kernel only if a decorator resolves through the
 imports to ``triton.jit``: a local ``def jit(f): return f`` is ordinary Python
 and its body is checked as such. Outside kernels ``@`` is refused (it is a
 PyTorch matmul there); inside, Triton code (``tl.dot``, ``@``, ``.sum``) is
-allowed. Kernels may be launched (``k[grid](...)``) but not called or passed
-around outside a kernel: the Triton interpreter would run a direct call as
-plain Python on PyTorch tensors.
+allowed. Outside kernels a kernel may be launched (``k[grid](...)``) and
+chosen through a plain alias (``k = _a if small else _b``), nothing else: not
+called, returned, passed or stored, because the Triton interpreter (the CPU
+grader) runs a direct call as plain Python on PyTorch tensors.
 
 **Rebinding** a name that the file imports (``tl = torch``, ``def jit``, a
 parameter called ``tl``) is refused, so that every name keeps the meaning the
@@ -85,9 +88,18 @@ coding cookie included); the walk is iterative, so a 700-term sum or a deep
 chain costs no recursion; files over ``MAX_SOURCE_BYTES`` are not parsed.
 Every input gives a list of findings, possibly empty, never an exception.
 
+**Findings** carry a stable ``rule``: ``torch-product`` (PyTorch computes the
+product or a reduction), ``not-allowed`` (a name off the list), ``attribute``,
+``import``, ``cross-file``, ``module-value``, ``introspection``,
+``dynamic-code``, ``builtin``, ``patching``, ``jit-call``; and for files that
+cannot be checked ``syntax``, ``too-large``, ``too-complex``, ``internal``;
+``truncated`` closes a list cut at ``MAX_FINDINGS``. ``extra_allowed_imports``
+(rubric.toml) adds modules, each with everything under it.
+
 Left to run time (the static check cannot see types): elementwise arithmetic
 with ``* + /`` on tensors, and a PyTorch tensor smuggled into a kernel as a
-``tl.constexpr`` (the GPU compile of that kernel fails).
+``tl.constexpr`` (the GPU compile of that kernel fails). ``str.format`` can
+still spell ``{0.__class__}``: it yields text, never an object.
 """
 
 from __future__ import annotations
