@@ -73,8 +73,10 @@ and its body is checked as such. Outside kernels ``@`` is refused (it is a
 PyTorch matmul there); inside, Triton code (``tl.dot``, ``@``, ``.sum``) is
 allowed. Outside kernels a kernel may be launched (``k[grid](...)``) and
 chosen through a plain alias (``k = _a if small else _b``), nothing else: not
-called, returned, passed or stored, because the Triton interpreter (the CPU
-grader) runs a direct call as plain Python on PyTorch tensors.
+called, returned, passed, stored, aliased in a class, or wrapped by any
+decorator but ``triton.jit``/``autotune``/``heuristics``, and it is defined at
+the top level; the Triton interpreter (the CPU grader) runs a direct call as
+plain Python on PyTorch tensors.
 
 **Rebinding** a name that the file imports (``tl = torch``, ``def jit``, a
 parameter called ``tl``) is refused, so that every name keeps the meaning the
@@ -252,6 +254,7 @@ REFUSED_BUILTINS = {
 ALLOWED_NAME_DUNDERS = {"__name__", "__debug__"}
 ALLOWED_STORE_DUNDERS = {"__all__", "__doc__", "__version__", "__author__"}
 BUILTIN_NAMES = set(vars(builtins))
+KERNEL_DECORATORS = (["triton", "jit"], ["triton", "autotune"], ["triton", "heuristics"])
 MODULE, CLASS, FUNCTION = 0, 1, 2  # where a statement runs: what a name bound there hides
 DISPATCH_HOOKS = {"__torch_function__", "__torch_dispatch__"}
 SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
@@ -747,6 +750,14 @@ class _Checker:
             push(node.returns)
         inner = _Scope(_bound_in(node), scope)
         kernel = self._is_kernel(node)
+        if kernel:
+            others = [d for d in node.decorator_list
+                      if self._resolve(d.func if isinstance(d, ast.Call) else d) not in KERNEL_DECORATORS]
+            if others or level != MODULE:
+                self.flag(others[0] if others else node, "jit-call",
+                          f"kernel {node.name} must be defined at the top level of the file with only triton.jit, "
+                          "triton.autotune and triton.heuristics as decorators (another decorator or a class "
+                          "receives the kernel and could run it as plain Python)")
         for s in node.body:
             stack.append((s, kernel, inner, FUNCTION))
 
@@ -985,7 +996,7 @@ class _Checker:
 
     def visit_Assign(self, node, in_kernel, scope, level, push, stack):
         parts = self._kernel_parts(node.value)
-        if parts is None or not all(isinstance(t, ast.Name) for t in node.targets):
+        if parts is None or level == CLASS or not all(isinstance(t, ast.Name) for t in node.targets):
             parts = [node.value]
         for n in node.targets + parts:
             push(n)

@@ -197,6 +197,13 @@ MORE_BYPASSES = {
     "calling a kernel alias": ("@triton.jit\ndef k(x, w):\n    return x @ w\nf = k if x else k\ny = f(x, w)",
                                "jit-call"),
     "kernel.fn": ("@triton.jit\ndef k(x, w):\n    return x @ w\ny = k.fn(x, w)", "attribute"),
+    "decorator that gets the kernel": ("class L:\n    def __init__(self, k):\n        self.k = k\n"
+                                       "    def __getitem__(self, grid):\n        return self.k\n"
+                                       "@L\n@triton.jit\ndef k(x, w):\n    return x @ w\ny = k[1](x, w)", "jit-call"),
+    "kernel as a class attribute": ("@triton.jit\ndef k(x, w):\n    return x @ w\nclass L:\n    f = k\n"
+                                    "y = L.f(x, w)", "jit-call"),
+    "kernel defined in a class": ("class L:\n    @triton.jit\n    def k(x, w):\n        return x @ w\n"
+                                  "y = L.k(x, w)", "jit-call"),
     "utils kernel called directly": ("from .utils import grouped_tile\ngrouped_tile(0, 1, 1, 1, 1, 1)", "jit-call"),
     "torch op inside a real kernel": ("@triton.jit\ndef k(x, w):\n    return torch.matmul(x, w)", "torch-product"),
     "builtins via tl.core": ("@triton.jit\ndef k(x):\n    tl.core.builtins.eval('1')", "not-allowed"),
