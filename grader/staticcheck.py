@@ -312,6 +312,18 @@ def _python_internal_attrs() -> set[str]:
 PY_INTERNAL_ATTRS = _python_internal_attrs() - VALUE_ATTRS
 LIBRARY_ATTRS, TRITON_VALUE_ATTRS = _library_attrs()
 LIBRARY_ATTRS |= PY_INTERNAL_ATTRS
+
+
+def _library_methods() -> set[str]:
+    """Attribute names that are methods of torch.Tensor or of kernel objects: ``self.<name> = ...``
+    would replace one of them if ``self`` were such an object."""
+    import torch
+
+    names = {n for n in dir(torch.Tensor) if callable(getattr(torch.Tensor, n, None))}
+    return names | KERNEL_OBJECT_ATTRS | HOST_COPY_ATTRS | PRODUCT_NAMES | PY_INTERNAL_ATTRS
+
+
+LIBRARY_METHODS = _library_methods()
 # In a kernel, values are Triton's; refuse what only a PyTorch tensor or a kernel object has.
 REFUSED_IN_KERNEL = ((LIBRARY_ATTRS - TRITON_VALUE_ATTRS - VALUE_ATTRS) | HOST_COPY_ATTRS | KERNEL_OBJECT_ATTRS
                      | PY_INTERNAL_ATTRS)
@@ -458,12 +470,13 @@ def _text(root: str, attrs: list[str]) -> str:
 # --- the check ----------------------------------------------------------------------------
 
 class _Scope:
-    """Names bound in one function-like scope (params, assignments, loop targets, ...)."""
+    """Names bound in one function-like scope (params, assignments, loop targets, ...);
+    ``self_name`` is the first parameter when the function is a method of the file's own class."""
 
-    __slots__ = ("names", "parent")
+    __slots__ = ("names", "parent", "self_name")
 
-    def __init__(self, names: set[str], parent: _Scope | None):
-        self.names, self.parent = names, parent
+    def __init__(self, names: set[str], parent: _Scope | None, self_name: str | None = None):
+        self.names, self.parent, self.self_name = names, parent, self_name
 
     def binds(self, name: str) -> bool:
         s = self
@@ -748,7 +761,8 @@ class _Checker:
         self._push_arguments(node.args, push)
         if node.returns is not None:
             push(node.returns)
-        inner = _Scope(_bound_in(node), scope)
+        params = node.args.posonlyargs + node.args.args
+        inner = _Scope(_bound_in(node), scope, params[0].arg if level == CLASS and params else None)
         kernel = self._is_kernel(node)
         if kernel:
             others = [d for d in node.decorator_list
@@ -892,9 +906,9 @@ class _Checker:
                                                  "allowed in a kernel file; use the object's public API")
             return
         if store:
-            if attr in LIBRARY_ATTRS or attr in VALUE_ATTRS:
-                self.flag(node, "patching", f"assigns .{attr}, an attribute that torch and Triton objects have "
-                                            "(monkeypatching); keep your own state under your own names")
+            if attr in LIBRARY_METHODS:
+                self.flag(node, "patching", f"assigns .{attr}, a method that torch and Triton objects have "
+                                            "(monkeypatching, if self were one); name your field differently")
             return
         if attr in PY_INTERNAL_ATTRS:
             self.flag(node, "introspection", f"uses .{attr}, which reaches the interpreter's internals (frames, "
@@ -938,10 +952,13 @@ class _Checker:
                 return
             self._check_use(node, self.imports[root.id].split("."), in_kernel, root.id, attrs)
             return
-        if store and not (isinstance(root, ast.Name) and root.id in ("self", "cls") and len(attrs) == 1):
+        own = (isinstance(root, ast.Name) and scope is not None and root.id == scope.self_name
+               and len(attrs) == 1)
+        if store and not own:
             self.flag(node, "patching", f"assigns to {_text(getattr(root, 'id', '(...)'), attrs)}: assign "
-                                        "attributes only on self in your own classes; changing other objects "
-                                        "is monkeypatching")
+                                        "attributes only on self in your own classes' methods; changing other "
+                                        "objects is monkeypatching")
+            store = False  # reported once
         owner = ""
         if isinstance(root, ast.Name) and root.id not in self.defined and root.id not in BUILTIN_NAMES:
             owner = f"{root.id} (which this file never imports or defines)"

@@ -70,8 +70,9 @@ OK_SNIPPETS = {
     "parameter named input, local named sum": "def f(input):\n    sum = 0\n    for s in input.shape:\n"
                                               "        sum += s\n    return sum",
     "hasattr on a module": "HAS_TMA = hasattr(tl, 'make_tensor_descriptor') and hasattr(torch.cuda, 'foo')",
-    "own class attributes": "class C:\n    BLOCK_M = 64\n    def __init__(self):\n        self.splits = 2\n"
-                            "c = C()\nn = c.BLOCK_M * c.splits",
+    "own class attributes": "class C:\n    BLOCK_M = 64\n    def __init__(self, device):\n        self.splits = 2\n"
+                            "        self.device = device\n        self.shape = (1, 2)\n"
+                            "c = C(0)\nn = c.BLOCK_M * c.splits",
     "finfo and iinfo": "a, b = torch.finfo(torch.float16).max, torch.iinfo(torch.int8).min",
     "no_grad and dtypes": "@torch.no_grad()\ndef f(x: torch.Tensor) -> typing.Optional[torch.Tensor]:\n"
                           "    return x.to(torch.float32) if isinstance(x, torch.Tensor) else None",
@@ -255,6 +256,8 @@ MORE_BYPASSES = {
     "assign torch attribute": ("torch.allclose = lambda *a, **k: True", "patching"),
     "assign through an alias": ("T = torch.Tensor\nT.contiguous = lambda self: self", "patching"),
     "patch through self": ("def f(self):\n    self.contiguous = lambda: 0", "patching"),
+    "patch a method through a method": ("class C:\n    def m(self):\n        self.contiguous = lambda: 0", "patching"),
+    "assign an attribute of an argument": ("def f(x):\n    x.grad = None", "patching"),
     "delattr": ('delattr(x, "shape")', "patching"),
     "subclasses": ("c = x.__class__.__subclasses__()", "introspection"),
     "__globals__": ("g = f.__globals__", "introspection"),
