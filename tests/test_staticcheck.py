@@ -134,7 +134,7 @@ def test_what_honest_students_write_is_allowed(name):
 
 
 # --- the 17 one-line bypasses of the old denylist, one per handout rule ----------------------------
-# Each passed the check that this module replaced (checked against its last version by hand).
+# Each passed the denylist this check replaced (`git show e256abe:grader/staticcheck.py`) with no finding.
 
 HANDOUT_BYPASSES = {
     "torch.matmul": ('y = getattr(torch, "matmul")(x, w)', "torch-product"),
@@ -228,7 +228,6 @@ MORE_BYPASSES = {
     "pickle": ("import pickle", "import"),
     "subprocess": ('import subprocess\nsubprocess.run(["id"])', "import"),
     "triton.testing": ("import triton.testing", "import"),
-    "utf-7 hidden import": None,  # see test_encoding_tricks_are_read_like_the_interpreter_reads_them
     # dynamic code
     "eval": ('eval("1")', "dynamic-code"),
     "exec": ('exec("y = 1")', "dynamic-code"),
@@ -288,7 +287,7 @@ def test_there_is_one_bypass_per_handout_rule():
     assert len(HANDOUT_BYPASSES) == 17
 
 
-@pytest.mark.parametrize("name", [n for n, v in MORE_BYPASSES.items() if v is not None])
+@pytest.mark.parametrize("name", list(MORE_BYPASSES))
 def test_known_tricks_are_refused(name):
     src, rule = MORE_BYPASSES[name]
     findings = check_source(HEADER + src)
@@ -300,7 +299,7 @@ def test_the_header_alone_is_clean():
 
 
 def test_encoding_tricks_are_read_like_the_interpreter_reads_them():
-    # With a coding cookie, "+ADs-" is ";" in UTF-7: the file imports os.system's module by stealth.
+    # With a coding cookie, "+ADs-" is ";" in UTF-7: a text search sees no import statement.
     hidden = b"# coding: utf-7\nx = 1 +ADs-import subprocess\n"
     assert any(f.rule == "import" and f.line == 2 for f in check_source(hidden))
     latin = "# -*- coding: latin-1 -*-\nname = 'caf\xe9'\nimport numpy\n".encode("latin-1")
