@@ -292,7 +292,7 @@ def _report(**change) -> dict:
 
 HOSTILE_REPORTS = {
     "corrupt": b'{"score": 1,',
-    "huge": b'{"score": 1, "pad": "' + b"x" * (batch.REPORT_JSON_BYTES + 10) + b'"}',
+    "huge": json.dumps(_report(pad="x" * batch.REPORT_JSON_BYTES)).encode(),  # valid but for its size
     "deep": b"[" * 200_000 + b"]" * 200_000,
     "deep_dict": b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
     "string_score": json.dumps(_report(score="100")).encode(),
