@@ -217,8 +217,10 @@ def _wait_unreaped(proc: subprocess.Popen, timeout_s: float) -> int | None:
 
 def grade_command(path: Path, report_dir: Path, rubric: Rubric) -> list[str]:
     """The command that grades one submission into ``report_dir``."""
+    source = Path(rubric.source)
     return [sys.executable, "-m", "grader", "grade", str(path), "--report-dir", str(report_dir),
-            "--rubric", rubric.source]
+            "--rubric", str(source.absolute() if source.is_file() else source),
+            "--die-with-parent", str(os.getpid())]
 
 
 def _tail(path: Path, chars: int = 4000) -> str:
@@ -290,11 +292,18 @@ def _plain_file(path: Path) -> bool:
 
 
 def _install(reports: Path, final: Path, work: Path) -> None:
-    """Put ``reports`` at ``final`` by renames only: at every moment ``final``
-    is either the old complete folder, absent, or the new complete folder."""
+    """Put the three reports at ``final`` (nothing else the run left there) by
+    renames only: at every moment ``final`` is the old complete folder, absent,
+    or the new complete folder. Readable by the owner's group (course staff)."""
+    staged = work / "final"
+    staged.mkdir(mode=0o750)
+    for name in REPORT_FILES:
+        os.replace(reports / name, staged / name)
+        os.chmod(staged / name, 0o640)
+    os.chmod(staged, 0o750)
     if final.exists() or final.is_symlink():
         os.replace(final, work / "old")
-    os.replace(reports, final)
+    os.replace(staged, final)
 
 
 # ----------------------------------------------------------------------------- reports
@@ -507,7 +516,7 @@ def _is_finished(students: Path, sid: str) -> bool:
 
 def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
               timeout_s: float | None = None) -> int:
-    folder, out = Path(submissions), Path(out)
+    folder, out = Path(submissions), Path(out).absolute()  # grade processes run in ROOT
     if not folder.is_dir():
         print(f"{escape_name(str(folder))}: not a folder of submissions", file=sys.stderr)
         return 2

@@ -27,6 +27,21 @@ def _grade_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="force a device (default: cuda when available)")
     p.add_argument("--tasks", default=None, help="comma-separated subset, e.g. w8a8,dds")
+    p.add_argument("--die-with-parent", type=int, default=None, metavar="PID", help=argparse.SUPPRESS)
+
+
+def _die_with_parent(ppid: int) -> None:
+    """Linux: have the kernel kill this process when its parent (the batch,
+    process ``ppid``) dies, even by SIGKILL; exit at once if it already has."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != ppid:
+        os._exit(1)
 
 
 def main(argv=None) -> int:
@@ -43,6 +58,8 @@ def main(argv=None) -> int:
     if not argv or argv[0] not in ("grade", "batch", "-h", "--help"):
         argv.insert(0, "grade")
     args = parser.parse_args(argv)
+    if getattr(args, "die_with_parent", None) and sys.platform.startswith("linux"):
+        _die_with_parent(args.die_with_parent)
 
     from .report import escape_name
     from .rubric import DEFAULT_RUBRIC, RubricError, load_rubric

@@ -166,11 +166,12 @@ def test_student_ids_are_safe_unique_bounded_and_stable(tmp_path):
     assert student_id("a/b") != student_id("a_b")  # cleaning alone never merges two names
 
 
-def test_hostile_file_names_cannot_stop_the_batch_or_the_csv(tmp_path, fake):
+def test_hostile_file_names_cannot_stop_the_batch_or_the_csv(tmp_path, fake, monkeypatch):
     rubric, _ = fake
-    subs = _hostile_folder(tmp_path)
+    _hostile_folder(tmp_path)
     out = tmp_path / "out"
-    assert run_batch(str(subs), str(out), rubric) == 0
+    monkeypatch.chdir(tmp_path)  # relative folders, while grade processes run in ROOT
+    assert run_batch("subs", "out", rubric) == 0
     _complete(out)
     rows = list(csv.DictReader((out / "class.csv").open(encoding="utf-8")))
     assert len(rows) == len(HOSTILE_NAMES)
@@ -367,10 +368,21 @@ def _finished(out: Path) -> dict:
             if not p.parent.name.startswith(".")}
 
 
-def _batch(subs, out, rubric_path, **popen):
+def _batch(subs, out, rubric_path, tmp, **popen):
     cmd = [sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), "--rubric", str(rubric_path)]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)), **popen)
+                            env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp)), **popen)
+
+
+def _kill_leftovers(tmp: Path) -> None:
+    """Kill the processes working under ``tmp``: a task child whose grade
+    process was killed by the simulated power loss has nobody left to stop it."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(str(tmp) + os.sep):
+                os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def test_batch_survives_a_kill_and_resumes(tmp_path):
@@ -379,9 +391,16 @@ def test_batch_survives_a_kill_and_resumes(tmp_path):
     # The limit only needs to stop the hanging student quickly; on a GPU the child
     # also initializes CUDA and compiles the kernel, which can take over 10 s.
     rubric_path.write_text(rubric_toml(tasks=("dds",), timeout_s=60 if HAS_CUDA else 10))
-    out = tmp_path / "out"
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    tmp.mkdir()
+    try:
+        _kill_and_resume(subs, out, rubric_path, tmp)
+    finally:
+        _kill_leftovers(tmp)
 
-    first = _batch(subs, out, rubric_path, start_new_session=True)
+
+def _kill_and_resume(subs, out, rubric_path, tmp):
+    first = _batch(subs, out, rubric_path, tmp, start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline and len(_finished(out)) < 2:
         time.sleep(0.2)
@@ -390,7 +409,7 @@ def test_batch_survives_a_kill_and_resumes(tmp_path):
     done_before = _finished(out)
     assert 2 <= len(done_before) < len(EXPECTED)
 
-    second = _batch(subs, out, rubric_path)
+    second = _batch(subs, out, rubric_path, tmp)
     log = second.communicate(timeout=600)[0].decode()
     assert second.returncode == 0, log
     assert f"{len(done_before)} already graded" in log
