@@ -241,7 +241,8 @@ def test_a_failed_grade_is_a_grader_error_in_every_format(tmp_path, fake, mode, 
 
 
 BATCH_WITH_FAKE = """
-import sys
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even if started in the background
 sys.path.insert(0, {root!r})
 import grader.batch as b
 b.grade_command = lambda path, reports, rubric: [sys.executable, {script!r}, str(path), str(reports), {pids!r}]
@@ -250,7 +251,8 @@ sys.exit(main(["batch", {subs!r}, "--out", {out!r}, "--rubric", {rubric!r}]))
 """
 
 
-def test_sigterm_stops_the_batch_cleanly_and_resume_finishes(tmp_path, fake):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_ends_the_batch_cleanly_and_resume_finishes(tmp_path, fake, signum):
     rubric, pids = fake
     names = [f"s{i}" for i in range(5)]
     subs = _students(tmp_path, {n: "slow" for n in names})
@@ -264,8 +266,8 @@ def test_sigterm_stops_the_batch_cleanly_and_resume_finishes(tmp_path, fake):
         while time.time() < deadline and not (pids / "started-s1").exists():
             time.sleep(0.05)
         assert (pids / "started-s1").exists(), "the batch did not reach its second student"
-        proc.send_signal(signal.SIGTERM)  # while s1 is being graded
-        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        proc.send_signal(signum)  # while s1 is being graded
+        assert proc.wait(timeout=30) == 128 + signum
         assert _survivors(pids) == []
         _complete(out)
         done = {p.parent.name: p.read_bytes() for p in (out / "students").glob("*/report.json")}
