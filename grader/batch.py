@@ -164,18 +164,35 @@ def _children() -> set[int]:
     return kids
 
 
-@contextlib.contextmanager
-def _signals_blocked():
-    """Hold Ctrl-C, SIGTERM and SIGHUP until the block ends (they are then
-    delivered), so a second signal cannot cut clean-up short."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
-        yield
+_deferring = 0            # > 0 inside clean-up that a stop signal must not cut short
+_pending: list[int] = []  # stop signals that arrived meanwhile
+
+
+def _stop(signum, frame):
+    """Ctrl-C, SIGTERM and SIGHUP stop the batch the same way: KeyboardInterrupt,
+    held back until the clean-up in progress (killing a tree, installing a
+    folder) is done. (A signal mask would not do: another thread, such as
+    tqdm's monitor, would take the signal instead.)"""
+    if _deferring:
+        _pending.append(signum)
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    raise KeyboardInterrupt(signum)
+
+
+@contextlib.contextmanager
+def _signals_deferred(reraise: bool = True):
+    """Run the block to its end whatever stop signal arrives, then act on it."""
+    global _deferring
+    _deferring += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _deferring -= 1
+        if not _deferring and _pending:
+            signum = _pending[0]
+            _pending.clear()
+            if reraise:
+                raise KeyboardInterrupt(signum)
 
 
 def _kill_tree(proc: subprocess.Popen | None, before: set[int]) -> None:
@@ -253,7 +270,7 @@ def _grade_one(entry: Entry, students: Path, rubric: Rubric, timeout_s: float) -
                                         start_new_session=True)
             rc = _wait_unreaped(proc, timeout_s)
         finally:
-            with _signals_blocked():
+            with _signals_deferred():
                 _kill_tree(proc, before)
         if rc is None:
             reason = f"grading took longer than {timeout_s:g} s; it was stopped"
@@ -261,14 +278,14 @@ def _grade_one(entry: Entry, students: Path, rubric: Rubric, timeout_s: float) -
             reason = f"the grader exited with code {rc}: {_last_line(_tail(log))}"
         else:
             reason = _check_reports(reports)
-        with _signals_blocked():
+        with _signals_deferred():
             if reason:
                 shutil.rmtree(reports, ignore_errors=True)
                 write_reports(error_result(rubric, entry.path, reason), reports, error=reason)
             _install(reports, students / entry.sid, work)
         return reason or "ok"
     finally:
-        with _signals_blocked():
+        with _signals_deferred():
             shutil.rmtree(work, ignore_errors=True)
 
 
@@ -501,11 +518,6 @@ def summary_table(rows: list[dict], tasks: list[str]) -> str:
 
 # ----------------------------------------------------------------------------- the batch
 
-def _stop(signum, frame):
-    """SIGTERM and SIGHUP stop the batch the way Ctrl-C does."""
-    raise KeyboardInterrupt(signum)
-
-
 def _is_finished(students: Path, sid: str) -> bool:
     """A usable report without a grader error: not graded again on resume."""
     try:
@@ -538,8 +550,8 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
     todo = [e for e in entries if force or not _is_finished(students, e.sid)]
     print(f"{len(entries)} submissions, {len(entries) - len(todo)} already graded, {len(todo)} to grade")
     main_thread = threading.current_thread() is threading.main_thread()
-    handlers = {s: signal.signal(s, _stop) for s in STOP_SIGNALS  # SIGINT already raises KeyboardInterrupt
-                if main_thread and s != signal.SIGINT and signal.getsignal(s) is not signal.SIG_IGN}
+    handlers = {s: signal.signal(s, _stop) for s in STOP_SIGNALS  # what the caller ignores stays ignored
+                if main_thread and signal.getsignal(s) not in (signal.SIG_IGN, None)}
     was_subreaper = _set_subreaper(True)
     stopped_by = None
     try:
@@ -554,7 +566,7 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
         stopped_by = e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT
         print("\ninterrupted: finished students are kept; run the same command again to resume")
     finally:
-        with _signals_blocked():
+        with _signals_deferred(reraise=False):
             rows = write_class_files(out, entries, tasks)
             _set_subreaper(was_subreaper)
             for s, h in handlers.items():
