@@ -70,7 +70,7 @@ elif mode == "escape":
 elif mode == "slow":
     (pids / f"started-{sub.name}").touch()
     escaper()
-    time.sleep(1.5)
+    time.sleep(1.0)
     write()
 elif mode == "crash":
     print("Traceback (most recent call last):\nRuntimeError: grader broke", file=sys.stderr)
@@ -271,7 +271,7 @@ sys.exit(main(["batch", {subs!r}, "--out", {out!r}, "--rubric", {rubric!r}]))
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_ends_the_batch_cleanly_and_resume_finishes(tmp_path, fake, signum):
     rubric, pids = fake
-    names = [f"s{i}" for i in range(5)]
+    names = ["s0", "s1", "s2"]
     subs = _students(tmp_path, {n: "slow" for n in names})
     out = tmp_path / "out"
     code = BATCH_WITH_FAKE.format(root=str(ROOT), script=str(tmp_path / "fake_grade.py"), pids=str(pids),
