@@ -33,10 +33,11 @@ def _result(text: str, submission: str = "sub`mission") -> scoring.GradeResult:
     tasks = [scoring.TaskResult(task="w8a8", title="W8A8", score=2, max_score=4, summary="crashed: " + text,
                         flags=["forbidden code: " + text, {"kind": "library_matmul", "detail": text}],
                         log_tail=text + "\n" + text)]
-    return scoring.GradeResult(schema_version=1, submission=submission, started="2026-01-01T00:00:00+00:00", seconds=1.0,
-                       device="cpu", gpu=None, versions={"torch": "2.x"}, seed=5, rubric="r", score=2, max_score=4,
-                       max_score_all_tests=10, partial=True, notes=[text, "submission unreadable: " + text],
-                       tasks=tasks, tests=tests)
+    return scoring.GradeResult(schema_version=1, submission=submission, started="2026-01-01T00:00:00+00:00",
+                               seconds=1.0, device="cpu", gpu=None, versions={"torch": "2.x"}, seed=5, rubric="r",
+                               score=2, max_score=4, max_score_all_tests=10, partial=True,
+                               notes=[text, "submission unreadable: " + text],
+                               tasks=tasks, tests=tests)
 
 
 def _blocks(md: str):
