@@ -2,33 +2,60 @@
 
 Layout of the output folder:
 
-    OUT/students/<id>/report.md, report.json, results.json   one per finished student
-    OUT/students/<id>.error.json                             the grader itself failed: retried on resume
-    OUT/class.csv, OUT/summary.md                            rebuilt from the finished reports
+    OUT/students/<id>/report.md, report.json, results.json   one per student
+    OUT/class.csv, OUT/summary.md                            rebuilt from the reports
 
-A student's folder appears (atomic rename) only once all three reports exist,
-so an interruption (Ctrl-C, power loss, a crash) leaves finished students
-untouched and the next run picks up where it stopped; --force regrades.
+``<id>`` is the submission's file name made safe for a folder name (see
+``student_id``); class.csv keeps the original name. A student's folder appears
+(atomic rename) only once all three reports exist, so an interruption (Ctrl-C,
+SIGTERM, power loss) leaves only complete folders and the next run picks up
+where it stopped; --force regrades. When grading a student fails (the grade
+process crashes, hangs past the limit, writes no or an unusable report), the
+batch writes that student's reports itself: score 0, the reason, and
+``grader_error`` in report.json. Those students are retried on resume.
+
+Each grade process runs in its own session with its output in a file (no
+pipes for an escaped process to hold). The batch is the child subreaper of
+everything it starts (Linux), so when a student is done, timed out or
+interrupted, every process left from that student's grading, including ones
+that started a new session or double-forked, is killed and reaped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import ctypes
+import hashlib
 import io
 import json
+import math
 import os
+import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from tabulate import tabulate
 from tqdm import tqdm
 
+from .report import REPORT_FILES, error_result, escape_name, one_line, write_reports
 from .rubric import Rubric
+
+ROOT = Path(__file__).resolve().parent.parent
+ID_CHARS = 64                    # longest student id (folder name)
+REPORT_JSON_BYTES = 8 << 20      # largest report.json the batch reads
+MAX_ITEMS = 10_000               # most tests, tasks, flags or notes read from one report
+STOP_SIGNALS = tuple(getattr(signal, s) for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s))
 
 CSV_FLAGS = {  # flag column value -> words that mark it in a report's task summaries and flags
     "not_implemented": "not implemented",
@@ -43,94 +70,428 @@ CSV_FLAGS = {  # flag column value -> words that mark it in a report's task summ
     "missing_file": "not found in the submission",
     "unreadable": "submission unreadable",
 }
+_FLAG_KIND = re.compile(r"[a-z][a-z0-9_]{0,39}")
+CSV_FIELDS_HEAD = ["student", "original_name", "total", "max", "correctness", "performance"]
+CSV_FIELDS_TAIL = ["flags", "partial", "seed", "device", "graded_at", "error"]
 
 
-def find_entries(folder: Path) -> list[tuple[str, Path]]:
-    """(student id, path) for every student folder or .zip, sorted by id."""
-    entries = []
-    for p in sorted(folder.iterdir()):
-        if p.name.startswith(".") or p.name.startswith("__"):
-            continue
-        if p.is_dir():
-            entries.append((p.name, p))
-        elif p.suffix.lower() == ".zip" or p.is_file():
-            entries.append((p.stem, p))
+# ----------------------------------------------------------------------------- students
+
+@dataclass(frozen=True)
+class Entry:
+    """One submission: its folder-safe id, its path, its file name as found."""
+    sid: str
+    path: Path
+    original: str
+    duplicate: bool = False  # another submission's name cleans to the same id
+
+
+def _digest(data: str) -> str:
+    return hashlib.blake2b(os.fsencode(data), digest_size=4).hexdigest()
+
+
+def student_id(name: str, is_file: bool = True) -> str:
+    """A folder-safe id for a file or folder name: ASCII letters, digits,
+    ``._-``, no leading dot or dash, at most ID_CHARS characters; a file's
+    extension (``.zip``) is dropped. A name that had to change gets a short
+    hash of its original bytes, so that cleaning alone never merges two names."""
+    stem = name.rsplit(".", 1)[0] if is_file and "." in name.lstrip(".") else name
+    ascii_stem = unicodedata.normalize("NFKD", stem).encode("ascii", "ignore").decode()
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", ascii_stem).lstrip("._-")
+    if safe == stem and 0 < len(safe) <= ID_CHARS:
+        return safe
+    return f"{safe[: ID_CHARS - 9].rstrip('._-') or 'student'}-{_digest(name)}"
+
+
+def find_entries(folder: Path) -> list[Entry]:
+    """Every student folder or file in ``folder``, sorted by name, each with a
+    unique id. Names that clean to the same id (``bob/`` and ``bob.zip``) all
+    get a hash of their full name instead, whatever their order, and are
+    marked duplicate."""
+    paths = [p for p in sorted(folder.iterdir(), key=lambda p: os.fsencode(p.name))
+             if not (p.name.startswith(".") or p.name.startswith("__")) and (p.is_dir() or p.is_file())]
+    base = [student_id(p.name, p.is_file()) for p in paths]
+    counts = Counter(base)
+    entries, used = [], set()
+    for p, sid in zip(paths, base):
+        duplicate = counts[sid] > 1  # e.g. bob/ and bob.zip: neither may take the plain id
+        n = 0
+        while duplicate and n == 0 or sid in used:
+            sid = f"{sid[: ID_CHARS - 9]}-{_digest(p.name + ('#' * n))}"
+            n += 1
+        used.add(sid)
+        entries.append(Entry(sid, p.absolute(), p.name, duplicate))
     return entries
 
 
-def _grade_one(sid: str, path: Path, students: Path, rubric: Rubric, timeout_s: float) -> str:
-    """Grade one student in a child process; return 'ok' or a one-line error."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{sid}-", dir=students))
-    cmd = [sys.executable, "-m", "grader", "grade", str(path), "--report-dir", str(tmp),
-           "--rubric", rubric.source]
+# ----------------------------------------------------------------------------- processes
+
+def _libc():
     try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, start_new_session=True,
-                              cwd=Path(__file__).resolve().parent.parent)
-        complete = all((tmp / n).is_file() for n in ("report.md", "report.json", "results.json"))
-        if proc.returncode == 0 and complete:
-            final = students / sid
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            return "ok"
-        err = proc.stderr.decode(errors="replace").strip().splitlines()
-        return f"grader exited with code {proc.returncode}: {err[-1] if err else ''}"
-    except subprocess.TimeoutExpired:
-        return f"grading took longer than {timeout_s:.0f} s"
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def _set_subreaper(on: bool) -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux
+    PR_SET_CHILD_SUBREAPER), so that none can escape to init; return the old value."""
+    libc = _libc()
+    if libc is None or not sys.platform.startswith("linux"):
+        return False
+    old = ctypes.c_int(0)
+    libc.prctl(37, ctypes.byref(old), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
+    libc.prctl(36, int(on), 0, 0, 0)            # PR_SET_CHILD_SUBREAPER
+    return bool(old.value)
+
+
+def _children() -> set[int]:
+    """Process ids whose parent is this process (empty where /proc is missing)."""
+    me, kids = os.getpid(), set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return kids
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if len(fields) > 1 and int(fields[1]) == me:
+                kids.add(int(name))
+    return kids
+
+
+_deferring = 0            # > 0 inside clean-up that a stop signal must not cut short
+_pending: list[int] = []  # stop signals that arrived meanwhile
+
+
+def _stop(signum, frame):
+    """Ctrl-C, SIGTERM and SIGHUP stop the batch the same way: KeyboardInterrupt,
+    held back until the clean-up in progress (killing a tree, installing a
+    folder) is done. (A signal mask would not do: another thread, such as
+    tqdm's monitor, would take the signal instead.)"""
+    if _deferring:
+        _pending.append(signum)
+        return
+    raise KeyboardInterrupt(signum)
+
+
+@contextlib.contextmanager
+def _signals_deferred(reraise: bool = True):
+    """Run the block to its end whatever stop signal arrives, then act on it."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _deferring -= 1
+        if not _deferring and _pending:
+            signum = _pending[0]
+            _pending.clear()
+            if reraise:
+                raise KeyboardInterrupt(signum)
+
+
+def _kill_tree(proc: subprocess.Popen | None, before: set[int]) -> None:
+    """Kill ``proc``'s process group, then every child of ours that was not
+    there ``before`` (descendants that escaped the group are reparented to us
+    as their parents die), round after round until none is left; reap them all."""
+    if proc is not None:
+        if proc.returncode is None:  # not reaped yet, so its group id is still its own
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for _ in range(10_000):
+        kids = _children() - before
+        if not kids:
+            return
+        for pid in kids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in kids:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def _wait_unreaped(proc: subprocess.Popen, timeout_s: float) -> int | None:
+    """Wait for ``proc`` to exit without reaping it, so its process-group id
+    cannot be reused before _kill_tree kills the group; None on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return proc.wait()
+        if info is not None:
+            return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+def grade_command(path: Path, report_dir: Path, rubric: Rubric) -> list[str]:
+    """The command that grades one submission into ``report_dir``."""
+    source = Path(rubric.source)
+    return [sys.executable, "-m", "grader", "grade", str(path), "--report-dir", str(report_dir),
+            "--rubric", str(source.absolute() if source.is_file() else source),
+            "--die-with-parent", str(os.getpid())]
+
+
+def _tail(path: Path, chars: int = 4000) -> str:
+    """The end of a log file, read without loading the whole file."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - chars))
+            return f.read(chars).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return one_line(lines[-1], 300) if lines else ""
+
+
+def _grade_one(entry: Entry, students: Path, rubric: Rubric, timeout_s: float) -> str:
+    """Grade one student in a child process and install their report folder;
+    return 'ok' or the reason for the grader error written in its place."""
+    work = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.sid}-", dir=students))
+    reports, log = work / "reports", work / "grade.log"
+    before = _children()
+    try:
+        proc = None
+        try:
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(grade_command(entry.path, reports, rubric), cwd=ROOT,
+                                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+            rc = _wait_unreaped(proc, timeout_s)
+        finally:
+            with _signals_deferred():
+                _kill_tree(proc, before)
+        if rc is None:
+            reason = f"grading took longer than {timeout_s:g} s; it was stopped"
+        elif rc != 0:
+            reason = f"the grader exited with code {rc}: {_last_line(_tail(log))}"
+        else:
+            reason = _check_reports(reports)
+        with _signals_deferred():
+            if reason:
+                shutil.rmtree(reports, ignore_errors=True)
+                write_reports(error_result(rubric, entry.path, reason), reports, error=reason)
+            _install(reports, students / entry.sid, work)
+        return reason or "ok"
+    finally:
+        with _signals_deferred():
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _check_reports(reports: Path) -> str:
+    """'' when the three reports are plain files and report.json is usable, else why not."""
+    missing = [n for n in REPORT_FILES if not _plain_file(reports / n)]
+    if missing:
+        return f"the grader wrote no {', '.join(missing)}"
+    try:
+        report = load_report(reports / "report.json")
+    except BadReport as e:
+        return f"report.json unusable: {e}"
+    return f"the grader reported an error: {report['grader_error']}" if "grader_error" in report else ""
+
+
+def _plain_file(path: Path) -> bool:
+    try:
+        return path.lstat().st_mode & 0o170000 == 0o100000
+    except OSError:
+        return False
+
+
+def _install(reports: Path, final: Path, work: Path) -> None:
+    """Put the three reports at ``final`` (nothing else the run left there) by
+    renames only: at every moment ``final`` is the old complete folder, absent,
+    or the new complete folder. Readable by the owner's group (course staff)."""
+    staged = work / "final"
+    staged.mkdir(mode=0o750)
+    for name in REPORT_FILES:
+        os.replace(reports / name, staged / name)
+        os.chmod(staged / name, 0o640)
+    os.chmod(staged, 0o750)
+    if final.exists() or final.is_symlink():
+        os.replace(final, work / "old")
+    os.replace(staged, final)
+
+
+# ----------------------------------------------------------------------------- reports
+
+class BadReport(ValueError):
+    """A report.json the class files cannot use."""
+
+
+def _num(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BadReport(f"{what} is not a number")
+    return value
+
+
+def _items(value, what: str) -> list:
+    if not isinstance(value, list) or len(value) > MAX_ITEMS:
+        raise BadReport(f"{what} is not a list of at most {MAX_ITEMS}")
+    return value
+
+
+def _text(value, what: str) -> str:
+    if not isinstance(value, str):
+        raise BadReport(f"{what} is not text")
+    return value[:10_000]
+
+
+def load_report(path: Path) -> dict:
+    """Read a report.json defensively (an earlier, hostile run may have made
+    it): size cap, no symlink, JSON depth errors caught, and every field the
+    batch uses checked for its type. Returns only those fields."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise BadReport(f"cannot open: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(fd).st_mode & 0o170000 != 0o100000:
+            raise BadReport("not a plain file")
+        raw = f.read(REPORT_JSON_BYTES + 1)
+    if len(raw) > REPORT_JSON_BYTES:
+        raise BadReport(f"larger than {REPORT_JSON_BYTES >> 20} MB")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError, MemoryError) as e:
+        raise BadReport(f"not valid JSON ({type(e).__name__})") from None
+    if not isinstance(data, dict):
+        raise BadReport("not a JSON object")
+    if "grader_error" in data:
+        try:
+            max_score = _num(data.get("max_score_all_tests"), "max_score_all_tests")
+        except BadReport:
+            max_score = None
+        return {"grader_error": one_line(_text(data["grader_error"], "grader_error"), 1000),
+                "max_score": max_score}
+    out = {"score": _num(data.get("score"), "score"), "max_score": _num(data.get("max_score"), "max_score"),
+           "partial": data.get("partial"), "seed": data.get("seed"), "gpu": data.get("gpu"),
+           "started": _text(data.get("started"), "started")}
+    if not isinstance(out["partial"], bool):
+        raise BadReport("partial is not true or false")
+    if out["seed"] is not None and (isinstance(out["seed"], bool) or not isinstance(out["seed"], int)):
+        raise BadReport("seed is not an integer")
+    if out["gpu"] is not None:
+        _text(out["gpu"], "gpu")
+    out["tests"] = []
+    for i, t in enumerate(_items(data.get("tests"), "tests")):
+        if not isinstance(t, dict):
+            raise BadReport(f"tests[{i}] is not an object")
+        out["tests"].append({"kind": _text(t.get("kind"), f"tests[{i}].kind"),
+                             "score": _num(t.get("score"), f"tests[{i}].score")})
+    out["tasks"] = []
+    for i, t in enumerate(_items(data.get("tasks"), "tasks")):
+        if not isinstance(t, dict):
+            raise BadReport(f"tasks[{i}] is not an object")
+        flags = _items(t.get("flags", []), f"tasks[{i}].flags")
+        out["tasks"].append({"task": _text(t.get("task"), f"tasks[{i}].task"),
+                             "score": _num(t.get("score"), f"tasks[{i}].score"),
+                             "summary": _text(t.get("summary", ""), f"tasks[{i}].summary"),
+                             "flags": [f if isinstance(f, dict) else _text(f, f"tasks[{i}].flags")
+                                       for f in flags]})
+    out["notes"] = [_text(n, "notes") for n in _items(data.get("notes", []), "notes")]
+    return out
 
 
 def _flags(report: dict) -> list[str]:
-    text = " ".join([t["summary"] for t in report["tasks"]] + [f for t in report["tasks"] for f in t["flags"]]
-                    + report.get("notes", []))
-    return [flag for flag, words in CSV_FLAGS.items() if words in text]
+    """Flag names for the CSV: the ``kind`` of flag records where a report has
+    them, plus the words of CSV_FLAGS found in its sentences (older reports)."""
+    kinds, text = [], list(report["notes"])
+    for task in report["tasks"]:
+        text.append(task["summary"])
+        for f in task["flags"]:
+            kind = f.get("kind") if isinstance(f, dict) else None
+            if isinstance(kind, str) and _FLAG_KIND.fullmatch(kind):
+                kinds.append(kind)
+            elif isinstance(f, str):
+                text.append(f)
+    joined = " ".join(text)
+    kinds += [flag for flag, words in CSV_FLAGS.items() if words in joined]
+    return list(dict.fromkeys(kinds))
 
 
-def _row(sid: str, report: dict) -> dict:
-    row = {"student": sid, "total": report["score"], "max": report["max_score"]}
+def _row(entry: Entry, report: dict, tasks: list[str]) -> dict:
+    row = {"student": entry.sid, "original_name": escape_name(entry.original), "_graded": True,
+           "total": report["score"], "max": report["max_score"]}
     for kind in ("correctness", "performance"):
         row[kind] = sum(t["score"] for t in report["tests"] if t["kind"] == kind)
     for task in report["tasks"]:
-        row[task["task"]] = task["score"]
-    row.update(flags=";".join(_flags(report)), partial=report["partial"], seed=report["seed"],
+        if task["task"] in tasks:
+            row[task["task"]] = task["score"]
+    flags = _flags(report) + (["duplicate"] if entry.duplicate else [])
+    row.update(flags=";".join(flags), partial=report["partial"], seed=report["seed"],
                device=report["gpu"] or "cpu", graded_at=report["started"])
     return row
 
 
+def _error_row(entry: Entry, error: str, max_score=None) -> dict:
+    flags = "grader_error" + (";duplicate" if entry.duplicate else "")
+    return {"student": entry.sid, "original_name": escape_name(entry.original), "total": 0,
+            "max": max_score if max_score is not None else "", "flags": flags, "error": error}
+
+
+def _cell(value):
+    """A CSV cell: text cleaned, bounded, and never read as a spreadsheet formula."""
+    if isinstance(value, str):
+        value = one_line(value, 500)
+        if value[:1] in ("=", "+", "-", "@", "|", "%"):
+            value = "'" + value
+    return value
+
+
 def _write_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
-def write_class_files(out: Path, entries: list[tuple[str, Path]], tasks: list[str]) -> list[dict]:
-    """Rebuild class.csv and summary.md from whatever reports exist now."""
+def write_class_files(out: Path, entries: list[Entry], tasks: list[str]) -> list[dict]:
+    """Rebuild class.csv and summary.md from whatever reports exist now. A
+    report that cannot be used becomes that student's grader_error row."""
     rows = []
-    for sid, _ in entries:
-        report_path = out / "students" / sid / "report.json"
-        error_path = out / "students" / f"{sid}.error.json"
-        if report_path.is_file():
-            rows.append(_row(sid, json.loads(report_path.read_text())))
-        elif error_path.is_file():
-            err = json.loads(error_path.read_text())
-            rows.append({"student": sid, "total": 0, "flags": "grader_error", "error": err["error"]})
+    for entry in entries:
+        path = out / "students" / entry.sid / "report.json"
+        if not (path.exists() or path.is_symlink()):
+            rows.append({"student": entry.sid, "original_name": escape_name(entry.original),
+                         "flags": "not_graded"})
+            continue
+        try:
+            report = load_report(path)
+        except BadReport as e:
+            rows.append(_error_row(entry, f"report.json unusable: {e}"))
+            continue
+        if "grader_error" in report:
+            rows.append(_error_row(entry, report["grader_error"], report["max_score"]))
         else:
-            rows.append({"student": sid, "flags": "not_graded"})
-    fields = ["student", "total", "max", "correctness", "performance", *tasks, "flags", "partial",
-              "seed", "device", "graded_at", "error"]
+            rows.append(_row(entry, report, tasks))
+    fields = [*CSV_FIELDS_HEAD, *tasks, *CSV_FIELDS_TAIL]
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({k: _cell(v) for k, v in r.items()} for r in rows)
     _write_atomic(out / "class.csv", buf.getvalue())
     _write_atomic(out / "summary.md", summary_table(rows, tasks) + "\n")
     return rows
 
 
 def summary_table(rows: list[dict], tasks: list[str]) -> str:
-    graded = [r for r in rows if "max" in r]
+    graded = [r for r in rows if r.get("_graded")]
     lines = [f"{len(graded)} of {len(rows)} submissions graded", ""]
     stats = []
     for col in ["total", "correctness", "performance", *tasks]:
@@ -142,44 +503,74 @@ def summary_table(rows: list[dict], tasks: list[str]) -> str:
         top = max(float(r["max"]) for r in graded) or 1
         buckets = [0] * 10
         for r in graded:
-            buckets[min(9, int(10 * float(r["total"]) / top))] += 1
+            buckets[max(0, min(9, int(10 * float(r["total"]) / top)))] += 1
         lines += ["", "distribution of totals (% of max):"]
         lines += [f"  {10 * i:3d}-{10 * i + 10:3d}%  {'#' * n} {n}" for i, n in enumerate(buckets)]
     flagged = [(r["student"], r["flags"]) for r in rows if r.get("flags")]
     if flagged:
         lines += ["", "flags:"] + [f"  {sid}: {f}" for sid, f in flagged]
+    errors = [(r["student"], r["error"]) for r in rows if r.get("error")]
+    if errors:
+        lines += ["", "grader errors (retried on the next run):"]
+        lines += [f"  {sid}: {one_line(e, 200)}" for sid, e in errors]
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the batch
+
+def _is_finished(students: Path, sid: str) -> bool:
+    """A usable report without a grader error: not graded again on resume."""
+    try:
+        return "grader_error" not in load_report(students / sid / "report.json")
+    except BadReport:
+        return False
 
 
 def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
               timeout_s: float | None = None) -> int:
-    folder, out = Path(submissions), Path(out)
+    folder, out = Path(submissions), Path(out).absolute()  # grade processes run in ROOT
     if not folder.is_dir():
-        print(f"{folder}: not a folder of submissions", file=sys.stderr)
+        print(f"{escape_name(str(folder))}: not a folder of submissions", file=sys.stderr)
         return 2
     students = out / "students"
-    students.mkdir(parents=True, exist_ok=True)
-    for stale in students.glob(".*-*"):  # an interrupted run's half-written reports
+    try:
+        students.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.mkstemp(dir=students, prefix=".probe-")
+        os.close(probe[0])
+        os.unlink(probe[1])
+    except OSError as e:
+        print(f"cannot write to {escape_name(str(students))}: {e.strerror}; user id {os.getuid()} "
+              "needs write access to it", file=sys.stderr)
+        return 2
+    for stale in students.glob(".*-*"):  # an interrupted run's temporary folders
         shutil.rmtree(stale, ignore_errors=True)
     entries = find_entries(folder)
     tasks = list(rubric.tasks)
     timeout_s = timeout_s or 3 * max(rubric.settings.task_timeout_s, rubric.settings.cpu_task_timeout_s) + 300
-    todo = [(sid, p) for sid, p in entries if force or not (students / sid / "report.json").is_file()]
+    todo = [e for e in entries if force or not _is_finished(students, e.sid)]
     print(f"{len(entries)} submissions, {len(entries) - len(todo)} already graded, {len(todo)} to grade")
-    interrupted = False
+    main_thread = threading.current_thread() is threading.main_thread()
+    handlers = {s: signal.signal(s, _stop) for s in STOP_SIGNALS  # what the caller ignores stays ignored
+                if main_thread and signal.getsignal(s) not in (signal.SIG_IGN, None)}
+    was_subreaper = _set_subreaper(True)
+    stopped_by = None
     try:
-        for sid, path in tqdm(todo, unit="student", dynamic_ncols=True):
-            (students / f"{sid}.error.json").unlink(missing_ok=True)
-            status = _grade_one(sid, path, students, rubric, timeout_s)
+        for entry in tqdm(todo, unit="student", dynamic_ncols=True):
+            try:
+                status = _grade_one(entry, students, rubric, timeout_s)
+            except Exception as e:  # the batch's own failure (disk full...): this student only
+                status = f"batch error: {type(e).__name__}: {e}"
             if status != "ok":
-                _write_atomic(students / f"{sid}.error.json",
-                              json.dumps({"error": status, "at": time.strftime("%Y-%m-%dT%H:%M:%S")}))
-                tqdm.write(f"{sid}: {status}")
-    except KeyboardInterrupt:
-        interrupted = True
+                tqdm.write(f"{entry.sid}: grader error: {one_line(status, 300)}")
+    except KeyboardInterrupt as e:
+        stopped_by = e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT
         print("\ninterrupted: finished students are kept; run the same command again to resume")
     finally:
-        rows = write_class_files(out, entries, tasks)
+        with _signals_deferred(reraise=False):
+            rows = write_class_files(out, entries, tasks)
+            _set_subreaper(was_subreaper)
+            for s, h in handlers.items():
+                signal.signal(s, h)
     print(summary_table(rows, tasks))
     print(f"\nclass CSV: {out / 'class.csv'}; per-student reports: {students}/<id>/")
-    return 130 if interrupted else 0
+    return 128 + int(stopped_by) if stopped_by else 0

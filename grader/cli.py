@@ -1,9 +1,18 @@
-"""Command line: python -m grader [grade] [SUBMISSION] [options] | python -m grader batch DIR."""
+"""Command line: python -m grader [grade] [SUBMISSION] [options] | python -m grader batch DIR.
+
+Exit status of ``grade``: 0 when a report was written, whatever the
+submission did (a bad submission is a score, not an error); 1 when the grader
+itself failed (a grader-error report is still written); 2 for a usage error
+(no such submission, unknown task, bad rubric, unwritable report folder), with
+one line on stderr and no report.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,6 +27,21 @@ def _grade_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="force a device (default: cuda when available)")
     p.add_argument("--tasks", default=None, help="comma-separated subset, e.g. w8a8,dds")
+    p.add_argument("--die-with-parent", type=int, default=None, metavar="PID", help=argparse.SUPPRESS)
+
+
+def _die_with_parent(ppid: int) -> None:
+    """Linux: have the kernel kill this process when its parent (the batch,
+    process ``ppid``) dies, even by SIGKILL; exit at once if it already has."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != ppid:
+        os._exit(1)
 
 
 def main(argv=None) -> int:
@@ -34,8 +58,14 @@ def main(argv=None) -> int:
     if not argv or argv[0] not in ("grade", "batch", "-h", "--help"):
         argv.insert(0, "grade")
     args = parser.parse_args(argv)
+    if getattr(args, "die_with_parent", None) and sys.platform.startswith("linux"):
+        _die_with_parent(args.die_with_parent)
 
+    from .report import escape_name
     from .rubric import DEFAULT_RUBRIC, RubricError, load_rubric
+    if args.command != "batch" and not os.path.exists(args.submission):
+        print(f"no such submission: {escape_name(args.submission)}", file=sys.stderr)
+        return 2
     try:
         rubric = load_rubric(args.rubric or DEFAULT_RUBRIC)
     except RubricError as e:
@@ -52,8 +82,27 @@ def main(argv=None) -> int:
     if unknown:
         print(f"unknown task(s) {sorted(unknown)}; expected some of {sorted(rubric.tasks)}", file=sys.stderr)
         return 2
-    remove_reports(args.report_dir)  # a stale report must never pass for this run's
-    result = grade(args.submission, rubric, seed=args.seed, device=args.device, tasks=tasks)
+    try:
+        remove_reports(args.report_dir)  # a stale report must never pass for this run's
+        Path(args.report_dir).mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=args.report_dir, prefix=".probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        print(f"cannot write reports to {escape_name(args.report_dir)}: {e.strerror}; user id {os.getuid()} "
+              "needs write access to it", file=sys.stderr)
+        return 2
+    try:
+        result = grade(args.submission, rubric, seed=args.seed, device=args.device, tasks=tasks)
+    except Exception as e:  # the grader's own failure: still a report, with the reason
+        import traceback
+
+        from .report import error_result, one_line
+        traceback.print_exc()
+        reason = one_line(f"{type(e).__name__}: {e}", 500)
+        write_reports(error_result(rubric, args.submission, reason, tasks), args.report_dir, error=reason)
+        print(f"grader error: {reason}", file=sys.stderr)
+        return 1
     out = write_reports(result, args.report_dir)
     print()
     print(terminal_table(result))

@@ -1,95 +1,222 @@
-"""Write a GradeResult as Markdown, JSON and Gradescope results.json; print a table."""
+"""Write a GradeResult as Markdown, JSON and Gradescope results.json; print a table.
+
+Much of the text in a result comes from the student's code: exception messages,
+printed output, names in a zip, a file name. Wherever it is shown it is first
+cleaned (no ANSI escapes or control characters, bounded length) and then
+escaped for its format, so it reads as literal text: in report.md it cannot
+close a code fence or render a heading, HTML or a link; in results.json tests
+say ``output_format: "text"``; in the terminal it cannot move the cursor or
+recolor the table.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import os
+import re
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
 
 from tabulate import tabulate
 
-from .scoring import GradeResult
+from .rubric import Rubric
+from .scoring import SCHEMA_VERSION, GradeResult, TaskResult, TestResult
 
 REPORT_FILES = ("report.md", "report.json", "results.json")
+MESSAGE_CHARS = 4000   # one test message, in report.md and results.json
+LOG_CHARS = 2000       # the printed-output tail shown in report.md
+INLINE_CHARS = 300     # one table cell or list item
+
+# CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), and two-character escapes.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]?|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+# C0/C1 controls except tab and newline, and the bidirectional overrides that reorder text.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# Characters with a meaning in Markdown or HTML anywhere in a line.
+_MD_INLINE = re.compile(r"([\\`*_\[\]<>&|~$#])")
+
+
+def clean_text(text, limit: int = MESSAGE_CHARS, keep: str = "head") -> str:
+    """``text`` as printable text: ANSI escapes and control characters removed
+    (newlines and tabs kept), lone surrogates from undecodable file names
+    written as ``\\udcXX``, at most ``limit`` characters (``keep`` the head or
+    the tail; a cut is marked)."""
+    text = text if isinstance(text, str) else str(text)
+    text = text[: 4 * limit] if keep == "head" else text[-4 * limit:]  # bound the work first
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\u2028", "\n").replace("\u2029", "\n")
+    text = _CONTROL.sub("", _ANSI.sub("", text))
+    if len(text) > limit:
+        text = text[:limit] + " [... truncated]" if keep == "head" else "[truncated ...] " + text[-limit:]
+    return text
+
+
+def escape_name(name: str) -> str:
+    """A file name as printable text: undecodable bytes as ``\\xNN``, control characters as ``\\xNN``."""
+    text = os.fsencode(name).decode("utf-8", "backslashreplace")
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def one_line(text, limit: int = INLINE_CHARS) -> str:
+    """Cleaned text on one line (whitespace runs become one space)."""
+    return " ".join(clean_text(text, 2 * limit).split())[:limit]
+
+
+def md_inline(text, limit: int = INLINE_CHARS) -> str:
+    """Text for a Markdown table cell or list item: one line, every character
+    with a Markdown/HTML meaning backslash-escaped (so no emphasis, code, link,
+    HTML tag, entity or table cell break), and a leading character that could
+    start a block (``-``, ``+``, ``=``, ``>``, ``1.``) escaped too."""
+    text = _MD_INLINE.sub(r"\\\1", one_line(text, limit))
+    text = re.sub(r"^([-+=>])", r"\\\1", text)
+    return re.sub(r"^(\d+)([.)])", r"\1\\\2", text)
+
+
+def md_code(text, limit: int = INLINE_CHARS, table: bool = False) -> str:
+    """Text as a Markdown code span, delimited by more backticks than any run
+    inside; in a table cell, ``|`` is escaped too (GFM splits cells first)."""
+    text = one_line(text, limit)
+    text = text.replace("|", "\\|") if table else text
+    ticks = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    return f"{ticks} {text} {ticks}"
+
+
+def md_block(text, limit: int = MESSAGE_CHARS, keep: str = "head") -> list[str]:
+    """Text as a fenced code block whose fence is longer than any backtick run
+    inside, so nothing in it can close the block."""
+    text = clean_text(text, limit, keep).strip("\n")
+    fence = "`" * max(3, max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    return [fence + "text", *text.split("\n"), fence]
 
 
 def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
+def _flag_text(flag) -> str:
+    """A flag is a sentence, or a record ``{"kind": ..., "detail": ...}``."""
+    if isinstance(flag, dict):
+        return str(flag.get("detail") or flag.get("kind") or "")
+    return str(flag)
+
+
 def _first_line(msg: str, width: int = 90) -> str:
-    line = msg.strip().splitlines()[0] if msg.strip() else ""
+    lines = clean_text(msg, 4 * width).strip().splitlines()
+    line = " ".join(lines[0].split()) if lines else ""
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
 def terminal_table(result: GradeResult) -> str:
-    rows = [(t.name, t.kind, f"{_fmt(t.score)}/{_fmt(t.max_score)}" + (" (bonus)" if t.bonus else ""),
+    rows = [(one_line(t.name, 60), t.kind, f"{_fmt(t.score)}/{_fmt(t.max_score)}" + (" (bonus)" if t.bonus else ""),
              t.status, _first_line(t.message)) for t in result.tests]
     table = tabulate(rows, headers=["test", "kind", "points", "status", "detail"], tablefmt="simple")
     lines = [table, ""]
     for task in result.tasks:
-        lines.append(f"{task.task:6s} {_fmt(task.score):>6}/{_fmt(task.max_score):<4} {task.summary}")
+        lines.append(f"{one_line(task.task, 20):6s} {_fmt(task.score):>6}/{_fmt(task.max_score):<4} "
+                     f"{one_line(task.summary, 200)}")
     lines.append("")
     lines.append(f"TOTAL {_fmt(result.score)}/{_fmt(result.max_score)}"
                  + (f"  (partial: out of {_fmt(result.max_score_all_tests)} with performance)"
                     if result.partial else ""))
-    lines += [f"note: {n}" for n in result.notes]
+    lines += [f"note: {one_line(n, 500)}" for n in result.notes]
     return "\n".join(lines)
 
 
-def markdown(result: GradeResult) -> str:
+def markdown(result: GradeResult, error: str | None = None) -> str:
+    """The human report. ``error``: the grader itself failed on this submission."""
     md = [f"# Grade report: {_fmt(result.score)} / {_fmt(result.max_score)}", ""]
+    if error:
+        md += [f"> **Grader error.** This submission could not be graded: {md_inline(error, 1000)}. "
+               "The score is 0 until a TA regrades it.", ""]
     if result.partial:
         md += [f"> **Partial score.** Only tests that could run here were scored; the full "
                f"assignment is out of {_fmt(result.max_score_all_tests)}.", ""]
-    md += [f"- Submission: `{result.submission}`",
-           f"- Device: {result.gpu or 'CPU (Triton interpreter)'}; "
-           + ", ".join(f"{k} {v}" for k, v in result.versions.items() if v),
-           f"- Graded: {result.started} in {result.seconds:g} s",
-           f"- Seed: `{result.seed}` (reproduce: `make grade SEED={result.seed}`)", ""]
-    md += [f"- {n}" for n in result.notes] + ([""] if result.notes else [])
+    md.append(f"- Submission: {md_code(result.submission)}")
+    if not error:
+        versions = ", ".join(f"{md_inline(k, 40)} {md_inline(v, 80)}" for k, v in result.versions.items() if v)
+        reproduce = f"make grade SUBMISSION={shlex.quote(one_line(result.submission))} SEED={result.seed}"
+        md += [f"- Device: {md_inline(result.gpu or 'CPU (Triton interpreter)', 100)}; {versions}",
+               f"- Graded: {md_inline(result.started, 40)} in {result.seconds:g} s",
+               f"- Seed: `{result.seed}` (reproduce: {md_code(reproduce, 2 * INLINE_CHARS)})"]
+    md.append("")
+    md += [f"- {md_inline(n, 1000)}" for n in result.notes] + ([""] if result.notes else [])
     md += ["## Tasks", "", "| task | points | summary |", "|---|---|---|"]
-    md += [f"| {t.title} | {_fmt(t.score)} / {_fmt(t.max_score)} | {t.summary} |" for t in result.tasks]
+    md += [f"| {md_inline(t.title, 80)} | {_fmt(t.score)} / {_fmt(t.max_score)} | {md_inline(t.summary)} |"
+           for t in result.tasks]
     md += ["", "## Tests", "", "| test | points | status | detail |", "|---|---|---|---|"]
+    details = []
     for t in result.tests:
-        detail = t.message.replace("|", "\\|").replace("\n", "<br>")
-        md.append(f"| `{t.name}`{' (bonus)' if t.bonus else ''} | {_fmt(t.score)} / {_fmt(t.max_score)} "
-                  f"| {t.status} | {detail} |")
+        first = _first_line(t.message, 200)
+        md.append(f"| {md_code(t.name, 100, table=True)}{' (bonus)' if t.bonus else ''} | {_fmt(t.score)} / "
+                  f"{_fmt(t.max_score)} | {md_inline(t.status, 20)} | {md_inline(first, 220)} |")
+        if " ".join(clean_text(t.message).split()) != first:  # more than the table shows
+            details += ["", f"#### {md_code(t.name, 100)}", "", *md_block(t.message)]
     for task in result.tasks:
         if task.flags or (task.log_tail.strip() and task.score < task.max_score):
-            md += ["", f"### {task.title}", ""]
-            md += [f"- **{f}**" for f in task.flags]
+            md += ["", f"### {md_inline(task.title, 80)}", ""]
+            md += [f"- **{md_inline(_flag_text(f), 1000)}**" for f in task.flags]
             if task.log_tail.strip():
-                md += ["", "Last lines your code printed:", "", "```", task.log_tail.strip()[-2000:], "```"]
+                md += ["", "Last lines your code printed:", "", *md_block(task.log_tail, LOG_CHARS, keep="tail")]
+    if details:
+        md += ["", "## Test details", *details]
     return "\n".join(md) + "\n"
 
 
-def gradescope(result: GradeResult) -> dict:
-    """https://gradescope-autograders.readthedocs.io/en/latest/specs/"""
-    tests = [{"name": t.name, "score": t.score, "max_score": t.max_score,
+def gradescope(result: GradeResult, error: str | None = None) -> dict:
+    """https://gradescope-autograders.readthedocs.io/en/latest/specs/ ; every
+    output is plain text (``output_format: "text"``), cleaned and bounded."""
+    tests = [{"name": one_line(t.name, 200), "score": t.score, "max_score": t.max_score,
               "status": "passed" if t.status == "passed" else "failed",
-              "output": (t.message if t.status != "not_run" else f"{t.message} (not scored here)"),
-              "visibility": t.visibility} for t in result.tests]
-    output = "; ".join(f"{t.task}: {t.summary}" for t in result.tasks)
+              "output": clean_text(t.message if t.status != "not_run" else f"{t.message} (not scored here)"),
+              "output_format": "text", "visibility": t.visibility} for t in result.tests]
+    output = "; ".join(f"{one_line(t.task, 40)}: {one_line(t.summary)}" for t in result.tasks)
     if result.partial:
-        output = "Partial score: " + " ".join(result.notes) + " " + output
+        output = "Partial score: " + " ".join(one_line(n, 1000) for n in result.notes) + " " + output
+    if error:
+        output = f"Grader error: {one_line(error, 1000)}. The score is 0 until a TA regrades this submission."
     return {"score": result.score, "max_score": result.max_score_all_tests,
-            "output": output, "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
+            "output": clean_text(output), "output_format": "text",
+            "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
 
 
-def write_reports(result: GradeResult, report_dir: str | Path) -> Path:
-    """Write the three files atomically: a reader never sees a half-written report."""
+def error_result(rubric: Rubric, submission: str | Path, reason: str,
+                 tasks: list[str] | None = None) -> GradeResult:
+    """A zero-score result for a run the grader itself could not finish, so
+    that every report format still exists and says why."""
+    tasks = [t for t in (tasks or rubric.tasks) if t in rubric.tasks]
+    tests = [TestResult(name=s.name, task=s.task, kind=s.kind, score=0.0, max_score=s.points, status="failed",
+                        message="not graded: grader error", visibility=s.visibility, bonus=s.bonus)
+             for s in rubric.tests if s.task in tasks]
+    task_results = [TaskResult(task=t, title=rubric.tasks[t].title, score=0.0, summary="grader error",
+                               max_score=sum(r.max_score for r in tests if r.task == t and not r.bonus))
+                    for t in tasks]
+    everything = sum(r.max_score for r in tests if not r.bonus)
+    return GradeResult(
+        schema_version=SCHEMA_VERSION, submission=str(submission),
+        started=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), seconds=0.0,
+        device="none", gpu=None, versions={}, seed=0, rubric=rubric.source, score=0.0,
+        max_score=everything, max_score_all_tests=everything, partial=False,
+        notes=[f"grader error: {one_line(reason, 1000)}"], tasks=task_results, tests=tests)
+
+
+def write_reports(result: GradeResult, report_dir: str | Path, error: str | None = None) -> Path:
+    """Write the three files atomically: a reader never sees a half-written report.
+    ``error`` marks a grader error: report.json gets ``grader_error``, and the
+    Markdown and Gradescope outputs lead with it."""
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
-    contents = {"report.md": markdown(result),
-                "report.json": json.dumps(dataclasses.asdict(result), indent=2),
-                "results.json": json.dumps(gradescope(result), indent=2)}
+    data = dataclasses.asdict(result)
+    if error:
+        data["grader_error"] = one_line(error, 1000)
+    contents = {"report.md": markdown(result, error),
+                "report.json": json.dumps(data, indent=2),
+                "results.json": json.dumps(gradescope(result, error), indent=2)}
     for name, text in contents.items():
         fd, tmp = tempfile.mkstemp(dir=report_dir, prefix=f".{name}.")
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
         os.replace(tmp, report_dir / name)
     return report_dir
