@@ -133,15 +133,26 @@ def _open(state: GradingState, t, deadline: float) -> Session:
 
 
 def _correctness(state: GradingState, session: Session, spec: TestSpec, evidence: list) -> Verdict:
-    if state.gone.get(spec.task):
-        return Verdict(False, state.gone[spec.task])
+    """Two calls on two fresh draws of the case: a kernel that keeps state between
+    calls (a cached output, a buffer it forgot to reset) fails the second."""
     shape = spec.shape_on(state.device)
-    args, extras = make_inputs(spec.task, shape, spec.options, case_seed(state.seed, spec.name), state.device)
-    result = checked_call(session, f"case{len(evidence)}", args, (shape[0], shape[1]))
-    if result.status == "gone":
-        state.gone[spec.task] = result.message
-    evidence.append((spec.name, result))
-    return judge_call(spec, result, args, extras)
+    seed = case_seed(state.seed, spec.name)
+    verdict = None
+    for draw in range(2):
+        if state.gone.get(spec.task):
+            return Verdict(False, state.gone[spec.task])
+        args, extras = make_inputs(spec.task, shape, spec.options, seed + draw, state.device)
+        result = checked_call(session, f"case{len(evidence)}", args, (shape[0], shape[1]))
+        if result.status == "gone":
+            state.gone[spec.task] = result.message
+        evidence.append((spec.name, result))
+        verdict = judge_call(spec, result, args, extras)
+        if not verdict.passed:
+            if draw:
+                verdict.message = ("the first call passed, the second on fresh inputs failed "
+                                   "(does the kernel keep state between calls?): " + verdict.message)
+            return verdict
+    return verdict
 
 
 def _performance(state: GradingState, task: str, specs: list[TestSpec], session, timeout: float, log) -> None:
