@@ -293,4 +293,5 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
                   "triton": triton.__version__, "cuda": torch.version.cuda},
         seed=seed, rubric=rubric.source, score=score, max_score=ran,
         max_score_all_tests=everything, partial=ran < everything, notes=notes,
+        hidden_points=rubric.settings.hidden_points,
         tasks=task_results, tests=results)

@@ -24,7 +24,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .rubric import Rubric
-from .scoring import SCHEMA_VERSION, GradeResult, TaskResult, TestResult
+from .scoring import SCHEMA_VERSION, GradeResult, TaskResult, TestResult, points_lines
 
 REPORT_FILES = ("report.md", "report.json", "results.json")
 MESSAGE_CHARS = 4000   # one test message, in report.md and results.json
@@ -118,9 +118,7 @@ def terminal_table(result: GradeResult) -> str:
         lines.append(f"{one_line(task.task, 20):6s} {_fmt(task.score):>6}/{_fmt(task.max_score):<4} "
                      f"{one_line(task.summary, 200)}")
     lines.append("")
-    lines.append(f"TOTAL {_fmt(result.score)}/{_fmt(result.max_score)}"
-                 + (f"  (partial: out of {_fmt(result.max_score_all_tests)} with performance)"
-                    if result.partial else ""))
+    lines.append(f"TOTAL {_fmt(result.score)}/{_fmt(result.max_score)}: " + "; ".join(points_lines(result)))
     lines += [f"note: {one_line(n, 500)}" for n in result.notes]
     return "\n".join(lines)
 
@@ -134,6 +132,7 @@ def markdown(result: GradeResult, error: str | None = None) -> str:
     if result.partial:
         md += [f"> **Partial score.** Only tests that could run here were scored; the full "
                f"assignment is out of {_fmt(result.max_score_all_tests)}.", ""]
+    md += [f"- Points: {'; '.join(points_lines(result))}"]
     md.append(f"- Submission: {md_code(result.submission)}")
     if not error:
         versions = ", ".join(f"{md_inline(k, 40)} {md_inline(v, 80)}" for k, v in result.versions.items() if v)

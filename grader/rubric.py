@@ -67,6 +67,10 @@ class Settings:
     timing_rounds: int = 3
     static_checks: bool = True
     extra_allowed_imports: tuple = ()
+    # Correctness points of hidden tests that this copy of the rubric does not
+    # hold (the student bundle's; make dist writes it): shown in the report's
+    # arithmetic so that a student's total adds up to the handout's.
+    hidden_points: float = 0.0
 
 
 @dataclass(frozen=True)

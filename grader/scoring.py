@@ -57,6 +57,38 @@ class GradeResult:
     notes: list[str]
     tasks: list[TaskResult]
     tests: list[TestResult]
+    hidden_points: float = 0.0   # correctness points of hidden tests not in this rubric
+
+
+def points_lines(result: GradeResult) -> list[str]:
+    """The arithmetic of the total, in words: what ran here, what did not, and
+    the bonus on its own, so the numbers add up to the handout's."""
+    def fmt(x):
+        return f"{x:g}"
+
+    def part(kind, field):
+        return sum(getattr(t, field) for t in result.tests if t.kind == kind and not t.bonus
+                   and (field == "score" or t.status != "not_run"))
+
+    c_got, c_ran = part("correctness", "score"), part("correctness", "max_score")
+    c_all = sum(t.max_score for t in result.tests if t.kind == "correctness" and not t.bonus)
+    line = f"correctness {fmt(c_got)}/{fmt(c_ran)}"
+    if c_all > c_ran:
+        line += f" (+{fmt(c_all - c_ran)} in tests that do not run here)"
+    if result.hidden_points:
+        line += (f" + {fmt(result.hidden_points)} in hidden tests the TA runs"
+                 f" = {fmt(c_all + result.hidden_points)}")
+    lines = [line]
+    p_all = sum(t.max_score for t in result.tests if t.kind == "performance" and not t.bonus)
+    p_ran = part("performance", "max_score")
+    if p_all and not p_ran:
+        lines.append(f"performance {fmt(p_all)} needs a CUDA GPU: not run here")
+    elif p_all:
+        lines.append(f"performance {fmt(part('performance', 'score'))}/{fmt(p_ran)}")
+    bonus = sum(t.score for t in result.tests if t.bonus)
+    if bonus:
+        lines.append(f"bonus +{fmt(bonus)} (makes up lost points, never past the maximum)")
+    return lines
 
 
 def round_to_step(value: float, step: float) -> float:

@@ -20,10 +20,17 @@ SKIP_PARTS = {"__pycache__", ".pytest_cache"}
 
 
 def public_rubric(text: str) -> str:
-    """The rubric without its [[tests]] blocks marked hidden = true (comments kept)."""
+    """The rubric without its hidden [[tests]] blocks (comments kept), and with
+    their correctness points as ``hidden_points`` so the student's report adds up."""
+    from grader.rubric import parse_rubric, tomllib
+
+    rubric = parse_rubric(tomllib.loads(text))
+    hidden = {t.name for t in rubric.tests if t.hidden}
+    points = sum(t.points for t in rubric.tests if t.hidden and t.kind == "correctness" and not t.bonus)
     head, *blocks = text.split("\n[[tests]]\n")
-    kept = [b for b in blocks if not any(line.split("#")[0].replace(" ", "") == "hidden=true"
-                                         for line in b.splitlines())]
+    kept = [b for b in blocks if tomllib.loads(b)["name"] not in hidden]
+    head = head.replace("[settings]\n", f"[settings]\nhidden_points = {points:g}          "
+                        "# correctness points of the hidden tests the TA runs\n", 1)
     return "\n[[tests]]\n".join([head, *kept]).rstrip("\n") + "\n"
 
 
