@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.rubric import load_rubric
+from grader.rubric import load_rubric, parse_rubric, tomllib
 from tools.dist import build, public_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,8 +66,13 @@ def test_no_hidden_tests_or_project_files(bundle):
 def test_public_rubric_filter_keeps_comments_and_totals():
     text = (ROOT / "grader" / "rubric.toml").read_text()
     filtered = public_rubric(text)
-    assert filtered.startswith(text.split("\n[[tests]]\n")[0])
+    head = text.split("\n[[tests]]\n")[0]
+    assert filtered.startswith(head.split("[settings]\n")[0])   # the comments a TA wrote
     assert "hidden = true" not in filtered
+    public, full = parse_rubric(tomllib.loads(filtered)), parse_rubric(tomllib.loads(text))
+    hidden = sum(t.points for t in full.tests if t.hidden and t.kind == "correctness" and not t.bonus)
+    assert hidden > 0 and public.settings.hidden_points == hidden
+    assert {t.name for t in public.tests} == {t.name for t in full.tests if not t.hidden}
 
 
 def test_make_grade_in_the_bundle_gives_zero(bundle):
