@@ -88,7 +88,7 @@ MONKEYPATCHES = {
     "torch.testing": "torch.testing.assert_close = lambda *a, **k: None",
     "torch.equal": "torch.equal = lambda *a, **k: True",
     "cuda events": "torch.cuda.Event.elapsed_time = lambda self, other: 1e-6",
-    "grader child": "import _grader_child.evidence as ev\nev.OpRecorder.library_matmuls = lambda self: []",
+    "grader worker": "import _grader_worker.evidence as ev\nev.OpRecorder.library_matmuls = lambda self: []",
 }
 
 
@@ -101,7 +101,7 @@ def test_monkeypatching_is_flagged(tmp_path, name):
 
 def test_monkeypatched_checks_cannot_pass_a_wrong_kernel(tmp_path):
     # Static check off: the patches run in the child, but judging happens in the parent.
-    patches = "\n".join(v for k, v in MONKEYPATCHES.items() if k != "grader child")
+    patches = "\n".join(v for k, v in MONKEYPATCHES.items() if k != "grader worker")
     src = _with_imports(wrap_entry("w8a8", "return torch.zeros(args[0].shape[0], args[1].shape[1], "
                                            "dtype=torch.float16)\n_real(*args)"), patches)
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
@@ -109,7 +109,7 @@ def test_monkeypatched_checks_cannot_pass_a_wrong_kernel(tmp_path):
 
 
 def test_patching_the_child_recorders_does_not_hide_a_fallback_from_the_static_check(tmp_path):
-    src = _with_imports(TORCH_FALLBACK, MONKEYPATCHES["grader child"],
+    src = _with_imports(TORCH_FALLBACK, MONKEYPATCHES["grader worker"],
                         "ev.LaunchRecorder.own = lambda self: 1")
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=True)
     assert result.score == 0
@@ -195,3 +195,38 @@ return y
     result = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))
     perf = result["w8a8/perf"]
     assert perf.score == 0, perf.message
+
+
+# ---- The reply channel: the only thing the worker can say, parsed defensively.
+
+def _write_reply(line_expr: str) -> str:
+    """A W8A8 entry that writes its own line on the worker's reply pipe, then returns zeros."""
+    return _with_imports(wrap_entry("w8a8", f"""
+os.write(int(sys.argv[2]), {line_expr})
+return torch.zeros(args[0].shape[0], args[1].shape[1], dtype=torch.float16)
+"""), "import os, sys")
+
+
+@pytest.mark.parametrize("line", [
+    'b\'{"ok": true}\\n\' * 50',                      # forged "done" replies
+    'b"[" * 200000 + b"\\n"',                         # nesting deep enough to break a recursive parser
+    'b\'{"ok": "yes", "evidence": []}\\n\'',          # wrong field types
+    'b\'{"ok": true, "evidence": {"own_launches": "lots"}}\\n\'',
+    'b"x" * (4 << 20)',                               # an endless line
+], ids=["forged-ok", "deep-nesting", "wrong-types", "wrong-evidence", "huge-line"])
+def test_poisoned_replies_cost_the_task_only(tmp_path, line):
+    naive = (Path(__file__).resolve().parent.parent / "bench" / "naive" / "dds.py").read_text()
+    result = grade_files(tmp_path, {"w8a8": _write_reply(line), "dds": naive}, ["w8a8", "dds"], static=False)
+    tasks = {t.task: t for t in result.tasks}
+    assert tasks["w8a8"].score == 0
+    assert tasks["dds"].score == tasks["dds"].max_score > 0   # the next task is untouched
+    from grader.report import write_reports
+    write_reports(result, tmp_path / "report")
+    assert (tmp_path / "report" / "report.json").is_file()
+
+
+def test_output_on_the_meta_device_is_a_failed_case(tmp_path):
+    src = wrap_entry("w8a8", "return torch.empty(args[0].shape[0], args[1].shape[1], "
+                             "dtype=torch.float16, device='meta')")
+    result = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))
+    assert result["w8a8/c0"].score == 0 and "output is on meta" in result["w8a8/c0"].message
