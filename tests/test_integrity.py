@@ -184,7 +184,9 @@ def test_reading_other_files_is_flagged(tmp_path):
 
 
 @needs_gpu
-def test_side_stream_work_is_not_timed(tmp_path):
+def test_side_stream_work_is_timed(tmp_path):
+    # The clock is the harness's (host time around the whole batch, after the
+    # worker's device-wide synchronize): work moved to another stream is timed.
     src = wrap_entry("w8a8", """
 s = _STREAM.setdefault("s", torch.cuda.Stream())
 s.wait_stream(torch.cuda.current_stream())
@@ -192,9 +194,48 @@ with torch.cuda.stream(s):
     y = _real(*args)
 return y
 """) + "\n_STREAM = {}\n"
-    result = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))
-    perf = result["w8a8/perf"]
-    assert perf.score == 0, perf.message
+    hidden = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))["w8a8/perf"]
+    honest = by_name(grade_files(tmp_path, {"w8a8": SOLUTION["w8a8"]}, ["w8a8"]))["w8a8/perf"]
+    assert hidden.details["kernel_ms"] > 0.8 * honest.details["kernel_ms"], (hidden.message, honest.message)
+
+
+@needs_gpu
+def test_forged_event_clock_changes_nothing(tmp_path):
+    patch = "torch.cuda.Event.elapsed_time = lambda self, other: 1e-6"
+    src = _with_imports(wrap_entry("w8a8", "return _real(*args)"), patch)
+    forged = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))["w8a8/perf"]
+    honest = by_name(grade_files(tmp_path, {"w8a8": SOLUTION["w8a8"]}, ["w8a8"]))["w8a8/perf"]
+    assert forged.details["kernel_ms"] > 0.8 * honest.details["kernel_ms"], (forged.message, honest.message)
+
+
+@needs_gpu
+def test_timed_calls_that_skip_the_work_fail(tmp_path):
+    # Profiler-aware: compute only on every fifth call; every timed output is checked.
+    src = wrap_entry("w8a8", """
+_N.append(1)
+if len(_N) % 5:
+    return torch.empty(args[0].shape[0], args[1].shape[1], dtype=torch.float16, device=args[0].device)
+return _real(*args)
+""") + "\n_N = []\n"
+    tests = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))
+    assert tests["w8a8/perf"].score == 0 and "wrong" in tests["w8a8/perf"].message
+
+
+@needs_gpu
+@pytest.mark.parametrize("static", [True, False])
+def test_cublas_while_captured_gets_nothing(tmp_path, static):
+    # Phase switch: the honest kernel when called eagerly (checked), cuBLAS while
+    # the timed batch is captured in a CUDA graph.
+    src = wrap_entry("w8a8", """
+if torch.cuda.is_current_stream_capturing():
+    x, wt, sx, sw = args
+    return (torch.matmul(x, wt.half()) * 0 + _real(*args))
+return _real(*args)
+""")
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=static)
+    task = _task(result)
+    assert task.score == 0
+    assert ("forbidden code" if static else "library matmul") in " ".join(task.flags)
 
 
 # ---- The reply channel: the only thing the worker can say, parsed defensively.
