@@ -332,8 +332,9 @@ def _bwrap_args(b: Backend, jail: Jail, info_fd: int | None = None) -> list[str]
         extra += [jail.env.get(k, "") for k in ("CUDA_HOME", "CUDA_PATH") if jail.env.get(k)]
     for p in _bindable({os.path.abspath(d) for d in extra if os.path.isdir(d)}):
         args += _parents(p) + ["--ro-bind-try", p, p]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
-             "--tmpfs", "/run", "--tmpfs", "/var/tmp"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
+    for tmp in ("/tmp", "/var/tmp", "/dev/shm"):      # private, and writable like the host's
+        args += ["--perms", "1777", "--tmpfs", tmp]
     if jail.gpu:
         for dev in sorted(Path("/dev").glob("nvidia*")) + [Path("/dev/dxg")]:
             if dev.exists():
