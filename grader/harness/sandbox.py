@@ -192,7 +192,8 @@ def backend(gpu: bool = False, name: str | None = None) -> Backend:
         errors = []
         for cand in order:
             b = _make_backend(cand, gpu)
-            err = _probe(b, gpu) if b is not None else f"{cand}: not available on this machine"
+            err = _probe(b, gpu) if b is not None else \
+                f"{cand}: not available (no tool, or users are switched with sudo)"
             if err is None:
                 if errors and cand == "none":
                     b.notes.insert(0, "no namespace sandbox: " + "; ".join(errors))
@@ -612,7 +613,9 @@ class Sandboxed:
                 pass
 
     def __del__(self):
-        self.kill() if self.returncode is None else None
+        # Forgotten without wait(): closing the lifeline makes the supervisor kill the tree.
+        if self.returncode is None:
+            self._close_lifeline()
 
 
 def _size(n: int | None) -> str:
