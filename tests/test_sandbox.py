@@ -357,6 +357,60 @@ def test_child_runs_as_an_unprivileged_user(b, task):
     assert (task / "scratch" / "mine.txt").stat().st_uid == b.uid
 
 
+_SUDO_CHILD = """
+import os, subprocess, sys
+print("UID", os.getuid(), flush=True)
+try:
+    print(open(sys.argv[1]).read(), flush=True)
+except OSError:
+    print("SECRET DENIED", flush=True)
+os.makedirs("a/b"); open("a/b/f", "w").write("x")
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", sys.argv[2]], start_new_session=True)
+import time; time.sleep(60)
+"""
+
+
+def test_sudo_switch_of_the_docker_image(token):
+    """As the Docker image's non-root `grader`, student code runs as `student` through sudo."""
+    import pwd
+    try:
+        grader, student = pwd.getpwnam("grader"), pwd.getpwnam("student")
+    except KeyError:
+        pytest.skip("no grader and student users here (the Docker image has them)")
+    if not ROOT_USER or not Path("/usr/bin/sudo").exists():
+        pytest.skip("needs root to become grader, and sudo")
+    py = "/usr/bin/python3"
+    if any(sandbox._unreachable(os.path.realpath(p), grader.pw_uid, grader.pw_gid)
+           for p in (py, str(ROOT / "grader" / "harness" / "sandbox.py"))):
+        pytest.skip("the repository or /usr/bin/python3 is out of the grader user's reach")
+    helper = textwrap.dedent(f"""
+        import os, subprocess, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from grader.harness import sandbox
+        b = sandbox.backend()
+        print("SWITCH", b.switch, b.user, flush=True)
+        top = sandbox.task_dir("sudo-test-")
+        secret = top / "rubric.toml"
+        secret.write_text("hidden"); secret.chmod(0o600)
+        (top / "scratch").mkdir()
+        p = sandbox.spawn([{py!r}, "-c", {_SUDO_CHILD!r}, str(secret), {token!r}],
+                          sandbox.Jail(scratch=top / "scratch", env={{"PATH": "/usr/bin:/bin"}}))
+        p.wait(1.5)
+        p.kill()
+        print("RC", p.wait(), p.reason(), flush=True)
+        subprocess.run(["rm", "-rf", str(top)])
+        print("REMOVED", not top.exists(), flush=True)
+    """)
+    out = subprocess.run(["sudo", "-n", "-u", "grader", py, "-c", helper], cwd="/",
+                         capture_output=True, text=True, timeout=60)
+    text = out.stdout + out.stderr
+    if "SWITCH sudo student" not in text:
+        pytest.skip(f"no sudo rule from grader to student here: {text.strip()[-300:]}")
+    assert f"UID {student.pw_uid}" in text and "SECRET DENIED" in text, text
+    assert "RC -9 killed" in text and "REMOVED True" in text, text
+    assert _survivors(token) == [], "a student process outlived kill()"
+
+
 def test_none_backend_refuses_unreachable_paths(task):
     b = _backend("none")
     if not b.separate_user:
