@@ -1,9 +1,10 @@
-# TA grading image: the same grader as `make grade`, run as a non-root user.
+# TA grading image: the same grader as `make grade`, with student code run as another user.
 #   docker build -t quant-grader .
 #   docker run --rm --gpus all --network none \
 #     -v "$PWD/submissions:/submissions:ro" -v "$PWD/batch-reports:/reports" \
 #     quant-grader batch /submissions --out /reports
 # Any official pytorch/pytorch *-runtime tag that matches the host driver works.
+# tools/docker_check.sh builds this image and checks the users and the sandbox.
 ARG BASE_IMAGE=pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime
 FROM ${BASE_IMAGE}
 
@@ -12,17 +13,32 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     NO_VENV=1 \
     PIP_NO_CACHE_DIR=1
 
+# sudo: the grader (uid 1000) starts each task's worker as `student` (uid 1001) through one
+# sudoers rule that allows nothing else; setpriv (util-linux) adds no_new_privs.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends sudo util-linux procps \
+ && rm -rf /var/lib/apt/lists/*
+
 WORKDIR /grader
 COPY requirements.txt .
 # PyTorch and Triton come with the base image; pip keeps them (requirements are ranges).
 RUN pip install --no-cache-dir -r requirements.txt
 
-# Code owned by root and read-only for the grading user: a submission cannot edit it.
 COPY assignment/ assignment/
 COPY grader/ grader/
 COPY tools/ tools/
 COPY Makefile handout.md ./
-RUN useradd --create-home --uid 1000 grader && mkdir -p /reports && chown grader /reports
+# grader: owns the grader's files, read-only even to itself, and nobody else may read them
+# (rubric, references); it is in the student group to clean the worker's scratch folders.
+# student: runs submissions; owns nothing here.
+RUN useradd --create-home --uid 1000 grader \
+ && useradd --no-create-home --uid 1001 --shell /usr/sbin/nologin student \
+ && usermod -aG student grader \
+ && echo "grader ALL=(student) NOPASSWD: ALL" > /etc/sudoers.d/grader-student \
+ && chmod 0440 /etc/sudoers.d/grader-student \
+ && chown -R grader:grader /grader && chmod -R u=rX,go= /grader \
+ && mkdir -p /reports && chown grader /reports && chmod 0700 /reports
 
 USER 1000
 ENTRYPOINT ["python", "-m", "grader"]

@@ -15,14 +15,20 @@ from pathlib import Path
 
 from tools.dist import ROOT
 
+# Gradescope runs everything as root. The `student` user made here runs the
+# submission: grader/harness/sandbox.py drops to it (setpriv) by itself, and the
+# grader's own files are made unreadable to it.
 SETUP = """#!/usr/bin/env bash
 set -euo pipefail
-apt-get update && apt-get install -y python3 python3-pip python3-venv make
+apt-get update && apt-get install -y python3 python3-pip python3-venv make util-linux
 cd /autograder/source
 python3 -m pip install --index-url https://download.pytorch.org/whl/cpu torch
 python3 -m pip install -r requirements.txt
+id -u student >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin student
+chmod -R go= /autograder/source
 """
 RUN = """#!/usr/bin/env bash
+chmod -R go= /autograder/source /autograder/results 2>/dev/null
 cd /autograder/source
 python3 -m grader grade /autograder/submission --report-dir /autograder/results
 """

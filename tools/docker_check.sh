@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Build the grading image and check, inside it, that student code runs as its own
+# unprivileged user in the sandbox. Run on a machine with Docker, from the repository root:
+#     bash tools/docker_check.sh            (add --gpus all through GPU_FLAGS="--gpus all")
+# Prints one line per check and exits non-zero if any failed.
+set -uo pipefail
+IMAGE=${IMAGE:-quant-grader-check}
+GPU_FLAGS=${GPU_FLAGS:-}
+docker build -q -t "$IMAGE" . >/dev/null || { echo "FAIL docker build"; exit 1; }
+
+# shellcheck disable=SC2086
+docker run --rm --network none $GPU_FLAGS --entrypoint python "$IMAGE" - <<'PY'
+import os, pwd, subprocess, sys, textwrap, time
+from pathlib import Path
+sys.path.insert(0, "/grader")
+from grader.harness import sandbox
+
+fails = 0
+def check(name, ok, detail=""):
+    global fails
+    fails += not ok
+    print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+
+me = pwd.getpwuid(os.getuid()).pw_name
+check("grader runs as a non-root user", os.getuid() != 0, f"{me} ({os.getuid()})")
+b = sandbox.backend()
+check("sandbox switches to another user", b.separate_user and b.uid not in (0, os.getuid()),
+      b.summary())
+writable = [str(p) for p in Path("/grader").rglob("*") if os.access(p, os.W_OK)]
+check("grader files read-only to the grader", not writable and os.access("/grader", os.W_OK) is False,
+      ", ".join(writable[:3]))
+st = Path("/grader/grader/rubric.toml").stat()
+check("grader files owned by grader, unreadable to others",
+      pwd.getpwuid(st.st_uid).pw_name == "grader" and not st.st_mode & 0o077, oct(st.st_mode))
+
+top = sandbox.task_dir("check-")
+scratch = top / "scratch"; scratch.mkdir()
+code = textwrap.dedent("""
+    import os, socket, subprocess, sys
+    def say(*a): print(*a, flush=True)
+    say("UID", os.getuid(), os.getgroups())
+    say("NNP", open("/proc/self/status").read().split("NoNewPrivs:")[1].split()[0])
+    for path in ("/grader/grader/rubric.toml", "/proc/1/environ", f"/proc/{os.getppid()}/environ"):
+        try:
+            open(path, "rb").read(); say("READ", path)
+        except OSError:
+            say("DENIED", path)
+    for path in ("/grader/evil.py", "/grader/grader/tests/conftest.py", "/reports/evil.json",
+                 "/home/grader/.local/evil.pth"):
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "w").write("x"); say("WROTE", path)
+        except OSError:
+            say("DENIED", path)
+    try:
+        socket.create_connection(("1.1.1.1", 53), timeout=2); say("NET ON")
+    except OSError:
+        say("NET OFF")
+    try:
+        bytearray(64 << 30); say("ALLOC OK")
+    except MemoryError:
+        say("ALLOC FAILED")
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "DOCKERMARK"],
+                     start_new_session=True)
+    if os.fork() == 0:
+        os.setsid(); os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)", "DOCKERMARK"])
+    say("READY")
+    import time; time.sleep(300)
+""")
+p = sandbox.spawn([sys.executable, "-c", code], sandbox.Jail(scratch=scratch, env={"PATH": "/usr/bin:/bin"}),
+                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+lines = []
+for raw in p._proc.stdout:
+    lines.append(raw.decode().strip())
+    if lines[-1] == "READY":
+        break
+out = "\n".join(lines)
+check("child runs as the student user", f"UID {b.uid} " in out, out.splitlines()[0] if out else "no output")
+check("child has no_new_privs", "NNP 1" in out)
+check("child cannot read the rubric or the grader's environment", "READ" not in out.replace("READY", ""),
+      "; ".join(l for l in lines if l.startswith("READ ")))
+check("child cannot write the grader, reports or HOME", "WROTE" not in out,
+      "; ".join(l for l in lines if l.startswith("WROTE")))
+check("child has no network (docker --network none)", "NET OFF" in out)
+check("child memory is bounded", "ALLOC FAILED" in out)
+p.kill()
+time.sleep(0.5)
+left = subprocess.run(["pgrep", "-f", "-u", str(b.uid), "DOCKERMARK"], capture_output=True, text=True).stdout.split()
+check("no process outlives kill()", not left, " ".join(left))
+subprocess.run(["rm", "-rf", str(top)])
+check("grader removes the child's scratch", not top.exists())
+sys.exit(1 if fails else 0)
+PY
+rc=$?
+
+# The grader itself still grades in the image (stub kernels of assignment/: 0 points, a report).
+# shellcheck disable=SC2086
+if docker run --rm --network none $GPU_FLAGS "$IMAGE" grade /grader/assignment \
+     --report-dir /tmp/report --device cpu --tasks dds >/dev/null 2>&1; then
+  echo "PASS make grade runs in the image"
+else
+  echo "FAIL make grade runs in the image"; rc=1
+fi
+exit $rc
