@@ -92,6 +92,12 @@ class Jail:
     max_processes: int | None = DEFAULT_MAX_PROCESSES
     pass_fds: tuple[int, ...] = ()
     network: bool | None = None
+    # Run as the grader's own user even where a student user exists. CUDA IPC
+    # refuses to map memory between processes of different users
+    # (cudaErrorMapBufferObjectFailed, measured on an H200), so the GPU worker,
+    # which reads its inputs from the harness's memory, stays the grader's user,
+    # without capabilities, inside the namespaces.
+    same_user: bool = False
 
     def network_off(self) -> bool:
         """Whether the child gets no network (where the backend can cut it)."""
@@ -478,6 +484,11 @@ class Sandboxed:
         self._killed = False
         self._report: dict = {}
 
+    @property
+    def stdout(self):
+        """The command's output pipe when spawn(stdout=PIPE) was used."""
+        return self._proc.stdout
+
     # stderr of the supervisor itself when spawn(stderr=PIPE) was used (the backend probe).
     def stderr_text(self) -> str:
         s = self._proc.stderr
@@ -631,6 +642,10 @@ def spawn(argv: list[str], jail: Jail, *, stdin=None, stdout=None, stderr=None,
           backend_: Backend | None = None) -> Sandboxed:
     """Start ``argv`` in ``jail`` under the sandbox of this machine (or ``backend_``)."""
     b = backend_ or backend(jail.gpu)
+    if jail.same_user and b.separate_user:
+        import dataclasses
+        b = dataclasses.replace(b, separate_user=False, switch=None, user=None, uid=None, gid=None,
+                                notes=[*b.notes, "student code runs as the grader's user (CUDA IPC)"])
     scratch = Path(jail.scratch)
     if not scratch.is_dir():
         raise SandboxError(f"scratch folder {scratch} does not exist")

@@ -15,17 +15,13 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import deque
 from pathlib import Path
 
 from ..submission import Submission, stage
-try:
-    from . import sandbox
-except ImportError:  # pragma: no cover
-    from . import _fallback as sandbox
+from . import sandbox
 
 LOG_TAIL_BYTES = 16 * 1024
 MAX_REPLY_BYTES = 64 * 1024
@@ -81,13 +77,26 @@ def _validate(reply) -> dict:
     return clean
 
 
+def _cuda_ipc_files() -> list[Path]:
+    """The /dev/shm files CUDA IPC and torch use to share this process's memory.
+
+    The worker's /dev/shm is private; it maps the harness's arenas only if
+    these are visible to it. Sharing a probe tensor makes sure they exist.
+    """
+    from .arena import ipc_ref_counter_path
+
+    ref = ipc_ref_counter_path()
+    files = sorted(Path("/dev/shm").glob(f"cuda.shm.{os.getuid()}.{os.getpid():x}.*"))
+    return files + ([ref] if ref is not None and ref.exists() else [])
+
+
 class Session:
     """A running worker for ``kernel_file`` of ``sub``; use as a context manager."""
 
     def __init__(self, sub: Submission, kernel_file: str, entry: str, device: str,
                  deadline: float, writable: list[Path] = ()):
         self.device, self.deadline = device, deadline
-        self.tmp = Path(tempfile.mkdtemp(prefix="grade-"))
+        self.tmp = sandbox.task_dir("grade-")
         self.scratch = self.tmp / "scratch"
         self.scratch.mkdir()
         self.scratch.chmod(0o777)
@@ -99,9 +108,11 @@ class Session:
         self._reply_r, reply_w = os.pipe()
         argv = [sys.executable, "-m", "_grader_worker.main", str(cmd_r), str(reply_w),
                 "submission", kernel_file[:-3], entry]
+        gpu = device != "cpu"
         jail = sandbox.Jail(scratch=self.scratch, readonly=[self.tmp / "stage"],
-                            writable=list(writable), env=self._env(), gpu=device != "cpu",
-                            pass_fds=(cmd_r, reply_w))
+                            writable=list(writable) + (_cuda_ipc_files() if gpu else []),
+                            env=self._env(), gpu=gpu, pass_fds=(cmd_r, reply_w),
+                            network=False, same_user=gpu)
         try:
             self.proc = sandbox.spawn(argv, jail, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT)
