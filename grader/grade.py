@@ -234,6 +234,19 @@ def _summary(task: str, state: GradingState, flags: list[str]) -> str:
     return "ran to completion"
 
 
+def _one_grader_per_gpu(device: str, log):
+    """Hold this GPU's lock while grading on it (a second grader waits): timings
+    from a shared GPU would be wrong for both."""
+    import contextlib
+
+    if device != "cuda":
+        return contextlib.nullcontext()
+    from .harness.gpulock import gpu_lock
+
+    log("taking the GPU lock (a second grader on this GPU waits for it) ...")
+    return gpu_lock(torch.cuda.current_device(), wait=True, timeout_s=3600)
+
+
 def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
           device: str | None = None, tasks: list[str] | None = None,
           log=print) -> GradeResult:
@@ -255,15 +268,16 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
     else:
         notes.append("No CUDA GPU: correctness ran in the Triton interpreter on smaller shapes; "
                      "performance was not run, so this score is partial.")
-    for task in tasks:
-        try:
-            _grade_task(state, task, log)
-        except Exception as e:  # a grader bug must cost one task, never the report
-            why = f"grader error while grading {task}: {type(e).__name__}: {e}"
-            log(why)
-            notes.append(why)
-            for spec in rubric.tests_for(task):
-                state.verdicts.setdefault(spec.name, Verdict(False, why))
+    with _one_grader_per_gpu(device, log):
+        for task in tasks:
+            try:
+                _grade_task(state, task, log)
+            except Exception as e:  # a grader bug must cost one task, never the report
+                why = f"grader error while grading {task}: {type(e).__name__}: {e}"
+                log(why)
+                notes.append(why)
+                for spec in rubric.tests_for(task):
+                    state.verdicts.setdefault(spec.name, Verdict(False, why))
     outcomes = _run_pytest(state)
 
     results = []
