@@ -87,7 +87,13 @@ class Timing:
 
 def _batch_size(task, shape, inputs, batch_ms: float) -> tuple[int, int]:
     """(calls, weight sets): enough calls for ``batch_ms`` of baseline work, and
-    enough distinct weights that a batch cannot run out of the L2 cache."""
+    enough distinct weights that a batch cannot run out of the L2 cache.
+
+    The baseline's per-call time is measured as it will be timed (a CUDA
+    graph of back-to-back calls), not eagerly: an eager estimate of a
+    microsecond-scale decode call is launch overhead, which would leave
+    batches so short that one worker round trip weighs on the result.
+    """
     args, extras = inputs
     act = ACTIVATION_ARGS[task]
     set_bytes = sum(_bytes(a) for i, a in enumerate(args) if i not in act)
@@ -95,14 +101,23 @@ def _batch_size(task, shape, inputs, batch_ms: float) -> tuple[int, int]:
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
     sets = max(1, min(16, math.ceil(3 * l2 / max(set_bytes, 1))))
     x, wt = args[0], extras["weight"].t()
-    torch.matmul(x, wt)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(5):
-        torch.matmul(x, wt)
-    torch.cuda.synchronize()
-    est_ms = (time.perf_counter() - t0) * 1e3 / 5
-    calls = max(sets, min(MAX_CALLS, math.ceil(batch_ms / max(est_ms, 1e-3))))
+    out = torch.empty((shape[0], shape[1]), dtype=torch.float16, device="cuda")
+    probe = 16
+
+    def calls_():
+        for _ in range(probe):
+            out.copy_(torch.matmul(x, wt))
+
+    graph = _capture(calls_)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3 / probe)
+    est_ms = min(times)
+    del graph
+    calls = max(sets, min(MAX_CALLS, math.ceil(batch_ms / max(est_ms, 1e-4))))
     calls = max(1, min(calls, MAX_TIMED_BYTES // max(call_bytes, 1)))
     return calls, sets
 
