@@ -317,7 +317,7 @@ def _bindable(paths) -> list[str]:
     return [p for p in keep if not any(p != q and p.startswith(q + "/") for q in keep)]
 
 
-def _bwrap_args(b: Backend, jail: Jail, info_fd: int | None = None) -> list[str]:
+def _bwrap_args(b: Backend, jail: Jail) -> list[str]:
     """bwrap's options: read-only system, Python folders, fresh /proc /dev /tmp, scratch writable."""
     args = [b.tool, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-uts",
             "--unshare-cgroup-try"]
@@ -333,6 +333,10 @@ def _bwrap_args(b: Backend, jail: Jail, info_fd: int | None = None) -> list[str]
     else:
         args += ["--unshare-user"]
     args += ["--ro-bind", "/usr", "/usr"]
+    # fresh /proc, /dev and temporary folders first: binds below (a venv under /tmp) go on top
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
+    for tmp in ("/tmp", "/var/tmp", "/dev/shm"):      # private, and writable like the host's
+        args += ["--perms", "1777", "--tmpfs", tmp]
     for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         p = Path("/" + top)
         if p.is_symlink():
@@ -348,9 +352,6 @@ def _bwrap_args(b: Backend, jail: Jail, info_fd: int | None = None) -> list[str]
         extra += [jail.env.get(k, "") for k in ("CUDA_HOME", "CUDA_PATH") if jail.env.get(k)]
     for p in _bindable({os.path.abspath(d) for d in extra if os.path.isdir(d)}):
         args += _parents(p) + ["--ro-bind-try", p, p]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
-    for tmp in ("/tmp", "/var/tmp", "/dev/shm"):      # private, and writable like the host's
-        args += ["--perms", "1777", "--tmpfs", tmp]
     if jail.gpu:
         for dev in sorted(Path("/dev").glob("nvidia*")) + [Path("/dev/dxg")]:
             if dev.exists():
@@ -364,10 +365,7 @@ def _bwrap_args(b: Backend, jail: Jail, info_fd: int | None = None) -> list[str]
         args += _parents(p) + ["--bind", p, p]
     for p in map(os.path.abspath, jail.readonly):
         args += _parents(p) + ["--ro-bind", p, p]
-    args += ["--chdir", scratch]
-    if info_fd is not None:
-        args += ["--info-fd", str(info_fd)]
-    return args + ["--"]
+    return args + ["--chdir", scratch, "--"]
 
 
 def _parents(path: str) -> list[str]:
@@ -434,12 +432,12 @@ def _hand_over(b: Backend, paths) -> None:
                 os.chmod(p, p.stat().st_mode | (0o2070 if p.is_dir() else 0o060))
 
 
-def build_command(argv: list[str], jail: Jail, b: Backend, info_fd: int | None = None) -> list[str]:
+def build_command(argv: list[str], jail: Jail, b: Backend) -> list[str]:
     """The full command line the supervisor starts for ``argv`` in ``jail``."""
     env = _child_env(jail)
     switch = _switch_args(b, env)
     if b.name == "bwrap":
-        return _bwrap_args(b, jail, info_fd) + switch + list(argv)
+        return _bwrap_args(b, jail) + switch + list(argv)
     if b.name == "unshare":
         ns = ["--pid", "--fork", "--mount-proc", "--kill-child"]
         if os.geteuid() != 0:
