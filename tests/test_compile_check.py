@@ -53,7 +53,8 @@ def fixture_rows(tmp_path_factory, launches):
     """Each fixture run once in the interpreter, then one check of all their launches."""
     root = tmp_path_factory.mktemp("staged")
     _stage(root, "student_cc", {"w8a8.py": "w8a8_global.py", "w8a8_fine.py": "w8a8_fine.py",
-                                "break_in_loop.py": "break_in_loop.py", "big_tiles.py": "big_tiles.py"})
+                                "break_in_loop.py": "break_in_loop.py", "big_tiles.py": "big_tiles.py",
+                                "autotuned.py": "autotuned.py"})
     check = cc.CompileCheck()
     launches.on_launch = check.record
     try:
@@ -68,10 +69,17 @@ def fixture_rows(tmp_path_factory, launches):
         a, b = torch.randn(16, 16, dtype=torch.float16), torch.randn(16, 16, dtype=torch.float16)
         c = importlib.import_module("student_cc.big_tiles").matmul(a, b)
         assert torch.allclose(c.float(), a.float() @ b.float(), atol=0.05)
+        scale = importlib.import_module("student_cc.autotuned").scale
+        for n in (1000, 256):  # the heuristic's EVEN is False, then True
+            x = torch.randn(n)
+            assert torch.equal(scale(x, 2.0), 2 * x)
     finally:
         launches.on_launch = None
     rows = check.check(budget_s=120)
-    return {row["file"]: row for row in rows}
+    by_file = {}
+    for row in rows:
+        by_file.setdefault(row["file"], []).append(row)
+    return {f: rs[0] if len(rs) == 1 else rs for f, rs in by_file.items()}
 
 
 def _line_of(fixture: str, text: str) -> int:
@@ -114,7 +122,14 @@ def test_too_much_shared_memory_is_not_launchable(fixture_rows):
     assert re.search(r"needs \d+ KiB .* of shared memory; the target allows 227 KiB", row["why_not"])
 
 
-def test_reference_solutions_compile(launches):
+def test_autotune_and_heuristics_compile_what_launched(fixture_rows):
+    rows = fixture_rows["autotuned.py"]
+    assert [r["variant"] for r in rows] == ["BLOCK=128, EVEN=False, num_warps=2, num_stages=3",
+                                           "BLOCK=128, EVEN=True, num_warps=2, num_stages=3"]
+    assert all(r["ok"] and r["launchable"] and r["registers"] for r in rows), rows
+
+
+def test_reference_solutions_compile(launches, tmp_path):
     """A handful of the reference's launches on CPU test shapes: all compile and launch."""
     import solutions
 
@@ -126,11 +141,14 @@ def test_reference_solutions_compile(launches):
         solutions.dds_mm(*problem("dds", (17, 128, 128), 1, density=0.5)[0])
     finally:
         launches.on_launch = None
-    rows = check.check(budget_s=120)
+    rows = check.check(budget_s=120, cache_dir=str(tmp_path))
     assert {r["kernel"] for r in rows} >= {"_quantize_rows_kernel", "_w8a8_gemm_kernel", "_w4a16_kernel"}
     for row in rows:
         assert row["ok"] and row["checked"] and row["launchable"], row
         assert isinstance(row["registers"], int) and row["file"] in ("w8a8.py", "w4a16.py", "dds.py")
+    again = check.check(budget_s=120, cache_dir=str(tmp_path))  # a later run of the same sources
+    assert [r["registers"] for r in again] == [r["registers"] for r in rows]
+    assert all("from the compile cache" in r["note"] for r in again)
 
 
 def test_check_never_raises(tmp_path, launches):

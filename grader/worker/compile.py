@@ -369,10 +369,15 @@ def _descriptions(reps: list[_Variant]) -> list[str]:
     return out
 
 
-def _cache_key(rep: _Variant, target: str, sources: str) -> str:
+def _cache_key(rep: _Variant, target: str, sources: str, root: str | None) -> str:
+    """Same Triton, target, package sources and variant group: same result. Paths
+    are made relative (every run stages the submission in a new folder), and
+    divisibility hints are left out as in the grouping itself."""
     import triton
 
-    text = repr((triton.__version__, target, sources, rep.key, sorted(map(str, rep.constexprs.items())))) 
+    text = repr((triton.__version__, target, sources, _relative(rep.file, root), rep.line, rep.qualname,
+                 sorted(rep.signature.items()), sorted(map(repr, rep.constexprs.items())),
+                 sorted(map(repr, rep.options.items()))))
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
@@ -413,7 +418,7 @@ def _check(cc: CompileCheck, target: str, lim: dict, deadline: float, jobs, root
                "line": rep.line, "signature": rep.signature, "constexprs": rep.constexprs, "attrs": rep.attrs,
                "options": rep.options, "target": target, "root": root}
         if cache_dir:
-            job["cache"] = os.path.join(cache_dir, _cache_key(rep, target, sources) + ".json")
+            job["cache"] = os.path.join(cache_dir, _cache_key(rep, target, sources, root) + ".json")
             cached = _read_cached(job["cache"])
             if cached is not None:
                 _apply(row, cached, lim)
@@ -429,7 +434,7 @@ def _check(cc: CompileCheck, target: str, lim: dict, deadline: float, jobs, root
                        note=_clip("not compiled: the compile check's time budget ran out"))
             continue
         _apply(row, res, lim)
-        if cache_dir and res.get("status") in ("ok", "error") and "registers" in res:
+        if cache_dir and res.get("final") and res.get("status") in ("ok", "error"):
             _write_cached(job["cache"], res)
     if left_out:
         rows.append(_row(kernel="...", note=f"{left_out} more kernel variants were launched and not compiled "
@@ -470,16 +475,19 @@ def _apply(row: dict, res: dict, lim: dict) -> None:
     if res.get("spills"):
         row["warning"] = (f"{res['spills']} bytes of registers spilled to local memory "
                           f"({regs} registers per thread): slow, but it runs")
-    if res.get("note"):
-        row["note"] = (row["note"] + "; " if row["note"] else "") + res["note"]
+    notes = [row["note"], res.get("note", "")]
+    if not res.get("final"):
+        notes.append("registers not measured: ptxas did not run within the time budget")
+    row["note"] = "; ".join(n for n in notes if n)
 
 
 def _read_cached(path: str):
     try:
         with open(path) as f:
-            return json.load(f)
+            res = json.load(f)
     except (OSError, ValueError):
         return None
+    return res if isinstance(res, dict) and res.get("status") in ("ok", "error") else None
 
 
 def _write_cached(path: str, res: dict) -> None:
@@ -646,16 +654,17 @@ def _child_main(jobfile: str, outfile: str) -> None:
             emit(event="result", id=job["id"], status="ok", shared_bytes=shared,
                  num_warps=getattr(res[3], "num_warps", None), note="")
         else:
-            emit(event="result", id=job["id"], **res)
+            emit(event="result", id=job["id"], final=True, **res)
     nv.CUDABackend.make_cubin = original
     knobs.nvidia.dump_ptxas_log = True
     limit = _SHARED.get(int(share[0]["target"].split(":")[1]), _SHARED[90]) if share else 0
     for job, backend, ptx, metadata, opt, capability in ready:
         if (metadata.get("shared") or 0) > limit:
-            emit(event="result", id=job["id"], note="not assembled: it cannot launch anyway")
+            emit(event="result", id=job["id"], final=True, note="not assembled: it cannot launch anyway")
             continue
         emit(event="start", id=job["id"])
-        emit(event="result", id=job["id"], **_assemble(backend, ptx, metadata, opt, capability, original))
+        emit(event="result", id=job["id"], final=True,
+             **_assemble(backend, ptx, metadata, opt, capability, original))
     out.close()
 
 
