@@ -131,7 +131,7 @@ class CompileCheck:
         self.gpu_rows: dict[int, dict] = {}        # id(compiled kernel) -> row (GPU runs)
         self._binders: dict = {}                   # source function -> (JITFunction, binder, backend)
         self.record_errors: list[str] = []
-        self._seen_bad: set = set()
+        self._seen: dict = {}                      # (function, specialization, options) -> variant key
 
     # -- the launch hook ------------------------------------------------------
     def record(self, fn, args, kwargs, result=None) -> None:
@@ -163,7 +163,7 @@ class CompileCheck:
             jf = jit.JITFunction(src, **options)
             backend = make_backend(_gpu_target(self.target))
             binder = jit.create_function_from_signature(jf.signature, jf.params, backend)
-            entry = self._binders[src] = (jf, binder, backend)
+            entry = self._binders[src] = (jf, binder, backend, _def_line(src))
         return entry
 
     def _record_interpreted(self, fn, args, kwargs) -> None:
@@ -178,13 +178,19 @@ class CompileCheck:
                 kwargs.setdefault(name, getattr(knobs.compilation, name))
         v = _Variant()
         v.module, v.qualname, v.name = src.__module__, src.__qualname__, src.__name__
-        v.file, v.line = src.__code__.co_filename, _def_line(src)
+        v.file, v.line = src.__code__.co_filename, 0
         v.launches, v.error = 1, None
         try:
-            jf, binder, backend = self._binder(fn)
+            jf, binder, backend, v.line = self._binder(fn)
             bound, specialization, options = binder(*args, **kwargs)
+            # A launch seen before costs only the binder (Triton's own, per launch on a GPU too).
+            seen = (src, repr(specialization), repr(sorted(options.items(), key=str)))
+            if seen in self._seen:
+                self.variants[self._seen[seen]].launches += 1
+                return
             options, signature, constexprs, attrs = jf._pack_args(backend, kwargs, bound, specialization, options)
         except Exception as e:  # noqa: BLE001 - what the GPU's launcher would raise too
+            v.line = v.line or _def_line(src)
             key = f"{v.file}:{v.line}:{type(e).__name__}:{e}"
             if key in self.variants:
                 self.variants[key].launches += 1
@@ -212,6 +218,7 @@ class CompileCheck:
         # How the other arguments were specialized: shown where two variants would read alike.
         v.details = {name: (f"{name}={top[i]!r}" if i in top else f"{name}: {ty}")
                      for i, (name, ty) in enumerate(signature.items()) if name not in declared}
+        self._seen[seen] = v.key
         old = self.variants.get(v.key)
         if old is not None:
             old.launches += 1
@@ -239,6 +246,7 @@ class CompileCheck:
         """Forget every recorded launch (the compile results of a check are not kept)."""
         self.variants.clear()
         self.gpu_rows.clear()
+        self._seen.clear()
 
     # -- the check ------------------------------------------------------------
     def check(self, target: str | None = None, limits: dict | None = None, budget_s: float = DEFAULT_BUDGET_S,
