@@ -128,8 +128,8 @@ class CompileCheck:
     def __init__(self, target: str = "cuda:90"):
         self.target = target
         self.variants: dict[str, _Variant] = {}   # key -> variant, in order of first launch
-        self.gpu_rows: dict[int, dict] = {}        # id(compiled kernel) -> row (GPU runs)
-        self._binders: dict = {}                   # source function -> (JITFunction, binder, backend)
+        self.gpu_rows: dict[int, tuple] = {}       # id(compiled kernel) -> (row, module, kernel) on a GPU
+        self._binders: dict = {}                   # source function -> (JITFunction, binder, backend, line)
         self.record_errors: list[str] = []
         self._seen: dict = {}                      # (function, specialization, options) -> variant key
 
@@ -202,9 +202,11 @@ class CompileCheck:
             return
         v.signature, v.attrs = dict(signature), dict(attrs)
         v.constexprs = {k: _portable(val) for k, val in constexprs.items()}
-        v.options = dict(options.__dict__)
-        launch_opts = {k: v.options.get(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg")
-                       if v.options.get(k) is not None}
+        # The launch's own options: the child's backend parses them for the target it compiles for.
+        v.options = {k: val for k, val in kwargs.items() if k not in signature}
+        parsed = options.__dict__
+        launch_opts = {k: parsed.get(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg")
+                       if parsed.get(k) is not None}
         v.group = repr((v.file, v.line, v.qualname, sorted(signature.items()), sorted(constexprs.items(), key=str),
                         sorted(options.__dict__.items(), key=str)))
         v.key = v.group + repr(sorted(attrs.items()))
@@ -226,9 +228,9 @@ class CompileCheck:
         self.variants[v.key] = v
 
     def _record_gpu(self, fn, kernel) -> None:
-        row = self.gpu_rows.get(id(kernel))
-        if row is not None:
-            row["launches"] += 1
+        entry = self.gpu_rows.get(id(kernel))
+        if entry is not None:
+            entry[0]["launches"] += 1
             return
         src = _source_fn(fn)
         md = kernel.metadata
@@ -240,7 +242,7 @@ class CompileCheck:
                    note="from the launch on this GPU")
         if spills:
             row["warning"] = f"{spills} bytes of registers spilled to local memory"
-        self.gpu_rows[id(kernel)] = row
+        self.gpu_rows[id(kernel)] = (row, getattr(src, "__module__", ""), kernel)  # the kernel keeps its id
 
     def reset(self) -> None:
         """Forget every recorded launch (the compile results of a check are not kept)."""
@@ -272,7 +274,10 @@ class CompileCheck:
         target = target or self.target
         try:
             if self.gpu_rows and not self.variants:
-                return [dict(r) for r in list(self.gpu_rows.values())[:MAX_VARIANTS]]
+                rows = []
+                for row, module, _ in list(self.gpu_rows.values())[:MAX_VARIANTS]:
+                    rows.append({**row, "file": _relative(row["file"], root or _package_root(module))})
+                return rows
             lim = {**limits_for(target), **(limits or {})}
             return _check(self, target, lim, started + budget_s, jobs, root, cache_dir)
         except Exception as e:  # noqa: BLE001 - the worker must get rows, never an exception
