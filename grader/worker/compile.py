@@ -235,7 +235,8 @@ class CompileCheck:
         src = _source_fn(fn)
         md = kernel.metadata
         regs, spills = getattr(kernel, "n_regs", None), getattr(kernel, "n_spills", None)
-        row = _row(kernel=getattr(src, "__name__", "?"), file=getattr(getattr(src, "__code__", None), "co_filename", ""),
+        code = getattr(src, "__code__", None)
+        row = _row(kernel=getattr(src, "__name__", "?"), file=getattr(code, "co_filename", ""),
                    line=_def_line(src) if src else 0, launches=1, checked=True, ok=True, status="ok",
                    registers=regs, spills=spills, shared_bytes=getattr(md, "shared", None), launchable=True,
                    variant=f"num_warps={getattr(md, 'num_warps', '?')}, num_stages={getattr(md, 'num_stages', '?')}",
@@ -444,7 +445,8 @@ def _check(cc: CompileCheck, target: str, lim: dict, deadline: float, jobs, root
         res = results.get(job["id"])
         if res is None:
             row.update(checked=False, ok=True, status="skipped",
-                       note=_clip("not compiled: the compile check's time budget ran out"))
+                       note="; ".join(n for n in ("not compiled: the compile check's time budget ran out",
+                                                  row["note"]) if n))
             continue
         _apply(row, res, lim)
         if cache_dir and res.get("final") and res.get("status") in ("ok", "error"):
@@ -453,7 +455,7 @@ def _check(cc: CompileCheck, target: str, lim: dict, deadline: float, jobs, root
         rows.append(_row(kernel="...", note=f"{left_out} more kernel variants were launched and not compiled "
                                             f"(at most {MAX_VARIANTS} per check)"))
     if cc.record_errors:
-        rows.append(_row(kernel="?", status="internal", note=_clip("some launches could not be recorded: "
+        rows.append(_row(kernel="?", note=_clip("some launches could not be recorded, so not compiled: "
                                                                    + "; ".join(cc.record_errors), 600)))
     for row in rows:
         for k in ("error", "why_not", "warning", "note", "variant"):
