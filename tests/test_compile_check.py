@@ -213,3 +213,14 @@ def test_gpu_launch_rows():
     check.record(fn, (), {"grid": (1,), "warmup": False}, kernel)
     [row] = check.check()
     assert row["registers"] == 96 and row["shared_bytes"] == 65536 and row["launches"] == 2 and row["ok"]
+
+
+def test_rows_fit_in_one_reply():
+    """Thirty failing variants with long messages still make a small reply."""
+    import json
+
+    rows = [cc._row(kernel="k", file="w8a8.py", line=i, error="File x\n" + "e" * 5000, note="n" * 5000)
+            for i in range(cc.MAX_VARIANTS + 2)]
+    rows = cc._fit(rows)
+    assert len(json.dumps(rows)) <= cc.MAX_JSON_BYTES
+    assert all(r["error"].startswith("File x") for r in rows)

@@ -49,6 +49,7 @@ import traceback
 MAX_VARIANTS = 30      # variants compiled (and rows returned) per check
 MAX_TEXT = 2000        # characters per string in a row
 MAX_ERROR_LINES = 15
+MAX_JSON_BYTES = 48000  # all rows of one check, as JSON: they travel in one reply line
 DEFAULT_BUDGET_S = 60.0
 
 # Per compute capability: the most dynamic shared memory one block may opt in
@@ -457,9 +458,29 @@ def _check(cc: CompileCheck, target: str, lim: dict, deadline: float, jobs, root
     if cc.record_errors:
         rows.append(_row(kernel="?", note=_clip("some launches could not be recorded, so not compiled: "
                                                                    + "; ".join(cc.record_errors), 600)))
-    for row in rows:
+    return _fit(rows)
+
+
+def _fit(rows: list[dict], limit: int = MAX_JSON_BYTES) -> list[dict]:
+    """Rows small enough for one reply: an error already shown for an earlier
+    variant of the same kernel is referred to, and long strings are cut."""
+    shown = {}
+    for i, row in enumerate(rows):
         for k in ("error", "why_not", "warning", "note", "variant"):
             row[k] = _clip(row[k])
+        key = (row["file"], row["line"], row["error"])
+        if row["error"] and key in shown:
+            lines = row["error"].splitlines()
+            final = next((ln for ln in lines[1:] if ln[:1].strip() and not ln.startswith("File ")), "")
+            row["error"] = "\n".join([lines[0], final[:300], f"(the same error as for {rows[shown[key]]['variant']})"])
+        elif row["error"]:
+            shown[key] = i
+    budget = MAX_TEXT
+    while len(json.dumps(rows)) > limit and budget > 100:
+        budget //= 2
+        for row in rows:
+            for k in ("error", "note", "variant", "why_not", "warning"):
+                row[k] = _clip(row[k], budget)
     return rows
 
 
