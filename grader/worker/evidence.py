@@ -64,9 +64,12 @@ class LaunchRecorder:
     """Counts Triton kernel launches, by kernel and by defining module, and
     keeps an active OpRecorder out of the launch itself."""
 
-    def __init__(self, own_prefix: str):
+    def __init__(self, own_prefix: str, on_launch=None):
         self.own_prefix = own_prefix
         self.launches: Counter = Counter()
+        # Called after every launch as on_launch(fn, args, kwargs, result), result
+        # None if the launch raised (compile.record); its failures are ignored.
+        self.on_launch = on_launch
 
     def install(self) -> None:
         import triton.runtime.interpreter as interpreter
@@ -82,8 +85,18 @@ class LaunchRecorder:
                 recorder.launches[f"{module}.{getattr(fn, '__name__', '?')}"] += 1
                 # What Triton does inside a launch (the CPU interpreter copies
                 # tensors with PyTorch ops) is not the submission's PyTorch work.
-                with _disable_current_modes():
-                    return _original(self, *args, **kwargs)
+                result = None
+                try:
+                    with _disable_current_modes():
+                        result = _original(self, *args, **kwargs)
+                    return result
+                finally:
+                    if recorder.on_launch is not None:
+                        try:
+                            with _disable_current_modes():
+                                recorder.on_launch(self, args, kwargs, result)
+                        except Exception:  # noqa: BLE001 - evidence never breaks a launch
+                            pass
 
             cls.run = run
 
