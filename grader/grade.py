@@ -7,6 +7,7 @@ import hashlib
 import json
 import platform
 import secrets
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import triton
 
 from .harness.inputs import make_inputs
 from .harness.measure import CallResult, checked_call, timed_batches
+from .harness import sandbox
 from .harness.session import Session, WorkerGone
 from .judge import Verdict, borderline, judge_call, judge_timing, not_run, task_flags
 from .pytest_plugin import GradingPlugin
@@ -46,6 +48,7 @@ class GradingState:
         self.logs: dict[str, str] = {}
         self.gone: dict[str, str] = {}           # task -> why its worker ended early
         self.bandwidth_gbs = 0.0
+        self.kernels: dict[str, list] = {}      # task -> compile check rows (registers, spills, ...)
 
     def selected_tests(self) -> list[TestSpec]:
         order = {"correctness": 0, "performance": 1}
@@ -101,14 +104,17 @@ def _grade_task(state: GradingState, task: str, log) -> None:
     # Hidden tests get a worker of their own: the visible one never sees their shapes.
     groups = [[s for s in correctness if not s.hidden], [s for s in correctness if s.hidden]]
     visible = None
+    cache = sandbox.task_dir("compile-cache-")   # shared by this task's workers only
+    cache.chmod(0o777)
     try:
         for group in groups:
             if not group:
                 continue
             log(f"{task}: {len(group)} correctness case(s) in a sandboxed worker ...")
-            session = _open(state, t, time.monotonic() + timeout)
+            session = _open(state, t, time.monotonic() + timeout, writable=[cache])
             for spec in group:
                 state.verdicts[spec.name] = _correctness(state, session, spec, evidence)
+            _compile_check(state, session, task, group, cache, log)
             if group is groups[0]:
                 visible = session
             else:
@@ -120,16 +126,47 @@ def _grade_task(state: GradingState, task: str, log) -> None:
         if visible is not None:
             visible.close()
             state.logs[task] = visible.log_tail() + state.logs.get(task, "")
+        shutil.rmtree(cache, ignore_errors=True)
     state.seconds[task] = time.monotonic() - started
     log(f"{task}: done in {state.seconds[task]:.1f} s")
 
 
-def _open(state: GradingState, t, deadline: float) -> Session:
-    session = Session(state.sub, t.file, t.entry, state.device, deadline)
+def _open(state: GradingState, t, deadline: float, writable=()) -> Session:
+    session = Session(state.sub, t.file, t.entry, state.device, deadline, writable=list(writable))
     if not session.hello["ok"]:
         state.gone[t.name] = ("the kernel file could not be imported:\n"
                               + explain_error(session.hello.get("error", "")))
     return session
+
+
+def _compile_check(state: GradingState, session: Session, task: str, group: list, cache, log) -> None:
+    """Compile what the worker launched for the target GPU; a kernel that would not
+    compile or launch there fails this group's tests, as it would on the GPU."""
+    if state.gone.get(task) or not any(r.status == "ok" for _, r in state.evidence.get(task, [])):
+        return
+    left = session.deadline - time.monotonic()
+    if left < 15:
+        return
+    log(f"{task}: compiling the launched kernels for the GPU (sm_90) ...")
+    try:
+        reply = session.request({"op": "compile", "budget_s": min(60.0, left - 10), "cache_dir": str(cache)})
+    except WorkerGone as e:
+        state.gone[task] = str(e)
+        return
+    rows = reply.get("compile", [])
+    known = {(r.get("kernel"), r.get("line"), r.get("status"), r.get("registers")) for r in state.kernels.get(task, [])}
+    state.kernels.setdefault(task, []).extend(
+        r for r in rows if (r.get("kernel"), r.get("line"), r.get("status"), r.get("registers")) not in known)
+    bad = [r for r in rows if r.get("status") == "error" or r.get("launchable") is False]
+    if not bad:
+        return
+    r = bad[0]
+    why = (f"compile error for the GPU: {r.get('error', '')}" if r.get("status") == "error" else
+           f"would not launch on the GPU: kernel {r.get('kernel')} {r.get('why_not', '')}")
+    for spec in group:
+        if state.verdicts[spec.name].passed:
+            state.verdicts[spec.name] = Verdict(False, "passed in the interpreter, but " + why)
+    state.gone.setdefault(task, why)
 
 
 def _correctness(state: GradingState, session: Session, spec: TestSpec, evidence: list) -> Verdict:
@@ -296,7 +333,8 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
             task=task, title=rubric.tasks[task].title,
             score=min(earned, ran) if rubric.settings.cap_at_max else earned,
             max_score=ran, summary=_summary(task, state, flags),
-            flags=flags, seconds=state.seconds.get(task, 0.0), log_tail=state.logs.get(task, "")[-4000:]))
+            flags=flags, seconds=state.seconds.get(task, 0.0), log_tail=state.logs.get(task, "")[-4000:],
+            kernels=state.kernels.get(task, [])))
     score, ran, everything = totals(rubric, results)
     return GradeResult(
         schema_version=SCHEMA_VERSION, submission=str(submission),

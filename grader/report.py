@@ -159,6 +159,20 @@ def markdown(result: GradeResult, error: str | None = None) -> str:
             md += [f"- **{md_inline(_flag_text(f), 1000)}**" for f in task.flags]
             if task.log_tail.strip():
                 md += ["", "Last lines your code printed:", "", *md_block(task.log_tail, LOG_CHARS, keep="tail")]
+    kernels = [(task, k) for task in result.tasks for k in task.kernels]
+    if kernels:
+        md += ["", "## Kernels compiled for the GPU", "",
+               "Every kernel variant your code launched, compiled for the course's GPU "
+               "(on a CPU run: by Triton's compiler, without running it).", "",
+               "| task | kernel | where | status | registers | spills | shared memory | note |",
+               "|---|---|---|---|---|---|---|---|"]
+        for task, k in kernels:
+            note = k.get("why_not") or k.get("warning") or k.get("note") or ""
+            shared = k.get("shared_bytes")
+            md.append(f"| {md_inline(task.task, 20)} | {md_code(k.get('kernel', '?'), 60, table=True)} | "
+                      f"{md_inline(k.get('file', '?'), 60)}:{k.get('line', '?')} | {md_inline(k.get('status', '?'), 20)} | "
+                      f"{k.get('registers', '')} | {k.get('spills', '')} | "
+                      f"{'' if shared is None else f'{shared / 1024:.1f} KiB'} | {md_inline(note, 200)} |")
     if details:
         md += ["", "## Test details", *details]
     return "\n".join(md) + "\n"

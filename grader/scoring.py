@@ -36,6 +36,7 @@ class TaskResult:
     flags: list[str] = field(default_factory=list)
     seconds: float = 0.0
     log_tail: str = ""
+    kernels: list = field(default_factory=list)   # compile check: one row per kernel variant
 
 
 @dataclass

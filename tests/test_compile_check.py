@@ -224,3 +224,22 @@ def test_rows_fit_in_one_reply():
     rows = cc._fit(rows)
     assert len(json.dumps(rows)) <= cc.MAX_JSON_BYTES
     assert all(r["error"].startswith("File x") for r in rows)
+
+
+def test_grading_on_the_cpu_fails_a_kernel_the_gpu_compiler_rejects(tmp_path):
+    """End to end: the interpreter accepts the module-global constant, the CPU
+    grade still fails W8A8, naming the file, the line and the global."""
+    from tests.fakes import grade_files
+
+    src = (Path(__file__).parent / "fixtures" / "compile" / "w8a8_global.py").read_text()
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
+    tests = [t for t in result.tests if t.kind == "correctness"]
+    assert tests and all(t.score == 0 for t in tests)
+    msg = tests[0].message
+    assert "passed in the interpreter, but compile error for the GPU" in msg
+    assert "w8a8.py" in msg and "line" in msg and "ROUND_MAGIC" in msg
+    fine = src.replace("ROUND_MAGIC: tl.constexpr = 12582912.0", "ROUND_MAGIC = tl.constexpr(12582912.0)")
+    assert fine != src
+    (tmp_path / "fine").mkdir()
+    ok = grade_files(tmp_path / "fine", {"w8a8": fine}, ["w8a8"])
+    assert all(t.status == "passed" for t in ok.tests if t.kind == "correctness")

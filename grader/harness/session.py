@@ -28,7 +28,13 @@ MAX_REPLY_BYTES = 64 * 1024
 PASS_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH",
             "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "NVIDIA_VISIBLE_DEVICES", "LANG", "LC_ALL")
 # The fields a reply may have, and their types; anything else is a broken reply.
-REPLY_SCHEMA = {"ok": bool, "error": str, "returned": str, "graph": bool, "note": str, "evidence": dict}
+REPLY_SCHEMA = {"ok": bool, "error": str, "returned": str, "graph": bool, "note": str, "evidence": dict,
+                "compile": list}
+# One row of the compile check (grader/worker/compile.py), as the report uses it.
+COMPILE_ROW = {"kernel": str, "file": str, "line": int, "status": str, "error": str, "registers": int,
+               "spills": int, "shared_bytes": int, "launchable": bool, "why_not": str, "warning": str,
+               "note": str, "launches": int}
+MAX_COMPILE_ROWS = 30
 EVIDENCE_SCHEMA = {"own_launches": int, "foreign_launches": list, "library_matmuls": list,
                    "oversized_ops": list}
 MAX_TEXT = 12000
@@ -74,7 +80,24 @@ def _validate(reply) -> dict:
                 raise WorkerGone(f"the worker sent malformed evidence (field {key!r})")
             ev[key] = [str(v)[:200] for v in value[:10]] if isinstance(value, list) else value
         clean["evidence"] = ev
+    if "compile" in clean:
+        clean["compile"] = [_compile_row(r) for r in clean["compile"][:MAX_COMPILE_ROWS]]
     return clean
+
+
+def _compile_row(row) -> dict:
+    """The fields of a compile-check row the report shows, type-checked; others dropped."""
+    if not isinstance(row, dict):
+        raise WorkerGone("the worker sent a malformed compile check row")
+    out = {}
+    for key, kind in COMPILE_ROW.items():
+        value = row.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise WorkerGone(f"the worker sent a malformed compile check row (field {key!r})")
+        out[key] = value[:2000] if isinstance(value, str) else value
+    return out
 
 
 def _cuda_ipc_files() -> list[Path]:

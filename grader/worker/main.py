@@ -14,6 +14,7 @@ back on REPLY_FD:
     {"op": "prepare", "arena": A, "calls": [{"args", "out"}, ...]}
                                                             -> {"ok": true, "graph": bool, "note": "..."}
     {"op": "run"}                                           -> {"ok": true}   (after the device is idle)
+    {"op": "compile", "budget_s": s, "cache_dir": path}     -> {"ok": true, "compile": [row, ...]}
 
 ``call`` is a correctness call: the kernel's result is copied into ``out``.
 ``prepare`` warms a timed batch up and captures it in a CUDA graph when the
@@ -34,6 +35,7 @@ import traceback
 
 import torch
 
+from . import compile as compile_check
 from .evidence import LaunchRecorder, OpRecorder
 from .layout import build, view
 
@@ -131,6 +133,13 @@ class Worker:
         return {"ok": True, "graph": graph is not None, "note": note,
                 "evidence": self._evidence(ops, args, out)}
 
+    def compile(self, msg: dict) -> dict:
+        """Compile every kernel variant launched so far for the course's GPU (in the
+        interpreter), or report the real launches' resources (on a GPU)."""
+        rows = compile_check.check(target=msg.get("target", "cuda:90"), budget_s=msg.get("budget_s", 60),
+                                   cache_dir=msg.get("cache_dir"))
+        return {"ok": True, "compile": rows}
+
     def run(self, msg: dict) -> dict:
         batch, graph = self.batch
         if graph is not None:
@@ -164,7 +173,7 @@ def main(argv: list[str]) -> None:
     def reply(obj: dict) -> None:
         replies.write((json.dumps(obj) + "\n").encode())
 
-    launches = LaunchRecorder(own_prefix=package + ".")
+    launches = LaunchRecorder(own_prefix=package + ".", on_launch=compile_check.record)
     launches.install()
     try:
         fn = getattr(importlib.import_module(f"{package}.{module_name}"), entry)
