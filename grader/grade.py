@@ -106,12 +106,16 @@ def _grade_task(state: GradingState, task: str, log) -> None:
     visible = None
     cache = sandbox.task_dir("compile-cache-")   # shared by this task's workers only
     cache.chmod(0o777)
+    sessions = []
     try:
-        for group in groups:
+        # Both workers start at once: their imports (torch, CUDA) overlap.
+        sessions = [Session(state.sub, t.file, t.entry, device, time.monotonic() + timeout, writable=[cache])
+                    if group else None for group in groups]
+        for group, session in zip(groups, sessions):
             if not group:
                 continue
             log(f"{task}: {len(group)} correctness case(s) in a sandboxed worker ...")
-            session = _open(state, t, time.monotonic() + timeout, writable=[cache])
+            _check_import(state, t, session)
             for spec in group:
                 state.verdicts[spec.name] = _correctness(state, session, spec, evidence)
             _compile_check(state, session, task, group, cache, log)
@@ -123,6 +127,9 @@ def _grade_task(state: GradingState, task: str, log) -> None:
         if performance:
             _performance(state, task, performance, visible, timeout, log)
     finally:
+        for session in sessions:
+            if session is not None and session is not visible:
+                session.close()
         if visible is not None:
             visible.close()
             state.logs[task] = visible.log_tail() + state.logs.get(task, "")
@@ -131,12 +138,16 @@ def _grade_task(state: GradingState, task: str, log) -> None:
     log(f"{task}: done in {state.seconds[task]:.1f} s")
 
 
-def _open(state: GradingState, t, deadline: float, writable=()) -> Session:
-    session = Session(state.sub, t.file, t.entry, state.device, deadline, writable=list(writable))
-    if not session.hello["ok"]:
+def _check_import(state: GradingState, t, session: Session) -> None:
+    """Record why the task's worker is of no use if its kernel file did not import."""
+    try:
+        hello = session.hello
+    except WorkerGone as e:
+        state.gone[t.name] = str(e)
+        return
+    if not hello["ok"]:
         state.gone[t.name] = ("the kernel file could not be imported:\n"
-                              + explain_error(session.hello.get("error", "")))
-    return session
+                              + explain_error(hello.get("error", "")))
 
 
 def _compile_check(state: GradingState, session: Session, task: str, group: list, cache, log) -> None:

@@ -145,7 +145,15 @@ class Session:
         self._log = _TailReader(self.proc.stdout)
         self._log.start()
         self._pending = b""
-        self.hello = self._recv()  # the import of the kernel file
+        self._hello: dict | None = None
+
+    @property
+    def hello(self) -> dict:
+        """The worker's first reply: whether the kernel file imported. Read on first
+        use, so that several workers can start (import torch, CUDA) side by side."""
+        if self._hello is None:
+            self._hello = self._recv()
+        return self._hello
 
     def _env(self) -> dict:
         env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
@@ -168,6 +176,7 @@ class Session:
         """Send one command, return its validated reply; WorkerGone if there is none."""
         if self.exit_reason:
             raise WorkerGone(self.exit_reason)
+        self.hello  # noqa: B018  (the import's reply comes before any other)
         try:
             os.write(self._cmd_w, (json.dumps(msg) + "\n").encode())
         except OSError:
