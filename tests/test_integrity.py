@@ -155,16 +155,17 @@ def _survivors(marker: str) -> list[int]:
 @pytest.mark.parametrize("how", ["fork", "setsid", "double-fork"])
 def test_forked_process_does_not_outlive_the_task(tmp_path, how):
     marker = f"{12345 + hash(str(tmp_path)) % 1000}.{len(how)}7"   # a unique sleep length
+    sleep = f'os.execvp("sleep", ["sleep", "{marker}"])'
     escape = {
-        "fork": "os.fork() == 0",
-        "setsid": "os.fork() == 0 and os.setsid() is None",
-        "double-fork": "os.fork() == 0 and os.setsid() is None and os.fork() == 0",
+        "fork": f"if os.fork() == 0:\n        {sleep}",
+        "setsid": f"if os.fork() == 0:\n        os.setsid()\n        {sleep}",
+        "double-fork": (f"if os.fork() == 0:\n        os.setsid()\n        if os.fork() == 0:\n"
+                        f"            {sleep}\n        os._exit(0)"),
     }[how]
     body = f"""
 if not _DONE:
     _DONE.append(1)
-    if {escape}:
-        os.execvp("sleep", ["sleep", "{marker}"])
+    {escape}
 return _real(*args)
 """
     src = _with_imports(wrap_entry("w8a8", body), "import os") + "\n_DONE = []\n"
@@ -217,8 +218,8 @@ return y
 
 @needs_gpu
 def test_forged_event_clock_changes_nothing(tmp_path):
-    patch = "torch.cuda.Event.elapsed_time = lambda self, other: 1e-6"
-    src = _with_imports(wrap_entry("w8a8", "return _real(*args)"), patch)
+    patch = "\ntorch.cuda.Event.elapsed_time = lambda self, other: 1e-6\n"
+    src = wrap_entry("w8a8", "return _real(*args)") + patch
     forged = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))["w8a8/perf"]
     honest = by_name(grade_files(tmp_path, {"w8a8": SOLUTION["w8a8"]}, ["w8a8"]))["w8a8/perf"]
     assert forged.details["kernel_ms"] > 0.8 * honest.details["kernel_ms"], (forged.message, honest.message)
@@ -226,10 +227,11 @@ def test_forged_event_clock_changes_nothing(tmp_path):
 
 @needs_gpu
 def test_timed_calls_that_skip_the_work_fail(tmp_path):
-    # Profiler-aware: compute only on every fifth call; every timed output is checked.
+    # Honest for the checked calls (the first 40), then computing only one timed
+    # call in five: every timed output is checked.
     src = wrap_entry("w8a8", """
 _N.append(1)
-if len(_N) % 5:
+if len(_N) > 40 and len(_N) % 5:
     return torch.empty(args[0].shape[0], args[1].shape[1], dtype=torch.float16, device=args[0].device)
 return _real(*args)
 """) + "\n_N = []\n"
@@ -242,12 +244,13 @@ return _real(*args)
 def test_cublas_while_captured_gets_nothing(tmp_path, static):
     # Phase switch: the honest kernel when called eagerly (checked), cuBLAS while
     # the timed batch is captured in a CUDA graph.
+    # cuBLAS is warmed up at import, so that it can be captured.
     src = wrap_entry("w8a8", """
 if torch.cuda.is_current_stream_capturing():
     x, wt, sx, sw = args
     return (torch.matmul(x, wt.half()) * 0 + _real(*args))
 return _real(*args)
-""")
+""") + "\n_W = torch.ones(8, 8, device='cuda', dtype=torch.float16)\n_W @ _W\n"
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=static)
     task = _task(result)
     assert task.score == 0
