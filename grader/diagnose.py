@@ -36,10 +36,10 @@ W8A8, W4A16, DDS = "Task 1: W8A8", "Task 2: W4A16", "Task 3: DDS"
 CAUSES = {
     "nothing_stored": ("the output was never stored (all NaN or 0): an empty grid, or a store that is "
                        "masked off", TRITON),
-    "rows_not_stored": ("output row(s) {rows} never stored (NaN or 0): the grid or the store mask misses "
-                        "them", TRITON),
-    "cols_not_stored": ("output column(s) {cols} never stored (NaN or 0): the grid or the store mask "
-                        "misses them", TRITON),
+    "rows_not_stored": ("output row(s) {rows} never stored (every value there is wrong, every other row "
+                        "right): the grid or the store mask misses them", TRITON),
+    "cols_not_stored": ("output column(s) {cols} never stored (every value there is wrong, every other "
+                        "column right): the grid or the store mask misses them", TRITON),
     "k_tail_mask": ("a missing K-tail mask: only the last row is NaN, as when the last K tile of x is "
                     "loaded without its mask and reads past the end of x", TRITON),
     "edge_mask": ("NaN only along {where}: a load on a ragged edge without its mask", TRITON),
@@ -124,11 +124,12 @@ def _diagnose(task, out, args, ref):
     # Most specific first: whole empty block rows, whole rows, the exact
     # product of a known misreading; then patterns another bug could imitate.
     checks = [
-        lambda: _empty_block_rows(y, bad, blank, args) if task == "dds" else None,
-        lambda: _blank_rows(task, y, bad, blank, finite),
+        lambda: _empty_block_rows(y, bad, blank, args, strict=True) if task == "dds" else None,
+        lambda: _blank_rows(task, y, r, bad, blank, finite),
         lambda: _specific(task, y, r, bad, bound, args),
+        lambda: _empty_block_rows(y, bad, blank, args, strict=False) if task == "dds" else None,
         lambda: _block_loop_tail(y, bad, finite, args) if task == "dds" else None,
-        lambda: _blank_cols(task, y, bad, blank),
+        lambda: _blank_cols(task, y, r, bad, blank),
         lambda: _nan_band(task, y, bad, finite),
         lambda: _scale(task, y, r, finite, rms),
     ]
@@ -150,11 +151,25 @@ def _span(idx: torch.Tensor) -> str:
     return ", ".join(map(str, idx[:6])) + (", ..." if len(idx) > 6 else "")
 
 
-def _blank_rows(task, y, bad, blank, finite):
-    """Every failing row blank from end to end, every other row right."""
+def _unwritten(bad, blank, nonzero, lines):
+    """Whether the failing ``lines`` (a bool mask over dim 0 of the [lines, ...]
+    tensors) look never written while every other line is right: blank from
+    end to end (the harness's NaN fill), or a trailing band in which every
+    value the reference has is wrong (stale memory)."""
+    if bool(bad[~lines].any()):
+        return False
+    if bool(blank[lines].all()):
+        return True
+    idx = lines.nonzero().flatten()
+    trailing = int(idx[-1]) == lines.numel() - 1 and idx.numel() == int(idx[-1] - idx[0]) + 1
+    return trailing and 0 < idx.numel() < lines.numel() and bool((bad | ~nonzero)[lines].all())
+
+
+def _blank_rows(task, y, r, bad, blank, finite):
+    """Whole rows never written, or the last row poisoned by a read past the end of x."""
     M = y.shape[0]
     bad_rows = bad.any(1)
-    if not bool(blank[bad_rows].all()) or bool(bad[~bad_rows].any()):
+    if not _unwritten(bad, blank, r != 0, bad_rows):
         return None
     if bool(bad_rows.all()):
         return _cause(task, "nothing_stored")
@@ -166,9 +181,9 @@ def _blank_rows(task, y, bad, blank, finite):
     return _cause(task, "rows_not_stored", rows=_span(rows))
 
 
-def _blank_cols(task, y, bad, blank):
+def _blank_cols(task, y, r, bad, blank):
     bad_cols = bad.any(0)
-    if not bool(blank[:, bad_cols].all()) or bool(bad[:, ~bad_cols].any()):
+    if not _unwritten(bad.t(), blank.t(), (r != 0).t(), bad_cols):
         return None
     return _cause(task, "cols_not_stored", cols=_span(bad_cols.nonzero().flatten()))
 
@@ -198,16 +213,23 @@ def _group_bad(y, bad):
     return bad.view(y.shape[0], -1, BSR).any(2).any(0)
 
 
-def _empty_block_rows(y, bad, blank, args):
-    """DDS: the outputs of the empty block rows fail, all of them, and nothing else."""
+def _empty_block_rows(y, bad, blank, args, strict: bool):
+    """DDS: failures only in the outputs of empty block rows.
+
+    ``strict``: exactly those outputs fail, every one of them (never stored,
+    they hold the harness's NaN). Otherwise failures anywhere inside them
+    only, as when they hold stale memory with a right 0 here and there.
+    """
     if y.shape[1] % BSR:
         return None
     empty = _block_counts(y, args) == 0
-    if not bool(empty.any()) or not torch.equal(_group_bad(y, bad), empty):
+    group_bad = _group_bad(y, bad)
+    if not bool(group_bad.any()) or bool((group_bad & ~empty).any()):
         return None
-    if not bool(bad.view(y.shape[0], -1, BSR)[:, empty].all()):
+    groups = y.shape[0], -1, BSR
+    if strict and not (torch.equal(group_bad, empty) and bool(bad.view(groups)[:, empty].all())):
         return None
-    how = "never stored" if bool(blank.view(y.shape[0], -1, BSR)[:, empty].all()) else "wrong"
+    how = "never stored" if bool(blank.view(groups)[:, empty].all()) else "wrong or never stored"
     return _cause("dds", "empty_block_rows", how=how)
 
 

@@ -188,6 +188,29 @@ def test_bug_variant_fails_with_its_cause(name, tmp_path):
     assert_caught(name, run_all(name, "cpu", tmp_path))
 
 
+@pytest.mark.parametrize("name", BUGGY)
+def test_bug_variant_with_stale_memory_gets_no_wrong_cause(name, tmp_path, monkeypatch):
+    """Where the output the kernel allocates holds stale values instead of NaN
+    (zeros and old numbers, as a fresh ``torch.empty`` may), an unwritten
+    output may pass or lose its cause, but never gets another bug's cause."""
+    g = torch.Generator(device=DEVICE).manual_seed(SEED)
+    empty = torch.empty
+
+    def stale_empty(*size, **kwargs):
+        t = empty(*size, **kwargs)
+        if t.is_floating_point():
+            old = 5 * torch.randn(t.shape, generator=g, device=t.device)
+            t.copy_(old * (torch.rand(t.shape, generator=g, device=t.device) < 0.3))
+        return t
+
+    monkeypatch.setattr(torch, "empty", stale_empty)
+    results = run_all(name, "cpu", tmp_path)
+    _, expected = BUGS[name]
+    wrong = [f"{case} (seed {seed}): {cause.line}" for case, seed, c, cause in results
+             if cause is not None and cause.id not in expected]
+    assert not wrong, f"bug {name} with stale memory:\n" + "\n".join(wrong)
+
+
 @pytest.mark.parametrize("task", sorted(SECTION))
 def test_reference_solution_gets_no_cause(task, tmp_path):
     import solutions
