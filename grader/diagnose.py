@@ -269,10 +269,21 @@ def _matches(y, pred, tol) -> bool:
 
 def _specific(task, y, r, bad, bound, args):
     if task == "w8a8":
-        return _w8a8_rounding(y, r, bad, bound, args)
+        return _w8a8_rounding(y, r, bad, bound, args) or _w8a8_missing_scale(y, r, args)
     if task == "w4a16":
         return _w4a16_weights(y, r, args)
     return _dds_blocks(y, args)
+
+
+def _w8a8_missing_scale(y, r, args):
+    """The product without one of the two scales (any M, where the pattern fit of ``_scale`` needs rows)."""
+    _, _, input_scale, weight_scale = args
+    tol = TOLERANCE["w8a8"]
+    if _matches(y, r / weight_scale.double().t(), tol):
+        return _cause("w8a8", "scale", how="the weight scale is not applied")
+    if _matches(y, r / input_scale.double(), tol):
+        return _cause("w8a8", "scale", how="the per-token scale is not applied")
+    return None
 
 
 def _w8a8_rounding(y, r, bad, bound, args):
@@ -311,8 +322,10 @@ def _w4a16_weights(y, r, args):
     flipped = q.reshape(N, K // 8, 8).flip(-1).reshape(N, K)
     if _matches(y, xd @ (flipped * s).t(), tol):
         return _cause("w4a16", "nibble_order")
+    unscaled = xd @ q.t()
+    if _matches(y, unscaled, tol):
+        return _cause("w4a16", "scale", how="the scale is not applied")
     if scales.shape[0] > 1:
-        unscaled = xd @ q.t()
         c = (y * unscaled).sum(0) / unscaled.pow(2).sum(0).clamp_min(1e-300)  # best scale per column
         if _matches(y, unscaled * c, tol):
             return _cause("w4a16", "group_scale")
