@@ -154,15 +154,19 @@ def _span(idx: torch.Tensor) -> str:
 def _unwritten(bad, blank, nonzero, lines):
     """Whether the failing ``lines`` (a bool mask over dim 0 of the [lines, ...]
     tensors) look never written while every other line is right: blank from
-    end to end (the harness's NaN fill), or a trailing band in which every
-    value the reference has is wrong (stale memory)."""
+    end to end (the harness's NaN fill), or a trailing band in which nearly
+    every value the reference has is wrong (stale memory, a few of whose
+    values may land within the tolerance by chance)."""
     if bool(bad[~lines].any()):
         return False
     if bool(blank[lines].all()):
         return True
     idx = lines.nonzero().flatten()
     trailing = int(idx[-1]) == lines.numel() - 1 and idx.numel() == int(idx[-1] - idx[0]) + 1
-    return trailing and 0 < idx.numel() < lines.numel() and bool((bad | ~nonzero)[lines].all())
+    if not trailing or not 0 < idx.numel() < lines.numel():
+        return False
+    expected = nonzero[lines]
+    return not bool(expected.any()) or float(bad[lines][expected].double().mean()) >= 0.9
 
 
 def _blank_rows(task, y, r, bad, blank, finite):

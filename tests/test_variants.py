@@ -258,6 +258,26 @@ def test_no_cause_for_errors_without_a_signature(task):
         assert likely_cause(task, out, args) is None, f"{what} (seed {SEED})"
 
 
+def test_signatures_on_made_up_outputs():
+    """Each pattern, drawn by hand on a right W4A16 output, gets its cause."""
+    args, ref = _reference_fp16("w4a16", (40, 96, 128), SEED)
+    nan = float("nan")
+
+    def cause_of(edit):
+        out = ref.clone()
+        edit(out)
+        return diagnose("w4a16", out, args).id
+
+    assert cause_of(lambda y: y.fill_(nan)) == "nothing_stored"
+    assert cause_of(lambda y: y[-1].fill_(nan)) == "k_tail_mask"
+    assert cause_of(lambda y: y[32:].fill_(nan)) == "rows_not_stored"
+    assert cause_of(lambda y: y[32:].normal_()) == "rows_not_stored"  # stale values
+    assert cause_of(lambda y: y[:, 64:].fill_(nan)) == "cols_not_stored"
+    assert cause_of(lambda y: y[36:, :50].fill_(nan)) == "edge_mask"
+    assert cause_of(lambda y: y.mul_(2)) == "scale"
+    assert cause_of(lambda y: y.mul_(torch.linspace(0.5, 2, 96, device=y.device).half())) == "scale"
+
+
 def test_likely_cause_never_raises():
     args, ref = _reference_fp16("w4a16", (5, 32, 64), SEED)
     junk = [("w4a16", None, args), ("w4a16", ref[:, :16], args), ("w4a16", ref.int(), args),
@@ -276,9 +296,12 @@ def test_causes_quote_the_handout():
     sections = {QUANTIZATION, TRITON, *SECTION.values()}
     assert sections <= headings, sorted(sections - headings)
     table = handout[handout.index("## 7. Troubleshooting"):]
-    for cause_id, (text, _) in CAUSES.items():
-        for fixed in text.replace("}", "{").split("{")[::2]:
-            assert fixed.strip(" :;") in table, f"{cause_id}: {fixed!r} is not quoted in the troubleshooting table"
+    for cause_id, (text, section) in CAUSES.items():
+        fixed = text.replace("}", "{").split("{")[::2]  # the text around its {fields}
+        quoted = [line for line in table.splitlines() if line.startswith(f"| likely cause: {fixed[0]}")]
+        assert quoted, f"{cause_id}: not quoted in the troubleshooting table"
+        assert all(part in quoted[0] for part in fixed), f"{cause_id}: misquoted: {quoted[0]}"
+        assert section is None or f'(handout: "{section}")' in quoted[0], f"{cause_id}: section"
 
 
 # --------------------------------------------------- W8A8: division by ulps
