@@ -118,8 +118,9 @@ def _diagnose(task, out, args, ref):
     bad = ~finite | ((y - r).abs() > bound)  # exactly what grader.compare rejects
     if not bool(bad.any()):
         return None
-    # A never-written element reads NaN (the harness's fill) or, in fresh
-    # memory, 0; a 0 where the reference is 0 too is no evidence either way.
+    # A never-written element reads NaN where uninitialized memory is filled
+    # with NaN (torch.use_deterministic_algorithms), 0 or a stale value
+    # otherwise; a 0 where the reference is 0 too is no evidence either way.
     blank = ~finite | ((y == 0) & (r != 0))
     # Most specific first: whole empty block rows, whole rows, the exact
     # product of a known misreading; then patterns another bug could imitate.
@@ -154,7 +155,7 @@ def _span(idx: torch.Tensor) -> str:
 def _unwritten(bad, blank, nonzero, lines):
     """Whether the failing ``lines`` (a bool mask over dim 0 of the [lines, ...]
     tensors) look never written while every other line is right: blank from
-    end to end (the harness's NaN fill), or a trailing band in which nearly
+    end to end (memory filled with NaN), or a trailing band in which nearly
     every value the reference has is wrong (stale memory, a few of whose
     values may land within the tolerance by chance)."""
     if bool(bad[~lines].any()):
@@ -220,8 +221,8 @@ def _group_bad(y, bad):
 def _empty_block_rows(y, bad, blank, args, strict: bool):
     """DDS: failures only in the outputs of empty block rows.
 
-    ``strict``: exactly those outputs fail, every one of them (never stored,
-    they hold the harness's NaN). Otherwise failures anywhere inside them
+    ``strict``: exactly those outputs fail, every one of them (never stored
+    into NaN-filled memory). Otherwise failures anywhere inside them
     only, as when they hold stale memory with a right 0 here and there.
     """
     if y.shape[1] % BSR:
