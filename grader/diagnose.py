@@ -160,6 +160,8 @@ def _unwritten(bad, blank, nonzero, lines):
     values may land within the tolerance by chance)."""
     if bool(bad[~lines].any()):
         return False
+    if bool(nonzero.any()) and not bool(lines.all()) and not bool(nonzero[~lines].any()):
+        return False   # the only lines that are right are all-zero rows (x = 0): no evidence
     if bool(blank[lines].all()):
         return True
     idx = lines.nonzero().flatten()

@@ -6,6 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from .compare import check_sanity, check_task_output
+from .diagnose import likely_cause
 from .harness.measure import CallResult, Timing
 from .rubric import TestSpec
 from .tracebacks import explain_error
@@ -65,7 +66,8 @@ def judge_call(spec: TestSpec, result: CallResult, args: tuple, extras: dict) ->
     tight = check_task_output(result.output, spec.task, args)
     details = {"max_abs_err": tight.max_abs_err, "max_rel_err": tight.max_rel_err, "bad_elements": tight.bad}
     if not tight.passed:
-        return Verdict(False, tight.message, details=details)
+        cause = likely_cause(spec.task, result.output, args)
+        return Verdict(False, tight.message + (f"\n{cause}" if cause else ""), details=details)
     if result.stray_write:
         return Verdict(False, "wrote outside its output tensor (a store with a missing mask?)",
                        details=details)

@@ -78,6 +78,10 @@ class Worker:
         args, out = self._call(self.arenas[msg["arena"]], msg)
         self.launches.reset()
         ops = OpRecorder()
+        # Deterministic mode fills fresh allocations (torch.empty) with NaN, so
+        # output the kernel never stores shows up as NaN, not as stale memory.
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(True, warn_only=True)
         try:
             with ops:
                 y = self.fn(*args)
@@ -85,6 +89,8 @@ class Worker:
         except BaseException:  # sys.exit() in one case loses that case only
             return {"ok": False, "error": _traceback(),
                     "evidence": self._evidence(ops, args, out)}
+        finally:
+            torch.use_deterministic_algorithms(deterministic)
         problem = _unusable(y, out)
         if problem:
             return {"ok": False, "returned": problem, "evidence": self._evidence(ops, args, out)}
