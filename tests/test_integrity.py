@@ -290,3 +290,182 @@ def test_output_on_the_meta_device_is_a_failed_case(tmp_path):
                              "dtype=torch.float16, device='meta')")
     result = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))
     assert result["w8a8/c0"].score == 0 and "output is on meta" in result["w8a8/c0"].message
+
+
+# ---- The sandbox: what a submission can reach with allowed modules and known paths.
+# Each attack below runs with the static check off (so its code really runs),
+# and each test asserts the score, that nothing outside the worker's scratch
+# folder changed, and that a report exists.
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _snapshot(*extra: Path) -> dict:
+    """Hashes of the grader's tree, the grading user's HOME dot-folders and ``extra`` paths."""
+    import hashlib
+    out = {}
+    roots = [ROOT / "grader", ROOT / "assignment", ROOT / "solutions",
+             Path.home() / ".local", Path.home() / ".config", *extra]
+    for root in roots:
+        if not root.exists():
+            out[str(root)] = None
+            continue
+        for p in sorted(root.rglob("*")) if root.is_dir() else [root]:
+            if p.is_file() and "__pycache__" not in p.parts:
+                out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _graded_untouched(tmp_path, src: str, *extra: Path, task="w8a8"):
+    before = _snapshot(*extra)
+    result = grade_files(tmp_path, {task: src}, [task], static=False)
+    from grader.report import write_reports
+    write_reports(result, tmp_path / "report")
+    assert (tmp_path / "report" / "report.json").is_file()
+    after = _snapshot(*extra)
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    assert not changed, f"the submission changed files outside its scratch folder: {changed[:5]}"
+    return result
+
+
+ZEROS = "return torch.zeros(args[0].shape[0], args[1].shape[1], dtype=torch.float16)"
+
+
+def test_writing_the_graders_conftest_and_tree_fails(tmp_path):
+    # With the grader's real paths known, write a conftest that passes every test,
+    # and try the parent's folder through /proc too. Then return zeros.
+    targets = [ROOT / "grader" / "tests" / "conftest.py", ROOT / "grader" / "rubric.toml",
+               ROOT / "conftest.py"]
+    body = "\n".join(f"_try({str(t)!r})" for t in targets) + f"""
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        _try("/proc/" + pid + "/cwd/grader/tests/conftest.py")
+{ZEROS}
+"""
+    helper = '''
+def _try(path):
+    try:
+        with open(path, "w") as f:
+            f.write("import pytest\\n@pytest.hookimpl(hookwrapper=True)\\ndef pytest_runtest_makereport():\\n    yield\\n")
+    except OSError:
+        pass
+'''
+    src = _with_imports(wrap_entry("w8a8", body), "import os") + helper
+    result = _graded_untouched(tmp_path, src)
+    assert result.score == 0
+
+
+def test_earlier_reports_cannot_be_rewritten(tmp_path):
+    earlier = tmp_path / "batch" / "students" / "alice"
+    earlier.mkdir(parents=True)
+    report = earlier / "report.json"
+    report.write_text('{"score": 0}')
+    body = f"""
+for name in ("report.json", "report.md", "results.json"):
+    try:
+        with open({str(earlier)!r} + "/" + name, "w") as f:
+            f.write('{{"score": 100}}')
+    except OSError:
+        pass
+return _real(*args)
+"""
+    _graded_untouched(tmp_path, wrap_entry("w8a8", body), report)
+    assert report.read_text() == '{"score": 0}'
+
+
+def test_pth_file_in_the_graders_home_is_not_planted(tmp_path):
+    site = Path.home() / ".local" / "lib" / "python3.11" / "site-packages"
+    body = f"""
+for home in ({str(Path.home())!r}, os.path.expanduser("~")):
+    try:
+        os.makedirs(home + "/.local/lib/python3.11/site-packages", exist_ok=True)
+        with open(home + "/.local/lib/python3.11/site-packages/zz_grader_attack.pth", "w") as f:
+            f.write("import os; os.environ['FORGED'] = '1'\\n")
+    except OSError:
+        pass
+return _real(*args)
+"""
+    result = _graded_untouched(tmp_path, _with_imports(wrap_entry("w8a8", body), "import os"))
+    assert not (site / "zz_grader_attack.pth").exists()
+    assert _task(result).score > 0   # the kernel itself is honest
+
+
+def test_hidden_cases_do_not_leak_into_visible_messages(tmp_path):
+    # Everything the worker can read goes into an exception message.
+    body = """
+seen = [repr(sys.argv), repr(dict(os.environ))]
+for path in ("/proc/1/cmdline", "/proc/1/environ", os.getcwd()):
+    try:
+        seen.append(repr(os.listdir(path)) if os.path.isdir(path) else open(path, "rb").read().decode(errors="replace"))
+    except OSError as e:
+        seen.append(repr(e))
+raise RuntimeError(" | ".join(seen))
+"""
+    src = _with_imports(wrap_entry("w8a8", body), "import os, sys")
+    from tests.fakes import rubric_dict
+    from grader.rubric import parse_rubric
+    from grader.grade import grade
+    data = rubric_dict(tasks=("w8a8",), static=False)
+    data["tests"].append(dict(name="w8a8/secret_case_xyz", task="w8a8", kind="correctness", points=1,
+                              shape=[7, 32, 72], cpu_shape=[7, 32, 72], hidden=True))
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "w8a8.py").write_text(src)
+    result = grade(sub, parse_rubric(data), seed=99, tasks=["w8a8"], log=lambda *_: None)
+    visible = " ".join(t.message for t in result.tests if "secret" not in t.name) + _task(result).log_tail
+    for secret in ("secret_case_xyz", "[7, 32, 72]", "72", "rubric", str(99)):
+        assert secret not in visible.replace(str(tmp_path), ""), f"{secret!r} leaked into a visible message"
+
+
+def test_memory_hog_dies_alone(tmp_path):
+    body = """
+_HOG.append(torch.ones(64 << 30, dtype=torch.uint8))
+return _real(*args)
+"""
+    result = _graded_untouched(tmp_path, wrap_entry("w8a8", body) + "\n_HOG = []\n")
+    tests = by_name(result)
+    assert tests["w8a8/c0"].score == 0
+    assert "memory" in tests["w8a8/c0"].message.lower() or "alloc" in tests["w8a8/c0"].message.lower()
+
+
+def test_network_is_cut(tmp_path):
+    import socket
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.1)
+    port = server.getsockname()[1]
+    body = f"""
+s = socket.socket()
+s.settimeout(2)
+s.connect(("127.0.0.1", {port}))
+return _real(*args)
+"""
+    result = _graded_untouched(tmp_path, _with_imports(wrap_entry("w8a8", body), "import socket"))
+    try:
+        server.accept()
+        reached = True
+    except OSError:
+        reached = False
+    server.close()
+    assert not reached, "the worker reached a socket on the grading machine"
+    assert "ConnectionRefused" in by_name(result)["w8a8/c0"].message or "unreachable" in \
+        by_name(result)["w8a8/c0"].message.lower()
+
+
+def test_patching_the_worker_from_the_kernel_file_is_refused(tmp_path):
+    # Replace the worker's call with one that writes the reference, computed in
+    # PyTorch, into the output: the static check refuses the file.
+    src = wrap_entry("w8a8", "return _real(*args)") + """
+import sys as _s
+_w = _s.modules["_grader_worker.main"]
+def _call(self, msg):
+    args, out = self._call(self.arenas[msg["arena"]], msg)
+    x, wt, sx, sw = args
+    q = torch.clamp(torch.round(x.float() / sx), -128, 127)
+    out.copy_(((q @ wt.float()) * sx * sw.t()).half())
+    return {"ok": True, "evidence": {"own_launches": 1}}
+_w.Worker.call = _call
+"""
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=True)
+    assert result.score == 0 and "forbidden code" in " ".join(_task(result).flags)
