@@ -526,12 +526,29 @@ def _is_finished(students: Path, sid: str) -> bool:
         return False
 
 
+def _warn_if_not_isolated() -> None:
+    """One clear line when student code would not run in an isolating sandbox here."""
+    try:
+        import torch
+
+        from .harness.sandbox import backend
+        b = backend(gpu=torch.cuda.is_available())
+        problem = None if b.isolated else b.summary()
+    except Exception as e:  # noqa: BLE001 - no sandbox at all is the same warning
+        problem = f"no sandbox: {e}"
+    if problem:
+        print("WARNING: grades on this machine are not tamper-proof: student code would not run in "
+              f"an isolating sandbox ({problem}). Use the Docker image with the options in "
+              "docs/integrity.md, or a Linux machine with bwrap, for official grades.", file=sys.stderr)
+
+
 def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
               timeout_s: float | None = None) -> int:
     folder, out = Path(submissions), Path(out).absolute()  # grade processes run in ROOT
     if not folder.is_dir():
         print(f"{escape_name(str(folder))}: not a folder of submissions", file=sys.stderr)
         return 2
+    _warn_if_not_isolated()
     students = out / "students"
     try:
         students.mkdir(parents=True, exist_ok=True)

@@ -282,6 +282,18 @@ def _summary(task: str, state: GradingState, flags: list[str]) -> str:
     return "ran to completion"
 
 
+def _sandbox_summary(device: str) -> str:
+    """The sandbox the workers ran in, in one line, for the report."""
+    try:
+        b = sandbox.backend(gpu=device == "cuda")
+    except Exception as e:  # noqa: BLE001
+        return f"unavailable: {e}"
+    text = b.summary().removeprefix("sandbox ")
+    if device == "cuda" and b.separate_user:  # Session(..., same_user=True) on a GPU
+        text = text.replace(f"as {b.user} ({b.uid})", "as the grader's user (CUDA IPC needs it)")
+    return text
+
+
 def _one_grader_per_gpu(device: str, log):
     """Hold this GPU's lock while grading on it (a second grader waits): timings
     from a shared GPU would be wrong for both."""
@@ -352,7 +364,8 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
         started=dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds"),
         seconds=round(time.time() - started, 1), device=device,
         gpu=torch.cuda.get_device_name() if device == "cuda" else None,
-        versions={"python": platform.python_version(), "torch": torch.__version__,
+        versions={"sandbox": _sandbox_summary(device),
+                  "python": platform.python_version(), "torch": torch.__version__,
                   "triton": triton.__version__, "cuda": torch.version.cuda},
         seed=seed, rubric=rubric.source, score=score, max_score=ran,
         max_score_all_tests=everything, partial=ran < everything, notes=notes,
