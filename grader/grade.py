@@ -322,6 +322,9 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
         sub = Submission(source=str(submission), problems=[str(e)])
         notes.append(f"submission unreadable: {e}")
     state = GradingState(rubric, sub, device, seed, tasks)
+    notes.append("Triton use is judged from the kernel files (allowlist) and from what the worker "
+                 "recorded; no trace from outside the worker exists on this machine, so flagged items "
+                 "are for a TA to review.")
     if device == "cuda":
         from .harness.timing import copy_bandwidth_gbs
         state.bandwidth_gbs = copy_bandwidth_gbs()

@@ -10,3 +10,23 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_threshold_table_matches_the_results_files_and_the_rubric():
     proc = subprocess.run([sys.executable, "-m", "tools.render_results", "--check"], cwd=ROOT)
     assert proc.returncode == 0, "docs/grading.md is out of date: run python -m tools.render_results"
+
+
+def test_handout_rubric_and_report_agree_on_the_points():
+    """The handout's 60 + 40 = 100 is the rubric's, and the student bundle's
+    report adds hidden tests back so that its total reads the same."""
+    import re
+
+    from grader.rubric import load_rubric, parse_rubric, tomllib
+    from tools.dist import public_rubric
+
+    rubric = load_rubric()
+    correctness = sum(t.points for t in rubric.tests if t.kind == "correctness" and not t.bonus)
+    performance = sum(t.points for t in rubric.tests if t.kind == "performance" and not t.bonus)
+    text = (ROOT / "handout.md").read_text()
+    said = re.search(r"Correctness is (\d+)\s+points, performance (\d+)", text)
+    assert said and (float(said[1]), float(said[2])) == (correctness, performance)
+    assert f"not exceed {correctness + performance:g}" in text
+    bundle = parse_rubric(tomllib.loads(public_rubric((ROOT / "grader" / "rubric.toml").read_text())))
+    visible = sum(t.points for t in bundle.tests if t.kind == "correctness" and not t.bonus)
+    assert visible + bundle.settings.hidden_points == correctness
