@@ -465,13 +465,15 @@ def test_no_network(b, task):
     assert "REFUSED" in out and "CONNECTED" not in out, out
 
 
-def test_gpu_jail_keeps_the_network_and_says_so():
+def test_gpu_jail_cuts_the_network_and_binds_the_gpu():
+    # CUDA works inside bwrap's network namespace (measured on an H100 and an H200).
     b = _backend("bwrap", gpu=True)
-    assert not b.network_isolated
-    assert any("docker --network none" in n for n in b.notes)
+    assert b.network_isolated
     args = sandbox.build_command(["x"], Jail(scratch=Path("/tmp"), gpu=True), b)
-    assert "--unshare-net" not in args and ["--ro-bind", "/sys", "/sys"] == \
+    assert "--unshare-net" in args and ["--ro-bind", "/sys", "/sys"] == \
         args[args.index("/sys") - 1:args.index("/sys") + 2]
+    kept = sandbox.build_command(["x"], Jail(scratch=Path("/tmp"), gpu=True, network=True), b)
+    assert "--unshare-net" not in kept
     assert "RLIMIT_AS" not in sandbox._limits(Jail(scratch=Path("/tmp"), gpu=True), b)
     assert any("memory is not limited" in n for n in b.notes)
 

@@ -68,8 +68,8 @@ def main() -> int:
     record = {"date": dt.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
               "versions": {"torch": torch.__version__, "triton": triton.__version__,
                            "cuda": torch.version.cuda, "python": sys.version.split()[0]},
-              "sandbox": subprocess.run([sys.executable, "-c", "from grader.harness.sandbox import backend;"
-                                         "print(backend(gpu=True).summary())"], cwd=ROOT,
+              "sandbox": subprocess.run([sys.executable, "-c", "from grader.grade import _sandbox_summary;"
+                                         "print(_sandbox_summary('cuda'))"], cwd=ROOT,
                                         capture_output=True, text=True).stdout.strip(),
               "grades": {}, "pytest": []}
     if not args.skip_grade:
