@@ -27,6 +27,9 @@ def _grade_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="force a device (default: cuda when available)")
     p.add_argument("--tasks", default=None, help="comma-separated subset, e.g. w8a8,dds")
+    p.add_argument("--sanitize", action="store_true",
+                   help="GPU: run the correctness cases under compute-sanitizer memcheck (TA option; slow, "
+                        "performance is not timed)")
     p.add_argument("--die-with-parent", type=int, default=None, metavar="PID", help=argparse.SUPPRESS)
 
 
@@ -93,7 +96,8 @@ def main(argv=None) -> int:
               "needs write access to it", file=sys.stderr)
         return 2
     try:
-        result = grade(args.submission, rubric, seed=args.seed, device=args.device, tasks=tasks)
+        result = grade(args.submission, rubric, seed=args.seed, device=args.device, tasks=tasks,
+                       sanitize=args.sanitize)
     except Exception as e:  # the grader's own failure: still a report, with the reason
         import traceback
 

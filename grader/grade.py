@@ -49,6 +49,8 @@ class GradingState:
         self.gone: dict[str, str] = {}           # task -> why its worker ended early
         self.bandwidth_gbs = 0.0
         self.kernels: dict[str, list] = {}      # task -> compile check rows (registers, spills, ...)
+        self.sanitizer: str | None = None        # compute-sanitizer binary (--sanitize)
+        self.memcheck: dict[str, int] = {}       # task -> memory errors compute-sanitizer reported
 
     def selected_tests(self) -> list[TestSpec]:
         order = {"correctness": 0, "performance": 1}
@@ -62,6 +64,9 @@ class GradingState:
         """Reasons that void the whole task: forbidden code, then what the worker's calls showed."""
         static = self.static.get(task, [])
         flags = [f"forbidden code in {self.rubric.tasks[task].file}: " + "; ".join(static[:5])] if static else []
+        if self.memcheck.get(task):
+            flags.append(f"memory errors: compute-sanitizer reported {self.memcheck[task]} out-of-bounds or "
+                         "invalid accesses (the printed output below names them)")
         return flags + task_flags(self.evidence.get(task, []))
 
     def judge(self, spec: TestSpec) -> Verdict:
@@ -109,8 +114,9 @@ def _grade_task(state: GradingState, task: str, log) -> None:
     sessions = []
     try:
         # Both workers start at once: their imports (torch, CUDA) overlap.
-        sessions = [Session(state.sub, t.file, t.entry, device, time.monotonic() + timeout, writable=[cache])
-                    if group else None for group in groups]
+        sanitizer = state.sanitizer if device == "cuda" else None
+        sessions = [Session(state.sub, t.file, t.entry, device, time.monotonic() + timeout, writable=[cache],
+                            sanitizer=sanitizer) if group else None for group in groups]
         for group, session in zip(groups, sessions):
             if not group:
                 continue
@@ -124,7 +130,10 @@ def _grade_task(state: GradingState, task: str, log) -> None:
             else:
                 session.close()
                 state.logs[task] = state.logs.get(task, "") + session.log_tail()
-        if performance:
+        if performance and state.sanitizer:
+            for spec in performance:
+                state.verdicts[spec.name] = not_run("correctness ran under compute-sanitizer")
+        elif performance:
             _performance(state, task, performance, visible, timeout, log)
     finally:
         for session in sessions:
@@ -133,6 +142,10 @@ def _grade_task(state: GradingState, task: str, log) -> None:
         if visible is not None:
             visible.close()
             state.logs[task] = visible.log_tail() + state.logs.get(task, "")
+        if state.sanitizer:
+            errors = sum(s.sanitizer_errors() or 0 for s in sessions if s is not None)
+            if errors:
+                state.memcheck[task] = errors
         shutil.rmtree(cache, ignore_errors=True)
     state.seconds[task] = time.monotonic() - started
     log(f"{task}: done in {state.seconds[task]:.1f} s")
@@ -282,6 +295,19 @@ def _summary(task: str, state: GradingState, flags: list[str]) -> str:
     return "ran to completion"
 
 
+def _sanitizer(device: str) -> str:
+    """The compute-sanitizer binary, or a clear error when --sanitize cannot work here."""
+    import shutil as _shutil
+
+    if device != "cuda":
+        raise SystemExit("--sanitize needs a CUDA GPU (compute-sanitizer checks GPU memory accesses)")
+    found = _shutil.which("compute-sanitizer") or next(
+        (str(p) for p in (Path("/usr/local/cuda/bin/compute-sanitizer"),) if p.exists()), None)
+    if found is None:
+        raise SystemExit("--sanitize: compute-sanitizer not found on PATH or in /usr/local/cuda/bin")
+    return found
+
+
 def _sandbox_summary(device: str) -> str:
     """The sandbox the workers ran in, in one line, for the report."""
     try:
@@ -309,8 +335,12 @@ def _one_grader_per_gpu(device: str, log):
 
 def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
           device: str | None = None, tasks: list[str] | None = None,
-          log=print) -> GradeResult:
-    """Grade ``submission`` (folder or .zip) and return the result; never raises on a bad submission."""
+          log=print, sanitize: bool = False) -> GradeResult:
+    """Grade ``submission`` (folder or .zip) and return the result; never raises on a bad submission.
+
+    ``sanitize`` (GPU): run the correctness cases under compute-sanitizer's
+    memcheck, which names every out-of-bounds access; performance is not timed.
+    """
     started = time.time()
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     seed = secrets.randbits(62) if seed is None else seed
@@ -322,6 +352,9 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
         sub = Submission(source=str(submission), problems=[str(e)])
         notes.append(f"submission unreadable: {e}")
     state = GradingState(rubric, sub, device, seed, tasks)
+    if sanitize:
+        state.sanitizer = _sanitizer(device)
+        notes.append(f"compute-sanitizer memcheck: {state.sanitizer}; performance was not timed")
     notes.append("Triton use is judged from the kernel files (allowlist) and from what the worker "
                  "recorded; no trace from outside the worker exists on this machine, so flagged items "
                  "are for a TA to review.")

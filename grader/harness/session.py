@@ -117,7 +117,9 @@ class Session:
     """A running worker for ``kernel_file`` of ``sub``; use as a context manager."""
 
     def __init__(self, sub: Submission, kernel_file: str, entry: str, device: str,
-                 deadline: float, writable: list[Path] = ()):
+                 deadline: float, writable: list[Path] = (), sanitizer: str | None = None):
+        """``sanitizer``: a compute-sanitizer binary to run the worker under (GPU;
+        a TA's option: every out-of-bounds access is named, at a large cost in speed)."""
         self.device, self.deadline = device, deadline
         self.tmp = sandbox.task_dir("grade-")
         self.scratch = self.tmp / "scratch"
@@ -131,6 +133,8 @@ class Session:
         self._reply_r, reply_w = os.pipe()
         argv = [sys.executable, "-m", "_grader_worker.main", str(cmd_r), str(reply_w),
                 "submission", kernel_file[:-3], entry]
+        if sanitizer:
+            argv = [sanitizer, "--tool", "memcheck", "--print-limit", "20", *argv]
         gpu = device != "cpu"
         jail = sandbox.Jail(scratch=self.scratch, readonly=[self.tmp / "stage"],
                             writable=list(writable) + (_cuda_ipc_files() if gpu else []),
@@ -228,6 +232,15 @@ class Session:
 
     def log_tail(self) -> str:
         return self._log.text()
+
+    def sanitizer_errors(self) -> int | None:
+        """compute-sanitizer's error count from the worker's output (after close), if it printed one.
+
+        That output is the worker's own: a submission can only make it worse
+        for itself by forging it."""
+        import re
+        found = re.findall(r"ERROR SUMMARY: (\d+) error", self.log_tail())
+        return int(found[-1]) if found else None
 
     def close(self) -> None:
         if getattr(self, "_closed", False):
