@@ -120,7 +120,7 @@ class Session:
                  deadline: float, writable: list[Path] = (), sanitizer: str | None = None):
         """``sanitizer``: a compute-sanitizer binary to run the worker under (GPU;
         a TA's option: every out-of-bounds access is named, at a large cost in speed)."""
-        self.device, self.deadline = device, deadline
+        self.device, self.deadline, self.sanitizer = device, deadline, sanitizer
         self.tmp = sandbox.task_dir("grade-")
         self.scratch = self.tmp / "scratch"
         self.scratch.mkdir()
@@ -133,12 +133,14 @@ class Session:
         self._reply_r, reply_w = os.pipe()
         argv = [sys.executable, "-m", "_grader_worker.main", str(cmd_r), str(reply_w),
                 "submission", kernel_file[:-3], entry]
+        env = self._env()
         if sanitizer:
             argv = [sanitizer, "--tool", "memcheck", "--print-limit", "20", *argv]
+            env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"   # every tensor its own allocation: overruns show
         gpu = device != "cpu"
         jail = sandbox.Jail(scratch=self.scratch, readonly=[self.tmp / "stage"],
                             writable=list(writable) + (_cuda_ipc_files() if gpu else []),
-                            env=self._env(), gpu=gpu, pass_fds=(cmd_r, reply_w),
+                            env=env, gpu=gpu, pass_fds=(cmd_r, reply_w),
                             network=False, same_user=gpu)
         try:
             self.proc = sandbox.spawn(argv, jail, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -246,6 +248,14 @@ class Session:
         if getattr(self, "_closed", False):
             return
         self._closed = True
+        if self.sanitizer and self.exit_reason is None:
+            # End of input lets the worker exit by itself, so that compute-sanitizer
+            # prints its summary; then the whole tree is killed as always.
+            try:
+                os.close(self._cmd_w)
+            except OSError:
+                pass
+            self.proc.wait(timeout=30)
         self.proc.kill()
         self.proc.wait(timeout=10)
         self._log.join(timeout=5)
