@@ -241,7 +241,7 @@ class Session:
         That output is the worker's own: a submission can only make it worse
         for itself by forging it."""
         import re
-        found = re.findall(r"ERROR SUMMARY: (\d+) error", self.log_tail())
+        found = re.findall(r"ERROR SUMMARY: (\d+) errors?\s*$", self.log_tail(), re.M)
         return int(found[-1]) if found else None
 
     def close(self) -> None:
