@@ -156,3 +156,17 @@ def test_rubric_errors_name_the_entry():
         parse_rubric({"schema_version": 1, "tasks": {"dds": dict(title="d", file="dds.py", entry="dds_mm")},
                       "tests": [dict(name="x", task="dds", kind="performance", points=1, shape=[1, 32, 32],
                                      full_ratio=0.5, zero_ratio=0.9)]})
+
+
+def test_sanitize_needs_a_gpu_and_reads_the_error_count():
+    import pytest as _pytest
+
+    from grader.grade import _sanitizer
+    from grader.harness.session import Session
+    with _pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        _sanitizer("cpu")
+    fake = type("S", (), {"log_tail": lambda self: "========= ERROR SUMMARY: 690 errors\n"
+                          "========= ERROR SUMMARY: 670 errors were not printed.\n"})()
+    assert Session.sanitizer_errors(fake) == 690
+    fake.log_tail = lambda: "nothing printed"
+    assert Session.sanitizer_errors(fake) is None
