@@ -19,11 +19,13 @@ export PYTHON VENV NO_VENV
 
 help:
 	@echo "make grade                 grade assignment/ (SUBMISSION=path for a folder or .zip)"
+ifneq ($(wildcard solutions),)
 	@echo "make test                  the project's own test suite"
 	@echo "make batch SUBMISSIONS=dir grade a whole class (TA)"
 	@echo "make dist                  build the student bundle in dist/ (TA)"
 	@echo "make gradescope            build a Gradescope autograder zip (TA)"
 	@echo "make bench                 GPU benchmark of the reference solutions"
+endif
 
 setup:
 	@bash tools/setup_env.sh

@@ -131,7 +131,10 @@ class QuantLinear_w4a16(_PreparedLinear):
         w = self.weight.detach().float()
         N, K = w.shape
         groups = w.reshape(N, K // self.group_size, self.group_size)
-        scale = symmetric_scale(groups, INT4_QMAX, dim=2).to(torch.float16)  # [N, G, 1]
+        # Clamped after the cast: SCALE_EPS is below fp16's smallest normal and
+        # would round to 0 there, turning an all-zero group into 0 / 0 = NaN.
+        scale = symmetric_scale(groups, INT4_QMAX, dim=2).to(torch.float16).clamp_min(
+            torch.finfo(torch.float16).tiny)  # [N, G, 1]
         q = quantize_symmetric(groups, scale, INT4_QMIN, INT4_QMAX).reshape(N, K)
         self.register_buffer("qweight", pack_int4(q))
         self.register_buffer("scales", scale.squeeze(2).t().contiguous())  # [G, N]

@@ -96,3 +96,10 @@ def test_gradescope_zip(tmp_path):
         assert not any(n.startswith(("solutions/", "tests/")) for n in names)
         assert (zf.getinfo("run_autograder").external_attr >> 16) & 0o111
         assert "/autograder/results" in zf.read("run_autograder").decode()
+
+
+def test_make_help_in_the_bundle_lists_only_what_works_there(bundle):
+    out = subprocess.run(["make", "-s", "help"], cwd=bundle, capture_output=True, text=True).stdout
+    assert "make grade" in out
+    for ta_only in ("make dist", "make gradescope", "make bench", "make batch"):
+        assert ta_only not in out

@@ -6,7 +6,7 @@ import torch
 from solutions.layers import (QuantizedLinear_w8a8, QuantLinear_w4a16, SparseLinear, pack_int4,
                               unpack_int4)
 from grader.references import unpack_int4 as grader_unpack
-from grader.harness.inputs import pack_int4_reference
+from grader.harness.inputs import make_inputs, pack_int4_reference
 from tests.helpers import DEVICE
 
 
@@ -92,3 +92,19 @@ def test_constructor_errors():
         QuantLinear_w4a16(64, 32, group_size=48)
     with pytest.raises(ValueError, match="multiples of 32"):
         SparseLinear(64, 40)
+
+
+def test_all_zero_channels_and_groups_quantize_to_zero_not_nan():
+    """SCALE_EPS is below fp16's smallest normal: the scale is clamped after the cast."""
+    from assignment.layers import QuantLinear_w4a16
+
+    for group_size in (None, 32):
+        layer = QuantLinear_w4a16(64, 32, bias=False, group_size=group_size)
+        with torch.no_grad():
+            layer.weight.normal_()
+            layer.weight[3] = 0          # a whole output channel
+            layer.weight[5, :32] = 0     # one group of another channel
+        layer.prepare_for_eval()
+        assert bool((layer.scales > 0).all()) and torch.isfinite(layer.scales).all()
+    args, _ = make_inputs("w4a16", (2, 32, 64), {"group_size": 32}, 0, "cpu")
+    assert bool((args[2] > 0).all())

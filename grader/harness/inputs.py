@@ -61,7 +61,8 @@ def w4a16_inputs(M, N, K, g, zero_rows=0, group_size=None):
     gs = group_size or K
     w = torch.randn(N, K, generator=g).to(torch.float16)
     groups = w.float().reshape(N, K // gs, gs)
-    scales = (groups.abs().amax(dim=2, keepdim=True) / 7).clamp_min(1e-8).to(torch.float16)
+    scales = (groups.abs().amax(dim=2, keepdim=True) / 7).to(torch.float16).clamp_min(
+        torch.finfo(torch.float16).tiny)  # after the cast: 1e-8 would round to 0 in fp16
     q = torch.clamp(torch.round(groups / scales.float()), -8, 7).to(torch.int8).reshape(N, K)
     x = _activations(M, K, zero_rows, g)
     return (x, pack_int4_reference(q), scales.squeeze(2).t().contiguous()), {"weight": w}
