@@ -138,8 +138,8 @@ def check_w8a8_inputs(x, qweight_t, input_scale, weight_scale) -> tuple[int, int
     check_shape(weight_scale, "weight_scale", (N, 1))
     check_same_device(x=x, qweight_t=qweight_t, input_scale=input_scale,
                       weight_scale=weight_scale)
-    if M == 0 or N == 0 or K == 0:
-        raise ValueError(f"empty problem: M={M}, N={N}, K={K}; all must be >= 1")
+    if N == 0 or K == 0:   # M = 0 is fine: the result is an empty [0, N] (as nn.Linear)
+        raise ValueError(f"empty weight: N={N}, K={K}; both must be >= 1")
     return M, N, K
 
 
@@ -167,8 +167,8 @@ def check_w4a16_inputs(x, qweight, scales) -> tuple[int, int, int, int]:
     if G > 1 and group_size % 8 != 0:
         raise ValueError(f"scales: group_size = K // G = {group_size} must be a multiple of 8")
     check_same_device(x=x, qweight=qweight, scales=scales)
-    if M == 0 or N == 0:
-        raise ValueError(f"empty problem: M={M}, N={N}; both must be >= 1")
+    if N == 0:             # M = 0 is fine: the result is an empty [0, N] (as nn.Linear)
+        raise ValueError(f"empty weight: N={N}; expected N >= 1")
     return M, N, K, group_size
 
 
@@ -192,8 +192,6 @@ def check_dds_inputs(x, weight_bsr) -> tuple[int, int, int]:
     if Kw != K:
         raise ValueError(f"weight_bsr: expected shape [N, K] with K = {K}, got {tuple(weight_bsr.shape)}")
     check_same_device(x=x, weight_bsr=values)
-    if M == 0:
-        raise ValueError("x: M = 0; expected at least one row")
     return M, N, K
 
 

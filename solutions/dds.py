@@ -226,6 +226,8 @@ def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:
         ValueError: wrong dtype, rank, layout, blocksize or K mismatch.
     """
     M, N, K = check_dds_inputs(x, weight_bsr)
+    if M == 0:  # no rows: an empty result, as nn.Linear gives
+        return torch.empty((0, N), device=x.device, dtype=torch.float16)
     if N == 0:
         return torch.empty((M, 0), device=x.device, dtype=torch.float16)
     return _launch(x.contiguous(), weight_bsr, _config(M, N, K, weight_bsr.values().shape[0]))

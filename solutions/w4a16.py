@@ -250,4 +250,6 @@ def w4a16_mm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> to
         ValueError: wrong dtype, rank or shape, or K not a multiple of 8.
     """
     M, N, K, group_size = check_w4a16_inputs(x, qweight, scales)
+    if M == 0:  # no rows: an empty result, as nn.Linear gives
+        return torch.empty((0, N), device=x.device, dtype=torch.float16)
     return _launch(x.contiguous(), qweight, scales, group_size, _config(M, N, K))

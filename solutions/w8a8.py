@@ -180,6 +180,8 @@ def w8a8_mm(
         ValueError: wrong dtype, rank or shape of any input.
     """
     M, N, K = check_w8a8_inputs(x, qweight_t, input_scale, weight_scale)
+    if M == 0:  # no rows: an empty result, as nn.Linear gives
+        return torch.empty((0, N), device=x.device, dtype=torch.float16)
     x = x.contiguous()
     return _launch(x, qweight_t, input_scale.contiguous(), weight_scale.contiguous(),
                    _gemm_config(M, N, K))

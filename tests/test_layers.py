@@ -108,3 +108,12 @@ def test_all_zero_channels_and_groups_quantize_to_zero_not_nan():
         assert bool((layer.scales > 0).all()) and torch.isfinite(layer.scales).all()
     args, _ = make_inputs("w4a16", (2, 32, 64), {"group_size": 32}, 0, "cpu")
     assert bool((args[2] > 0).all())
+
+
+@pytest.mark.parametrize("layer_cls", [QuantizedLinear_w8a8, QuantLinear_w4a16, SparseLinear])
+def test_no_rows_gives_an_empty_output_like_nn_linear(layer_cls):
+    layer = layer_cls(64, 32, bias=True).to(DEVICE).prepare_for_eval()
+    for shape in ((0, 64), (2, 0, 64)):
+        x = torch.randn(shape, device=DEVICE, dtype=torch.float16)
+        y = layer(x)
+        assert y.shape == (*shape[:-1], 32) and y.dtype == torch.float16
