@@ -169,7 +169,7 @@ if not _DONE:
 return _real(*args)
 """
     src = _with_imports(wrap_entry("w8a8", body), "import os") + "\n_DONE = []\n"
-    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
+    result = _graded_untouched(tmp_path, src)
     assert _task(result).score > 0  # the kernel itself is right
     time.sleep(0.5)
     assert _survivors(marker) == [], f"a process started by the submission outlived its task ({how})"
@@ -276,13 +276,10 @@ return torch.zeros(args[0].shape[0], args[1].shape[1], dtype=torch.float16)
 ], ids=["forged-ok", "deep-nesting", "wrong-types", "wrong-evidence", "huge-line"])
 def test_poisoned_replies_cost_the_task_only(tmp_path, line):
     naive = (Path(__file__).resolve().parent.parent / "bench" / "naive" / "dds.py").read_text()
-    result = grade_files(tmp_path, {"w8a8": _write_reply(line), "dds": naive}, ["w8a8", "dds"], static=False)
+    result = _graded_untouched(tmp_path, {"w8a8": _write_reply(line), "dds": naive})
     tasks = {t.task: t for t in result.tasks}
     assert tasks["w8a8"].score == 0
     assert tasks["dds"].score == tasks["dds"].max_score > 0   # the next task is untouched
-    from grader.report import write_reports
-    write_reports(result, tmp_path / "report")
-    assert (tmp_path / "report" / "report.json").is_file()
 
 
 def test_output_on_the_meta_device_is_a_failed_case(tmp_path):
@@ -316,9 +313,12 @@ def _snapshot(*extra: Path) -> dict:
     return out
 
 
-def _graded_untouched(tmp_path, src: str, *extra: Path, task="w8a8"):
+def _graded_untouched(tmp_path, src, *extra: Path, task="w8a8"):
+    """Grade ``src`` (a kernel file, or {task: source} for several tasks) with the
+    static check off; assert a report exists and nothing outside scratch changed."""
+    files = src if isinstance(src, dict) else {task: src}
     before = _snapshot(*extra)
-    result = grade_files(tmp_path, {task: src}, [task], static=False)
+    result = grade_files(tmp_path, files, list(files), static=False)
     from grader.report import write_reports
     write_reports(result, tmp_path / "report")
     assert (tmp_path / "report" / "report.json").is_file()
