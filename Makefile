@@ -15,13 +15,14 @@ GRADE_FLAGS ?=
 
 export PYTHON VENV NO_VENV
 
-.PHONY: help setup grade test test-fast batch dist gradescope bench clean
+.PHONY: help setup grade test batch regrade dist gradescope bench clean
 
 help:
 	@echo "make grade                 grade assignment/ (SUBMISSION=path for a folder or .zip)"
 ifneq ($(wildcard solutions),)
 	@echo "make test                  the project's own test suite"
 	@echo "make batch SUBMISSIONS=dir grade a whole class (TA)"
+	@echo "make regrade STUDENT=id    regrade one student of the batch, rebuild class.csv (TA)"
 	@echo "make dist                  build the student bundle in dist/ (TA)"
 	@echo "make gradescope            build a Gradescope autograder zip (TA)"
 	@echo "make bench                 GPU benchmark of the reference solutions"
@@ -44,6 +45,10 @@ endif
 
 batch: setup
 	$(PY) -m grader batch $(SUBMISSIONS) --out $(BATCH_DIR) $(GRADE_FLAGS)
+
+regrade: setup
+	@test -n "$(STUDENT)" || { echo "usage: make regrade STUDENT=id (the student column of class.csv, or the file name)"; exit 2; }
+	$(PY) -m grader batch $(SUBMISSIONS) --out $(BATCH_DIR) --student "$(STUDENT)" $(GRADE_FLAGS)
 
 dist: setup
 	$(PY) -m tools.dist dist

@@ -14,6 +14,15 @@ process crashes, hangs past the limit, writes no or an unusable report), the
 batch writes that student's reports itself: score 0, the reason, and
 ``grader_error`` in report.json. Those students are retried on resume.
 
+A --force run leaves OUT/.force-pending until it has completed: a resumed
+run, with or without --force, regrades every student whose report is older
+than that marker, so old and new grades never mix. ``--student ID`` regrades
+one student and rebuilds the class files. Each report records the hash of
+the rubric it was made under (``rubric_hash``); reports made under another
+rubric are listed at the end. Entries of the submissions folder that are
+neither a folder nor a .zip (late_days.txt, .DS_Store) are skipped with a
+warning.
+
 Each grade process runs in its own session with its output in a file (no
 pipes for an escaped process to hold). The batch is the child subreaper of
 everything it starts (Linux), so when a student is done, timed out or
@@ -49,12 +58,14 @@ from tabulate import tabulate
 from tqdm import tqdm
 
 from .report import REPORT_FILES, error_result, escape_name, one_line, write_reports
-from .rubric import Rubric
+from .rubric import Rubric, rubric_hash
 
 ROOT = Path(__file__).resolve().parent.parent
 ID_CHARS = 64                    # longest student id (folder name)
 REPORT_JSON_BYTES = 8 << 20      # largest report.json the batch reads
 MAX_ITEMS = 10_000               # most tests, tasks, flags or notes read from one report
+FORCE_MARKER = ".force-pending"  # in OUT while a --force run has not completed
+_HASH = re.compile(r"[0-9a-f]{6,64}")
 STOP_SIGNALS = tuple(getattr(signal, s) for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s))
 
 CSV_FLAGS = {  # flag column value -> words that mark it in a report's task summaries and flags
@@ -71,8 +82,8 @@ CSV_FLAGS = {  # flag column value -> words that mark it in a report's task summ
     "unreadable": "submission unreadable",
 }
 _FLAG_KIND = re.compile(r"[a-z][a-z0-9_]{0,39}")
-CSV_FIELDS_HEAD = ["student", "original_name", "total", "max", "correctness", "performance"]
-CSV_FIELDS_TAIL = ["flags", "partial", "seed", "device", "graded_at", "error"]
+CSV_FIELDS_HEAD = ["student", "original_name", "total", "max", "correctness", "bonus", "performance"]
+CSV_FIELDS_TAIL = ["flags", "partial", "seed", "device", "graded_at", "rubric_hash", "error"]
 
 
 # ----------------------------------------------------------------------------- students
@@ -103,13 +114,30 @@ def student_id(name: str, is_file: bool = True) -> str:
     return f"{safe[: ID_CHARS - 9].rstrip('._-') or 'student'}-{_digest(name)}"
 
 
-def find_entries(folder: Path) -> list[Entry]:
-    """Every student folder or file in ``folder``, sorted by name, each with a
+def _not_a_submission(p: Path) -> str | None:
+    """Why ``p`` is not a student's submission (a folder or a .zip), or None."""
+    if p.name.startswith((".", "__")):
+        return "a hidden or system entry"
+    if p.is_dir():
+        return None
+    if p.is_file():
+        return None if p.name.lower().endswith(".zip") else "not a folder or a .zip"
+    return "not a folder or a file"
+
+
+def find_entries(folder: Path, on_skip=None) -> list[Entry]:
+    """Every student folder or .zip in ``folder``, sorted by name, each with a
     unique id. Names that clean to the same id (``bob/`` and ``bob.zip``) all
     get a hash of their full name instead, whatever their order, and are
-    marked duplicate."""
-    paths = [p for p in sorted(folder.iterdir(), key=lambda p: os.fsencode(p.name))
-             if not (p.name.startswith(".") or p.name.startswith("__")) and (p.is_dir() or p.is_file())]
+    marked duplicate. Anything else (``late_days.txt``, ``.DS_Store``) is
+    passed to ``on_skip(path, why)`` and left out."""
+    paths = []
+    for p in sorted(folder.iterdir(), key=lambda p: os.fsencode(p.name)):
+        why = _not_a_submission(p)
+        if why is None:
+            paths.append(p)
+        elif on_skip is not None:
+            on_skip(p, why)
     base = [student_id(p.name, p.is_file()) for p in paths]
     counts = Counter(base)
     entries, used = [], set()
@@ -373,10 +401,10 @@ def load_report(path: Path) -> dict:
         except BadReport:
             max_score = None
         return {"grader_error": one_line(_text(data["grader_error"], "grader_error"), 1000),
-                "max_score": max_score}
+                "max_score": max_score, "rubric_hash": _report_hash(data)}
     out = {"score": _num(data.get("score"), "score"), "max_score": _num(data.get("max_score"), "max_score"),
            "partial": data.get("partial"), "seed": data.get("seed"), "gpu": data.get("gpu"),
-           "started": _text(data.get("started"), "started")}
+           "started": _text(data.get("started"), "started"), "rubric_hash": _report_hash(data)}
     if not isinstance(out["partial"], bool):
         raise BadReport("partial is not true or false")
     if out["seed"] is not None and (isinstance(out["seed"], bool) or not isinstance(out["seed"], int)):
@@ -388,7 +416,8 @@ def load_report(path: Path) -> dict:
         if not isinstance(t, dict):
             raise BadReport(f"tests[{i}] is not an object")
         out["tests"].append({"kind": _text(t.get("kind"), f"tests[{i}].kind"),
-                             "score": _num(t.get("score"), f"tests[{i}].score")})
+                             "score": _num(t.get("score"), f"tests[{i}].score"),
+                             "bonus": t.get("bonus") is True})
     out["tasks"] = []
     for i, t in enumerate(_items(data.get("tasks"), "tasks")):
         if not isinstance(t, dict):
@@ -401,6 +430,12 @@ def load_report(path: Path) -> dict:
                                        for f in flags]})
     out["notes"] = [_text(n, "notes") for n in _items(data.get("notes", []), "notes")]
     return out
+
+
+def _report_hash(data: dict) -> str | None:
+    """The report's ``rubric_hash`` when it has a well-formed one (older reports have none)."""
+    value = data.get("rubric_hash")
+    return value if isinstance(value, str) and _HASH.fullmatch(value) else None
 
 
 def _flags(report: dict) -> list[str]:
@@ -423,14 +458,15 @@ def _flags(report: dict) -> list[str]:
 def _row(entry: Entry, report: dict, tasks: list[str]) -> dict:
     row = {"student": entry.sid, "original_name": escape_name(entry.original), "_graded": True,
            "total": report["score"], "max": report["max_score"]}
-    for kind in ("correctness", "performance"):
-        row[kind] = sum(t["score"] for t in report["tests"] if t["kind"] == kind)
+    for kind in ("correctness", "performance"):  # without bonus: bonus has its own column
+        row[kind] = sum(t["score"] for t in report["tests"] if t["kind"] == kind and not t["bonus"])
+    row["bonus"] = sum(t["score"] for t in report["tests"] if t["bonus"])
     for task in report["tasks"]:
         if task["task"] in tasks:
             row[task["task"]] = task["score"]
     flags = _flags(report) + (["duplicate"] if entry.duplicate else [])
     row.update(flags=";".join(flags), partial=report["partial"], seed=report["seed"],
-               device=report["gpu"] or "cpu", graded_at=report["started"])
+               device=report["gpu"] or "cpu", graded_at=report["started"], rubric_hash=report["rubric_hash"])
     return row
 
 
@@ -461,9 +497,10 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def write_class_files(out: Path, entries: list[Entry], tasks: list[str]) -> list[dict]:
+def write_class_files(out: Path, entries: list[Entry], tasks: list[str], current_hash: str = "") -> list[dict]:
     """Rebuild class.csv and summary.md from whatever reports exist now. A
-    report that cannot be used becomes that student's grader_error row."""
+    report that cannot be used becomes that student's grader_error row.
+    ``current_hash``: the rubric now in use, to list reports made under another."""
     rows = []
     for entry in entries:
         path = out / "students" / entry.sid / "report.json"
@@ -477,7 +514,8 @@ def write_class_files(out: Path, entries: list[Entry], tasks: list[str]) -> list
             rows.append(_error_row(entry, f"report.json unusable: {e}"))
             continue
         if "grader_error" in report:
-            rows.append(_error_row(entry, report["grader_error"], report["max_score"]))
+            rows.append(_error_row(entry, report["grader_error"], report["max_score"]) |
+                        {"rubric_hash": report["rubric_hash"]})
         else:
             rows.append(_row(entry, report, tasks))
     fields = [*CSV_FIELDS_HEAD, *tasks, *CSV_FIELDS_TAIL]
@@ -486,15 +524,27 @@ def write_class_files(out: Path, entries: list[Entry], tasks: list[str]) -> list
     writer.writeheader()
     writer.writerows({k: _cell(v) for k, v in r.items()} for r in rows)
     _write_atomic(out / "class.csv", buf.getvalue())
-    _write_atomic(out / "summary.md", summary_table(rows, tasks) + "\n")
+    _write_atomic(out / "summary.md", summary_table(rows, tasks, current_hash) + "\n")
     return rows
 
 
-def summary_table(rows: list[dict], tasks: list[str]) -> str:
+def other_rubric_line(rows: list[dict], current_hash: str) -> str:
+    """One line naming the students whose report was made under another rubric ('' if none)."""
+    if not current_hash:
+        return ""
+    old = [r["student"] for r in rows if r.get("rubric_hash") and r["rubric_hash"] != current_hash]
+    if not old:
+        return ""
+    names = ", ".join(old[:20]) + (", ..." if len(old) > 20 else "")
+    return (f"{len(old)} report{'s were' if len(old) != 1 else ' was'} made under an older rubric: {names}; "
+            "regrade them with --force or make regrade STUDENT=id")
+
+
+def summary_table(rows: list[dict], tasks: list[str], current_hash: str = "") -> str:
     graded = [r for r in rows if r.get("_graded")]
     lines = [f"{len(graded)} of {len(rows)} submissions graded", ""]
     stats = []
-    for col in ["total", "correctness", "performance", *tasks]:
+    for col in ["total", "correctness", "bonus", "performance", *tasks]:
         vals = [float(r[col]) for r in graded if col in r]
         if vals:
             stats.append([col, statistics.mean(vals), statistics.median(vals), min(vals), max(vals)])
@@ -513,17 +563,47 @@ def summary_table(rows: list[dict], tasks: list[str]) -> str:
     if errors:
         lines += ["", "grader errors (retried on the next run):"]
         lines += [f"  {sid}: {one_line(e, 200)}" for sid, e in errors]
+    stale = other_rubric_line(rows, current_hash)
+    if stale:
+        lines += ["", stale]
     return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- the batch
 
-def _is_finished(students: Path, sid: str) -> bool:
-    """A usable report without a grader error: not graded again on resume."""
+def _is_finished(students: Path, sid: str, since_ns: int | None = None) -> bool:
+    """A usable report without a grader error, and (``since_ns``: a --force
+    run is pending) written after that run started: not graded again on resume."""
+    path = students / sid / "report.json"
     try:
-        return "grader_error" not in load_report(students / sid / "report.json")
-    except BadReport:
+        if "grader_error" in load_report(path):
+            return False
+        return since_ns is None or path.lstat().st_mtime_ns >= since_ns
+    except (BadReport, OSError):
         return False
+
+
+def _start_force(out: Path, digest: str) -> None:
+    """Mark a --force run as pending (its rubric hash and start time): until it
+    completes, a resumed run regrades every report older than the marker."""
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    _write_atomic(out / FORCE_MARKER, json.dumps({"rubric_hash": digest, "started": started}) + "\n")
+
+
+def _force_pending(out: Path) -> tuple[int, str] | None:
+    """(the marker's mtime in ns, when the run started) while a --force run is
+    pending, else None. The marker's own mtime is the reference: reports and
+    marker are dated by the same file system clock."""
+    path = out / FORCE_MARKER
+    try:
+        since = path.lstat().st_mtime_ns
+    except OSError:
+        return None
+    try:
+        started = str(json.loads(path.read_text(encoding="utf-8")).get("started", "?"))
+    except (OSError, ValueError, AttributeError):
+        started = "?"
+    return since, one_line(started, 40)
 
 
 def _warn_if_not_isolated() -> None:
@@ -542,8 +622,22 @@ def _warn_if_not_isolated() -> None:
               "docs/integrity.md, or a Linux machine with bwrap, for official grades.", file=sys.stderr)
 
 
+def _current_hash(rubric: Rubric) -> str:
+    if rubric.hash:
+        return rubric.hash
+    source = Path(rubric.source)
+    return rubric_hash(source) if source.is_file() else ""
+
+
+def _skip_warning(path: Path, why: str) -> None:
+    print(f"warning: skipped {escape_name(path.name)}: {why}, not a submission", file=sys.stderr)
+
+
 def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
-              timeout_s: float | None = None) -> int:
+              timeout_s: float | None = None, student: str | None = None) -> int:
+    """Grade every submission in ``submissions`` not yet graded (all of them
+    with ``force``; only ``student``, by id or original name, when given) and
+    rebuild the class files. Returns the exit status."""
     folder, out = Path(submissions), Path(out).absolute()  # grade processes run in ROOT
     if not folder.is_dir():
         print(f"{escape_name(str(folder))}: not a folder of submissions", file=sys.stderr)
@@ -561,11 +655,28 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
         return 2
     for stale in students.glob(".*-*"):  # an interrupted run's temporary folders
         shutil.rmtree(stale, ignore_errors=True)
-    entries = find_entries(folder)
+    entries = find_entries(folder, on_skip=_skip_warning)
     tasks = list(rubric.tasks)
+    digest = _current_hash(rubric)
     timeout_s = timeout_s or 3 * max(rubric.settings.task_timeout_s, rubric.settings.cpu_task_timeout_s) + 300
-    todo = [e for e in entries if force or not _is_finished(students, e.sid)]
-    print(f"{len(entries)} submissions, {len(entries) - len(todo)} already graded, {len(todo)} to grade")
+    pending = None
+    if student is not None:
+        todo = [e for e in entries if e.sid == student] or [e for e in entries if e.original == student]
+        if len(todo) != 1:
+            print(f"no submission {escape_name(student)!r} in {escape_name(str(folder))} (give its id, the "
+                  "student column of class.csv, or its file name)", file=sys.stderr)
+            return 2
+        print(f"regrading {todo[0].sid}")
+    else:
+        if force:
+            _start_force(out, digest)
+        pending = _force_pending(out)
+        since = pending[0] if pending else None
+        todo = [e for e in entries if force or not _is_finished(students, e.sid, since)]
+        if pending and not force:
+            print(f"an interrupted --force run (started {pending[1]}) is resumed: reports older than it "
+                  "are regraded")
+        print(f"{len(entries)} submissions, {len(entries) - len(todo)} already graded, {len(todo)} to grade")
     main_thread = threading.current_thread() is threading.main_thread()
     handlers = {s: signal.signal(s, _stop) for s in STOP_SIGNALS  # what the caller ignores stays ignored
                 if main_thread and signal.getsignal(s) not in (signal.SIG_IGN, None)}
@@ -579,15 +690,18 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
                 status = f"batch error: {type(e).__name__}: {e}"
             if status != "ok":
                 tqdm.write(f"{entry.sid}: grader error: {one_line(status, 300)}")
+        if pending:  # every student is now graded after the --force run began
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(out / FORCE_MARKER)
     except KeyboardInterrupt as e:
         stopped_by = e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT
         print("\ninterrupted: finished students are kept; run the same command again to resume")
     finally:
         with _signals_deferred(reraise=False):
-            rows = write_class_files(out, entries, tasks)
+            rows = write_class_files(out, entries, tasks, digest)
             _set_subreaper(was_subreaper)
             for s, h in handlers.items():
                 signal.signal(s, h)
-    print(summary_table(rows, tasks))
+    print(summary_table(rows, tasks, digest))
     print(f"\nclass CSV: {out / 'class.csv'}; per-student reports: {students}/<id>/")
     return 128 + int(stopped_by) if stopped_by else 0

@@ -58,6 +58,8 @@ def main(argv=None) -> int:
     b.add_argument("--rubric", default=None)
     b.add_argument("--force", action="store_true", help="regrade students that already have a result")
     b.add_argument("--timeout", type=float, default=None, help="wall-clock limit per student, seconds")
+    b.add_argument("--student", default=None, metavar="ID",
+                   help="regrade only this student (id from class.csv, or the submission's file name)")
     if not argv or argv[0] not in ("grade", "batch", "-h", "--help"):
         argv.insert(0, "grade")
     args = parser.parse_args(argv)
@@ -76,7 +78,8 @@ def main(argv=None) -> int:
         return 2
     if args.command == "batch":
         from .batch import run_batch
-        return run_batch(args.submissions, args.out, rubric, force=args.force, timeout_s=args.timeout)
+        return run_batch(args.submissions, args.out, rubric, force=args.force, timeout_s=args.timeout,
+                         student=args.student)
 
     from .grade import grade
     from .report import remove_reports, terminal_table, write_reports

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -80,80 +84,274 @@ class Rubric:
     tasks: dict[str, Task]
     tests: tuple[TestSpec, ...]
     source: str
+    hash: str = ""   # rubric_hash of the file it was loaded from ("" when built in memory)
 
     def tests_for(self, task: str, kind: str | None = None) -> list[TestSpec]:
         return [t for t in self.tests if t.task == task and (kind is None or t.kind == kind)]
 
 
-def _shape(value, where: str) -> tuple[int, int, int]:
+# ----------------------------------------------------------------------------- validation
+#
+# Every key of the rubric is checked for its type and range, and every table
+# for unknown keys: a quoted number or a misspelt key must stop the grader
+# with one line naming the place, not turn a class into grader errors.
+
+SETTINGS_SPEC = {  # [settings] key -> (kind, lowest, lowest excluded)
+    "cap_at_max": ("bool", None, False),
+    "points_step": ("number", 0, False),
+    "task_timeout_s": ("number", 0, True),
+    "cpu_task_timeout_s": ("number", 0, True),
+    "timed_batch_ms": ("number", 0, True),
+    "timing_rounds": ("int", 1, False),
+    "static_checks": ("bool", None, False),
+    "extra_allowed_imports": ("texts", None, False),
+    "hidden_points": ("number", 0, False),
+}
+TASK_KEYS = ("title", "file", "entry")
+TEST_KEYS = {"name", "task", "kind", "points", "shape", "cpu_shape", "visibility", "hidden", "bonus",
+             "full_ratio", "zero_ratio"}
+OPTION_SPEC = {  # case option -> (kind, lowest, highest or choices)
+    "zero_rows": ("int", 0, None),
+    "ties": ("bool", None, None),
+    "group_size": ("int", 1, None),
+    "density": ("number", 0, 1),
+    "empty_rows": ("int", 0, None),
+    "index_dtype": ("choice", None, ("int32", "int64")),
+}
+TOP_KEYS = ("schema_version", "settings", "tasks", "tests")
+
+
+def _shown(value) -> str:
+    """A value as the rubric writes it, shortened: "0.25" (quoted) is text, 0.25 a number."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_word(value) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "table"
+    return type(value).__name__
+
+
+def _problem(value, kind: str, low=None, low_open=False, high=None) -> str | None:
+    """Why ``value`` is not a valid ``kind`` (bool, int, number, text, texts,
+    choice with ``high`` the choices), or None when it is."""
+    if kind == "bool":
+        ok, want = isinstance(value, bool), "true or false"
+    elif kind in ("int", "number"):
+        types = int if kind == "int" else (int, float)
+        ok = isinstance(value, types) and not isinstance(value, bool) and math.isfinite(value)
+        want = "an integer" if kind == "int" else "a number"
+        if ok and low is not None and (value <= low if low_open else value < low):
+            ok = False
+        if ok and high is not None and value > high:
+            ok = False
+        if low is not None:
+            want += f" {'>' if low_open else '>='} {low:g}" + (f" and <= {high:g}" if high is not None else "")
+    elif kind == "text":
+        ok, want = isinstance(value, str) and value.strip() != "", "non-empty text in quotes"
+    elif kind == "texts":
+        ok, want = isinstance(value, list) and all(isinstance(v, str) for v in value), "a list of texts"
+    elif kind == "choice":
+        ok, want = value in high, "one of " + ", ".join(f'"{c}"' for c in high)
+    else:  # pragma: no cover
+        raise AssertionError(kind)
+    if ok:
+        return None
+    hint = ""
+    if isinstance(value, str) and kind in ("bool", "int", "number"):
+        try:
+            unquoted = tomllib.loads(f"v = {value.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            unquoted = None
+        if unquoted is not None and _problem(unquoted, kind, low, low_open, high) is None:
+            hint = ": write it without quotes"
+    return f"must be {want}, got {_shown(value)} ({_type_word(value)}{hint})"
+
+
+def _line_index(text: str) -> dict:
+    """Where each key is written: {(table, key): line}, ``table`` being () for
+    the top level, ("settings",), ("tasks", name) or ("tests", i), and key None
+    for the table's header. tomllib gives no positions, so the text is
+    scanned; a key it cannot place (a dotted key, an inline table) has no line."""
+    index, table, n_tests = {}, (), 0
+    header = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+    assign = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*=""")
+    for number, line in enumerate(text.splitlines(), 1):
+        m = header.match(line)
+        if m:
+            parts = tuple(p.strip().strip("\"'") for p in m.group(2).split("."))
+            if m.group(1) == "[[" and parts == ("tests",):
+                table, n_tests = ("tests", n_tests), n_tests + 1
+            else:
+                table = parts
+            index.setdefault((table, None), number)
+            continue
+        m = assign.match(line)
+        if m:
+            index.setdefault((table, m.group(1).strip("\"'")), number)
+    return index
+
+
+class _Checker:
+    """Raises RubricError as ``source:line: place: message`` (the line where it can be found)."""
+
+    def __init__(self, source: str, text: str | None):
+        self.source, self.lines = source, _line_index(text) if text else {}
+
+    def fail(self, table: tuple, key: str | None, place: str, message: str):
+        line = self.lines.get((table, key)) or self.lines.get((table, None))
+        where = f"{self.source}:{line}" if line else self.source
+        raise RubricError(f"{where}: {place}{': ' if place else ''}{message}")
+
+    def check(self, table, key, place, value, kind, low=None, low_open=False, high=None):
+        problem = _problem(value, kind, low, low_open, high)
+        if problem:
+            self.fail(table, key, place, f"{key} {problem}")
+
+    def unknown(self, table, place, entry: dict, allowed) -> None:
+        for key in entry:
+            if key not in allowed:
+                self.fail(table, key, place, f"unknown key {key!r}; allowed: {', '.join(sorted(allowed))}")
+
+    def table(self, table, key, place, value, kind="table") -> None:
+        ok = isinstance(value, dict) if kind == "table" else (
+            isinstance(value, list) and all(isinstance(v, dict) for v in value))
+        if not ok:
+            want = "a table ([name])" if kind == "table" else "a list of [[tests]] tables"
+            self.fail(table, key, place, f"{key} must be {want}, got {_type_word(value)}")
+
+
+def _shape(c: _Checker, table, key, place, value) -> tuple[int, int, int]:
     if (not isinstance(value, list) or len(value) != 3
-            or not all(isinstance(v, int) and v >= 1 for v in value)):
-        raise RubricError(f"{where}: expected [M, N, K] with positive integers, got {value!r}")
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
+        c.fail(table, key, place, f"{key} must be [M, N, K] with positive integers, got {_shown(value)}")
     return tuple(value)
 
 
-def _test(entry: dict, index: int, tasks: dict) -> TestSpec:
-    where = f"tests[{index}] ({entry.get('name', '?')})"
-    known = {"name", "task", "kind", "points", "shape", "cpu_shape", "visibility", "hidden",
-             "bonus", "full_ratio", "zero_ratio"}
+def _settings(c: _Checker, raw: dict) -> Settings:
+    table = ("settings",)
+    c.unknown(table, "[settings]", raw, SETTINGS_SPEC)
+    for key, value in raw.items():
+        kind, low, low_open = SETTINGS_SPEC[key]
+        c.check(table, key, "[settings]", value, kind, low, low_open)
+    raw = dict(raw)
+    if "extra_allowed_imports" in raw:
+        raw["extra_allowed_imports"] = tuple(raw["extra_allowed_imports"])
+    return Settings(**raw)
+
+
+def _task(c: _Checker, name: str, entry) -> Task:
+    table, place = ("tasks", name), f"[tasks.{name}]"
+    if name not in TASKS:
+        c.fail(table, None, "", f"unknown task {name!r}; expected one of {', '.join(TASKS)}")
+    c.table(("tasks",), name, "", entry)
+    c.unknown(table, place, entry, TASK_KEYS)
+    for key in TASK_KEYS:
+        if key not in entry:
+            c.fail(table, None, place, f"missing {key!r}")
+        c.check(table, key, place, entry[key], "text")
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.py", entry["file"]):
+        c.fail(table, "file", place, f"file must be a .py file name (no folder), got {_shown(entry['file'])}")
+    if not entry["entry"].isidentifier():
+        c.fail(table, "entry", place, f"entry must be a Python function name, got {_shown(entry['entry'])}")
+    return Task(name=name, title=entry["title"], file=entry["file"], entry=entry["entry"])
+
+
+def _test(c: _Checker, entry: dict, index: int, tasks: dict) -> TestSpec:
+    table = ("tests", index)
+    name = entry.get("name")
+    where = f"tests[{index}] ({name if isinstance(name, str) else '?'})"
     for key in ("name", "task", "kind", "points", "shape"):
         if key not in entry:
-            raise RubricError(f"{where}: missing '{key}'")
+            c.fail(table, None, where, f"missing '{key}'")
+    c.check(table, "name", where, name, "text")
     task, kind = entry["task"], entry["kind"]
-    if task not in tasks:
-        raise RubricError(f"{where}: task must be one of {sorted(tasks)}, got {task!r}")
-    if kind not in KINDS:
-        raise RubricError(f"{where}: kind must be one of {KINDS}, got {kind!r}")
-    options = {k: v for k, v in entry.items() if k not in known}
-    unknown = set(options) - CASE_OPTIONS[task]
-    if unknown:
-        raise RubricError(f"{where}: unknown option(s) {sorted(unknown)} for task {task}; "
-                          f"allowed: {sorted(CASE_OPTIONS[task])}")
-    points = entry["points"]
-    if not isinstance(points, (int, float)) or points < 0:
-        raise RubricError(f"{where}: points must be a number >= 0, got {points!r}")
+    if not isinstance(task, str) or task not in tasks:
+        c.fail(table, "task", where, f"task must be one of {sorted(tasks)} (the [tasks.*] tables), got {_shown(task)}")
+    c.check(table, "kind", where, kind, "choice", high=KINDS)
+    c.unknown(table, where, entry, TEST_KEYS | CASE_OPTIONS[task])
+    c.check(table, "points", where, entry["points"], "number", 0)
+    for key in ("hidden", "bonus"):
+        if key in entry:
+            c.check(table, key, where, entry[key], "bool")
     visibility = entry.get("visibility", "visible")
-    if visibility not in VISIBILITIES:
-        raise RubricError(f"{where}: visibility must be one of {VISIBILITIES}, got {visibility!r}")
+    c.check(table, "visibility", where, visibility, "choice", high=VISIBILITIES)
+    shape = _shape(c, table, "shape", where, entry["shape"])
+    cpu_shape = _shape(c, table, "cpu_shape", where, entry["cpu_shape"]) if "cpu_shape" in entry else None
+    options = {k: v for k, v in entry.items() if k not in TEST_KEYS}
+    for key, value in options.items():
+        kind_, low, high = OPTION_SPEC[key]
+        c.check(table, key, where, value, kind_, low, False, high)
     full, zero = entry.get("full_ratio"), entry.get("zero_ratio")
-    if kind == "performance":
-        if not (isinstance(full, (int, float)) and isinstance(zero, (int, float)) and 0 <= zero < full):
-            raise RubricError(f"{where}: performance tests need 0 <= zero_ratio < full_ratio, "
-                              f"got zero_ratio={zero!r}, full_ratio={full!r}")
-    cpu_shape = _shape(entry["cpu_shape"], where + ".cpu_shape") if "cpu_shape" in entry else None
+    for key in ("full_ratio", "zero_ratio"):
+        if key in entry:
+            if kind != "performance":
+                c.fail(table, key, where, f"{key} applies to performance tests only")
+            c.check(table, key, where, entry[key], "number", 0)
+    if kind == "performance" and not (full is not None and zero is not None and zero < full):
+        c.fail(table, "full_ratio" if "full_ratio" in entry else None, where,
+               f"performance tests need 0 <= zero_ratio < full_ratio, got zero_ratio={zero!r}, full_ratio={full!r}")
     return TestSpec(
-        name=entry["name"], task=task, kind=kind, points=float(points),
-        shape=_shape(entry["shape"], where + ".shape"), cpu_shape=cpu_shape,
-        visibility=visibility, hidden=bool(entry.get("hidden", False)),
-        bonus=bool(entry.get("bonus", False)), full_ratio=full, zero_ratio=zero, options=options)
+        name=name, task=task, kind=kind, points=float(entry["points"]), shape=shape, cpu_shape=cpu_shape,
+        visibility=visibility, hidden=entry.get("hidden", False), bonus=entry.get("bonus", False),
+        full_ratio=full, zero_ratio=zero, options=options)
 
 
-def parse_rubric(data: dict, source: str = "<memory>") -> Rubric:
-    if data.get("schema_version") != 1:
-        raise RubricError(f"{source}: schema_version must be 1, got {data.get('schema_version')!r}")
-    raw = dict(data.get("settings", {}))
-    raw["extra_allowed_imports"] = tuple(raw.get("extra_allowed_imports", ()))
-    settings = Settings(**raw)
-    tasks = {}
-    for name, t in data.get("tasks", {}).items():
-        if name not in TASKS:
-            raise RubricError(f"{source}: unknown task {name!r}; expected one of {TASKS}")
-        tasks[name] = Task(name=name, title=t["title"], file=t["file"], entry=t["entry"])
-    tests = tuple(_test(e, i, tasks) for i, e in enumerate(data.get("tests", [])))
-    names = [t.name for t in tests]
-    dupes = {n for n in names if names.count(n) > 1}
-    if dupes:
-        raise RubricError(f"{source}: duplicate test names {sorted(dupes)}")
-    return Rubric(schema_version=1, settings=settings, tasks=tasks, tests=tests, source=source)
+def parse_rubric(data: dict, source: str = "<memory>", text: str | None = None, digest: str = "") -> Rubric:
+    """Check and build a rubric from parsed TOML. ``text``, the file's text,
+    lets errors name the line; ``digest`` is its rubric_hash."""
+    c = _Checker(source, text)
+    c.unknown((), "", data, TOP_KEYS)
+    if data.get("schema_version") != 1 or isinstance(data.get("schema_version"), bool):
+        c.fail((), "schema_version", "", f"schema_version must be 1, got {_shown(data.get('schema_version'))}")
+    for key, kind in (("settings", "table"), ("tasks", "table"), ("tests", "list")):
+        if key in data:
+            c.table((), key, "", data[key], kind)
+    settings = _settings(c, data.get("settings", {}))
+    tasks = {name: _task(c, name, t) for name, t in data.get("tasks", {}).items()}
+    tests, seen = [], set()
+    for i, entry in enumerate(data.get("tests", [])):
+        spec = _test(c, entry, i, tasks)
+        if spec.name in seen:
+            c.fail(("tests", i), "name", f"tests[{i}] ({spec.name})", "duplicate test name")
+        seen.add(spec.name)
+        tests.append(spec)
+    return Rubric(schema_version=1, settings=settings, tasks=tasks, tests=tuple(tests), source=source,
+                  hash=digest)
+
+
+def rubric_hash(path_or_text: str | bytes | Path) -> str:
+    """The first 12 hex digits of the sha256 of a rubric file's bytes: which
+    rubric a report was made under. A Path, or a one-line str naming an
+    existing file, is read; other text (or bytes) is hashed as given."""
+    if isinstance(path_or_text, Path) or (isinstance(path_or_text, str) and "\n" not in path_or_text
+                                          and Path(path_or_text).is_file()):
+        data = Path(path_or_text).read_bytes()
+    elif isinstance(path_or_text, str):
+        data = path_or_text.encode("utf-8")
+    else:
+        data = bytes(path_or_text)
+    return hashlib.sha256(data).hexdigest()[:12]
 
 
 def load_rubric(path: str | Path = DEFAULT_RUBRIC) -> Rubric:
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+        data = tomllib.loads(text)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise RubricError(f"{path}: cannot read rubric: {e}") from e
-    try:
-        return parse_rubric(data, str(path))
-    except TypeError as e:  # unknown key in [settings]
-        raise RubricError(f"{path}: {e}") from e
+    return parse_rubric(data, str(path), text, rubric_hash(raw))
+
+
+assert set(SETTINGS_SPEC) == {f.name for f in fields(Settings)}, "SETTINGS_SPEC must list every setting"

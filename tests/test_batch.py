@@ -59,6 +59,14 @@ def write(score=1.0, flags=()):
 
 if mode == "ok":
     write()
+elif mode == "two":
+    write(score=2.0)
+elif mode == "hash":  # a report that records the rubric hash written in the submission's file `hash`
+    import json
+    write()
+    data = json.loads((reports / "report.json").read_text())
+    data["rubric_hash"] = (sub / "hash").read_text().strip()
+    (reports / "report.json").write_text(json.dumps(data))
 elif mode == "hang":
     escaper(new_session=False)
     escaper()
@@ -263,7 +271,7 @@ sys.path.insert(0, {root!r})
 import grader.batch as b
 b.grade_command = lambda path, reports, rubric: [sys.executable, {script!r}, str(path), str(reports), {pids!r}]
 from grader.cli import main
-sys.exit(main(["batch", {subs!r}, "--out", {out!r}, "--rubric", {rubric!r}]))
+sys.exit(main(["batch", {subs!r}, "--out", {out!r}, "--rubric", {rubric!r}, *{extra!r}]))
 """
 
 
@@ -274,7 +282,7 @@ def test_a_stop_signal_ends_the_batch_cleanly_and_resume_finishes(tmp_path, fake
     subs = _students(tmp_path, {n: "slow" for n in names})
     out = tmp_path / "out"
     code = BATCH_WITH_FAKE.format(root=str(ROOT), script=str(tmp_path / "fake_grade.py"), pids=str(pids),
-                                  subs=str(subs), out=str(out), rubric=rubric.source)
+                                  subs=str(subs), out=str(out), rubric=rubric.source, extra=[])
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -355,6 +363,121 @@ def test_flags_come_from_kinds_or_from_old_sentences(tmp_path):
     old = [{"task": "w8a8", "score": 0, "summary": "time limit exceeded after 10 s",
             "flags": ["forbidden code in w8a8.py: os.system"]}]
     assert flags(old, ["submission unreadable: x.zip"]) == ["timeout", "forbidden_code", "unreadable"]
+
+
+# ---------------------------------------------------------------------------- over a semester
+
+def test_files_that_are_not_submissions_are_skipped_with_a_warning(tmp_path, fake, capsys):
+    rubric, _ = fake
+    subs = _students(tmp_path, {"alice": "ok"})
+    (subs / "bob.ZIP").write_bytes(b"PK\x03\x04 not a zip")  # a zip, whatever the case of its extension
+    for stray in ("late_days.txt", ".DS_Store", "notes.md"):
+        (subs / stray).write_text("x")
+    (subs / "__MACOSX").mkdir()
+    out = tmp_path / "out"
+    assert run_batch(str(subs), str(out), rubric) == 0
+    assert set(_rows(out)) == {"alice", "bob"}
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: skipped")]
+    assert len(warnings) == 4 and all(any(n in w for w in warnings)
+                                      for n in ("late_days.txt", ".DS_Store", "notes.md", "__MACOSX"))
+
+
+def test_class_csv_has_bonus_apart_from_correctness_and_the_rubric_hash(tmp_path):
+    out = tmp_path / "out"
+    tests = [{"kind": "correctness", "score": 3}, {"kind": "correctness", "score": 2, "bonus": True},
+             {"kind": "performance", "score": 1.5}, {"kind": "performance", "score": 0.5, "bonus": True}]
+    reports = {"new": _report(tests=tests, score=4, rubric_hash="0123456789ab"),
+               "old": _report(), "error": {"grader_error": "boom", "score": 0, "rubric_hash": "0123456789ab"}}
+    entries = []
+    for sid, report in reports.items():
+        (out / "students" / sid).mkdir(parents=True)
+        (out / "students" / sid / "report.json").write_text(json.dumps(report))
+        entries.append(batch.Entry(sid, tmp_path / sid, sid))
+    write_class_files(out, entries, ["w8a8"])
+    header = (out / "class.csv").read_text().splitlines()[0].split(",")
+    for column in ("total", "max", "correctness", "bonus", "performance", "w8a8", "flags", "graded_at",
+                   "rubric_hash", "device"):
+        assert column in header
+    rows = _rows(out)
+    new = rows["new"]
+    assert (new["correctness"], new["bonus"], new["performance"], new["total"]) == ("3", "2.5", "1.5", "4")
+    assert new["rubric_hash"] == "0123456789ab" and rows["error"]["rubric_hash"] == "0123456789ab"
+    assert rows["old"]["rubric_hash"] == "" and rows["old"]["bonus"] == "0"  # older reports have no hash
+
+
+def test_reports_made_under_another_rubric_are_listed(tmp_path, fake, capsys):
+    rubric, _ = fake
+    subs = _students(tmp_path, {"alice": "hash", "bob": "hash", "carol": "hash", "dave": "ok"})
+    for name, digest in {"alice": "aaaaaaaaaaaa", "bob": "bbbbbbbbbbbb", "carol": rubric.hash}.items():
+        (subs / name / "hash").write_text(digest)
+    out = tmp_path / "out"
+    assert rubric.hash and run_batch(str(subs), str(out), rubric) == 0
+    line = ("2 reports were made under an older rubric: alice, bob; regrade them with --force "
+            "or make regrade STUDENT=id")
+    assert line in capsys.readouterr().out and line in (out / "summary.md").read_text()
+    assert _rows(out)["carol"]["rubric_hash"] == rubric.hash
+
+
+def test_one_student_is_regraded_by_id_or_by_file_name(tmp_path, fake, capsys):
+    from grader.cli import main
+    rubric, _ = fake
+    subs = _students(tmp_path, {"alice": "ok", "bob": "ok"})
+    (subs / "carol.zip").write_bytes(b"PK\x03\x04 not a zip")
+    out = tmp_path / "out"
+    assert run_batch(str(subs), str(out), rubric) == 0
+    before = {sid: (out / "students" / sid / "report.json").read_bytes() for sid in ("alice", "carol")}
+    (subs / "bob" / "mode").write_text("two")
+    (subs / "alice" / "mode").write_text("two")  # changed too, but not asked for: stays as it was
+    args = ["batch", str(subs), "--out", str(out), "--rubric", rubric.source]
+    assert main([*args, "--student", "bob"]) == 0
+    assert _rows(out)["bob"]["total"] == "2.0" and _rows(out)["alice"]["total"] == "1.0"
+    assert (out / "students" / "alice" / "report.json").read_bytes() == before["alice"]
+    mtime = (out / "students" / "carol" / "report.json").stat().st_mtime_ns
+    time.sleep(0.01)
+    assert main([*args, "--student", "carol.zip"]) == 0  # the original name
+    assert (out / "students" / "carol" / "report.json").stat().st_mtime_ns > mtime
+    capsys.readouterr()
+    assert main([*args, "--student", "zed"]) == 2
+    assert "no submission 'zed'" in capsys.readouterr().err
+    assert set(_rows(out)) == {"alice", "bob", "carol"}
+
+
+def test_an_interrupted_force_run_is_finished_on_resume_without_force(tmp_path, fake):
+    rubric, pids = fake
+    names = ["s0", "s1", "s2", "s3"]
+    subs = _students(tmp_path, {n: "ok" for n in names})
+    out = tmp_path / "out"
+    assert run_batch(str(subs), str(out), rubric) == 0  # everyone graded once
+    for n in names:
+        (subs / n / "mode").write_text("slow")
+    code = BATCH_WITH_FAKE.format(root=str(ROOT), script=str(tmp_path / "fake_grade.py"), pids=str(pids),
+                                  subs=str(subs), out=str(out), rubric=rubric.source, extra=["--force"])
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not (pids / "started-s2").exists():
+            time.sleep(0.05)
+        assert (pids / "started-s2").exists(), "the --force run did not reach its third student"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    marker = out / batch.FORCE_MARKER
+    since = marker.stat().st_mtime_ns
+    assert json.loads(marker.read_text())["rubric_hash"] == rubric.hash
+    mtimes = {n: (out / "students" / n / "report.json").stat().st_mtime_ns for n in names}
+    assert mtimes["s0"] >= since > mtimes["s3"]  # mixed: the state a plain resume must not accept
+    graded_by_force = (out / "students" / "s0" / "report.json").read_bytes()
+    assert run_batch(str(subs), str(out), rubric) == 0  # no --force
+    for n in names:
+        assert (out / "students" / n / "report.json").stat().st_mtime_ns >= since, n
+    assert (out / "students" / "s0" / "report.json").read_bytes() == graded_by_force
+    assert (out / "students" / "s0" / "report.json").stat().st_mtime_ns == mtimes["s0"]  # not graded twice
+    assert not marker.exists()
+    assert _survivors(pids) == []
 
 
 # ---------------------------------------------------------------------------- end to end, real grader
