@@ -295,13 +295,6 @@ def _summary(task: str, state: GradingState, flags: list[str]) -> str:
     return "ran to completion"
 
 
-def _rubric_hash(source: str) -> str:
-    try:
-        return hashlib.sha256(Path(source).read_bytes()).hexdigest()[:12]
-    except OSError:
-        return ""
-
-
 def _sanitizer(device: str) -> str:
     """The compute-sanitizer binary, or a clear error when --sanitize cannot work here."""
     import shutil as _shutil
@@ -412,5 +405,5 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
                   "triton": triton.__version__, "cuda": torch.version.cuda},
         seed=seed, rubric=rubric.source, score=score, max_score=ran,
         max_score_all_tests=everything, partial=ran < everything, notes=notes,
-        hidden_points=rubric.settings.hidden_points, rubric_hash=_rubric_hash(rubric.source),
+        hidden_points=rubric.settings.hidden_points, rubric_hash=rubric.hash,
         tasks=task_results, tests=results)

@@ -212,7 +212,8 @@ def error_result(rubric: Rubric, submission: str | Path, reason: str,
         started=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), seconds=0.0,
         device="none", gpu=None, versions={}, seed=0, rubric=rubric.source, score=0.0,
         max_score=everything, max_score_all_tests=everything, partial=False,
-        notes=[f"grader error: {one_line(reason, 1000)}"], tasks=task_results, tests=tests)
+        notes=[f"grader error: {one_line(reason, 1000)}"], tasks=task_results, tests=tests,
+        rubric_hash=rubric.hash)
 
 
 def write_reports(result: GradeResult, report_dir: str | Path, error: str | None = None) -> Path:
