@@ -156,14 +156,37 @@ class SparseLinear(_PreparedLinear):
                 f"got {in_features} and {out_features}")
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
 
+    # The BSR weight is kept as three dense buffers, so that .to(), .cuda() and
+    # state_dict carry it (a sparse buffer does not survive load_state_dict).
+    _BSR_BUFFERS = ("bsr_crow_indices", "bsr_col_indices", "bsr_values")
+
     @torch.no_grad()
     def prepare_for_eval(self) -> "SparseLinear":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "BSR support is in beta"
-            self.weight_bsr = self.weight.detach().to(torch.float16).to_sparse_bsr(
-                (BSR_BLOCK, BSR_BLOCK))
+            bsr = self.weight.detach().to(torch.float16).to_sparse_bsr((BSR_BLOCK, BSR_BLOCK))
+        for name, t in zip(self._BSR_BUFFERS, (bsr.crow_indices(), bsr.col_indices(), bsr.values())):
+            self.register_buffer(name, t.contiguous())
         self._prepared = True
         return self
+
+    @property
+    def weight_bsr(self) -> torch.Tensor:
+        """The prepared weight as a torch.sparse_bsr tensor [out_features, in_features]."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_bsr_tensor(self.bsr_crow_indices, self.bsr_col_indices, self.bsr_values,
+                                           size=(self.out_features, self.in_features))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # A checkpoint of a prepared layer holds its BSR buffers, whose sizes depend
+        # on how many blocks are stored: take them as they are.
+        found = [n for n in self._BSR_BUFFERS if prefix + n in state_dict]
+        for name in found:
+            self.register_buffer(name, torch.empty_like(state_dict[prefix + name]))
+        if len(found) == len(self._BSR_BUFFERS):
+            self._prepared = True
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _kernel(self, x2d: torch.Tensor) -> torch.Tensor:
         return dds_mm(x2d, self.weight_bsr)

@@ -117,3 +117,17 @@ def test_no_rows_gives_an_empty_output_like_nn_linear(layer_cls):
         x = torch.randn(shape, device=DEVICE, dtype=torch.float16)
         y = layer(x)
         assert y.shape == (*shape[:-1], 32) and y.dtype == torch.float16
+
+
+def test_sparse_layer_weight_moves_and_round_trips_through_state_dict():
+    layer = SparseLinear(64, 64, bias=True)
+    with torch.no_grad():
+        layer.weight.normal_()
+        layer.weight[:32, 32:] = 0                     # one zero block
+    layer.prepare_for_eval()
+    moved = layer.to(DEVICE)
+    assert moved.weight_bsr.device.type == DEVICE and moved.weight_bsr.values().shape[0] == 3
+    x = torch.randn(5, 64, device=DEVICE, dtype=torch.float16)
+    fresh = SparseLinear(64, 64, bias=True).to(DEVICE)   # not prepared, other weights
+    fresh.load_state_dict(moved.state_dict())
+    assert torch.equal(fresh(x), moved(x))
