@@ -125,8 +125,8 @@ def _grade_task(state: GradingState, task: str, log) -> None:
             for spec in group:
                 state.verdicts[spec.name] = _correctness(state, session, spec, evidence)
             _compile_check(state, session, task, group, cache, log)
-            if group is groups[0]:
-                visible = session
+            if group is groups[0] or visible is None:
+                visible = session   # times the performance tests (the hidden one if it is the only one)
             else:
                 session.close()
                 state.logs[task] = state.logs.get(task, "") + session.log_tail()
