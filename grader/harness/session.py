@@ -255,11 +255,14 @@ class Session:
                 os.close(self._cmd_w)
             except OSError:
                 pass
+            self._cmd_w = -1   # never close a reused descriptor number below
             self.proc.wait(timeout=30)
         self.proc.kill()
         self.proc.wait(timeout=10)
         self._log.join(timeout=5)
         for fd in (self._cmd_w, self._reply_r):
+            if fd < 0:
+                continue
             try:
                 os.close(fd)
             except OSError:
