@@ -19,7 +19,7 @@ from .harness.inputs import make_inputs
 from .harness.measure import CallResult, checked_call, timed_batches
 from .harness import sandbox
 from .harness.session import Session, WorkerGone
-from .judge import Verdict, borderline, judge_call, judge_timing, not_run, task_flags
+from .judge import Verdict, borderline, flag, judge_call, judge_timing, not_run, task_flags
 from .pytest_plugin import GradingPlugin
 from .rubric import Rubric, TestSpec
 from .staticcheck import check_source
@@ -60,13 +60,15 @@ class GradingState:
     def runs_here(self, spec: TestSpec) -> bool:
         return spec.shape_on(self.device) is not None
 
-    def flags(self, task: str) -> list[str]:
+    def flags(self, task: str) -> list[dict]:
         """Reasons that void the whole task: forbidden code, then what the worker's calls showed."""
         static = self.static.get(task, [])
-        flags = [f"forbidden code in {self.rubric.tasks[task].file}: " + "; ".join(static[:5])] if static else []
+        flags = [flag("forbidden_code", f"forbidden code in {self.rubric.tasks[task].file}: "
+                      + "; ".join(static[:5]))] if static else []
         if self.memcheck.get(task):
-            flags.append(f"memory errors: compute-sanitizer reported {self.memcheck[task]} out-of-bounds or "
-                         "invalid accesses (the printed output below names them)")
+            flags.append(flag("memory_errors", f"memory errors: compute-sanitizer reported "
+                              f"{self.memcheck[task]} out-of-bounds or invalid accesses (the printed "
+                              "output below names them)"))
         return flags + task_flags(self.evidence.get(task, []))
 
     def judge(self, spec: TestSpec) -> Verdict:
@@ -78,7 +80,8 @@ class GradingState:
             return v
         flags = self.flags(spec.task)
         if flags:
-            return Verdict(False, "no points for this task: " + "; ".join(flags), 0.0, v.details)
+            return Verdict(False, "no points for this task: " + "; ".join(f["detail"] for f in flags),
+                           0.0, v.details)
         return v
 
 
@@ -287,7 +290,7 @@ def _summary(task: str, state: GradingState, flags: list[str]) -> str:
     if errors and len(errors) == len(results) and all("NotImplementedError" in e for e in errors):
         return "not implemented (the stub raises NotImplementedError)"
     if flags:
-        return "no points: " + flags[0].split(":")[0]
+        return "no points: " + flags[0]["detail"].split(":")[0]
     if state.gone.get(task):
         return state.gone[task]
     if results and len(errors) == len(results):

@@ -25,7 +25,13 @@ def not_run(why: str) -> Verdict:
     return Verdict(False, f"not run: {why}", None)
 
 
-def task_flags(results: list[tuple[str, CallResult]]) -> list[str]:
+def flag(kind: str, detail: str) -> dict:
+    """A reason that voids a whole task, as data: ``kind`` (stable, for the class
+    CSV and scripts) and ``detail`` (the sentence a student reads)."""
+    return {"kind": kind, "detail": detail}
+
+
+def task_flags(results: list[tuple[str, CallResult]]) -> list[dict]:
     """Reasons that void the whole task, from the worker's own evidence.
 
     The worker could hide such evidence, never invent points with it: these
@@ -35,22 +41,22 @@ def task_flags(results: list[tuple[str, CallResult]]) -> list[str]:
     for name, r in results:
         ev = r.evidence
         if ev.get("library_matmuls"):
-            flags.append(f"library matmul: {name} ran PyTorch op(s) {ev['library_matmuls']} "
-                         "instead of computing the product in Triton")
+            flags.append(flag("library_matmul", f"library matmul: {name} ran PyTorch op(s) "
+                              f"{ev['library_matmuls']} instead of computing the product in Triton"))
         if r.status == "ok" and not ev.get("own_launches"):
             foreign = ev.get("foreign_launches") or []
-            flags.append(f"no Triton kernel: {name} launched no Triton kernel of the submission"
-                         + (f" (only {foreign})" if foreign else ""))
+            flags.append(flag("no_triton_kernel", f"no Triton kernel: {name} launched no Triton kernel of "
+                              "the submission" + (f" (only {foreign})" if foreign else "")))
         if ev.get("oversized_ops"):
-            flags.append(f"computed outside Triton: {name} built PyTorch tensors larger than any "
-                         f"input or output: {ev['oversized_ops'][:3]}")
+            flags.append(flag("computed_outside_triton", f"computed outside Triton: {name} built PyTorch "
+                              f"tensors larger than any input or output: {ev['oversized_ops'][:3]}"))
         if r.inputs_modified:
-            flags.append(f"inputs modified: {name} wrote into input(s) {r.inputs_modified}")
+            flags.append(flag("inputs_modified", f"inputs modified: {name} wrote into input(s) "
+                              f"{r.inputs_modified}"))
     seen, unique = set(), []
     for f in flags:  # one line per kind of problem is enough
-        kind = f.split(":")[0]
-        if kind not in seen:
-            seen.add(kind)
+        if f["kind"] not in seen:
+            seen.add(f["kind"])
             unique.append(f)
     return unique
 

@@ -33,7 +33,7 @@ class TaskResult:
     score: float
     max_score: float
     summary: str
-    flags: list[str] = field(default_factory=list)
+    flags: list[dict] = field(default_factory=list)  # {"kind": ..., "detail": ...}: why the task got no points
     seconds: float = 0.0
     log_tail: str = ""
     kernels: list = field(default_factory=list)   # compile check: one row per kernel variant
