@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .compare import check_sanity, check_task_output
+from .compare import check_sanity, check_task_output, reference_and_slack
 from .diagnose import likely_cause
 from .harness.measure import CallResult, Timing
 from .rubric import TestSpec
@@ -69,10 +69,11 @@ def judge_call(spec: TestSpec, result: CallResult, args: tuple, extras: dict) ->
         return Verdict(False, "raised an exception:\n" + explain_error(result.message))
     if result.status == "unusable":
         return Verdict(False, result.message)
-    tight = check_task_output(result.output, spec.task, args)
+    ref_slack = reference_and_slack(spec.task, args)   # computed once: the check and the diagnosis share it
+    tight = check_task_output(result.output, spec.task, args, ref_slack)
     details = {"max_abs_err": tight.max_abs_err, "max_rel_err": tight.max_rel_err, "bad_elements": tight.bad}
     if not tight.passed:
-        cause = likely_cause(spec.task, result.output, args)
+        cause = likely_cause(spec.task, result.output, args, ref_slack[0])
         return Verdict(False, tight.message + (f"\n{cause}" if cause else ""), details=details)
     if result.stray_write:
         return Verdict(False, "wrote outside its output tensor (a store with a missing mask?)",
