@@ -312,15 +312,12 @@ def _sanitizer(device: str) -> str:
 
 
 def _sandbox_summary(device: str) -> str:
-    """The sandbox the workers ran in, in one line, for the report."""
+    """The sandbox the workers run in, in one line, for the report."""
+    gpu = device == "cuda"
     try:
-        b = sandbox.backend(gpu=device == "cuda")
+        return sandbox.backend(gpu=gpu, same_user=Session.same_user(gpu)).summary().removeprefix("sandbox ")
     except Exception as e:  # noqa: BLE001
         return f"unavailable: {e}"
-    text = b.summary().removeprefix("sandbox ")
-    if device == "cuda" and b.separate_user:  # Session(..., same_user=True) on a GPU
-        text = text.replace(f"as {b.user} ({b.uid})", "as the grader's user (CUDA IPC needs it)")
-    return text
 
 
 def _one_grader_per_gpu(device: str, log):

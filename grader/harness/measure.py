@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..compare import check_task_output
+from ..worker.graphs import capture
 from .arena import Arena, Plan
 from .inputs import ACTIVATION_ARGS, fresh_activations, make_inputs
 from .session import Session, WorkerGone
@@ -108,7 +109,7 @@ def _batch_size(task, shape, inputs, batch_ms: float) -> tuple[int, int]:
         for _ in range(probe):
             out.copy_(torch.matmul(x, wt))
 
-    graph = _capture(calls_)
+    graph = capture(calls_)
     times = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -176,7 +177,7 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
         for j in range(calls):
             base_out[j].copy_(torch.matmul(views(j)[0], weights[j % nsets]))
 
-    base_graph = _capture(baseline)
+    base_graph = capture(baseline)
     out_specs = [c["out"] for c in batch]
     r = 0
     while r < rounds or (more_rounds and r < rounds + 4 and more_rounds(timing)):
@@ -197,20 +198,6 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
             timing.wrong = _first_wrong(arena, batch, sets, private, task, shape, act)
         r += 1
     return timing
-
-
-def _capture(fn) -> torch.cuda.CUDAGraph:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    torch.cuda.synchronize()
-    return graph
 
 
 def _first_wrong(arena, batch, sets, private, task, shape, act) -> str:

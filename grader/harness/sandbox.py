@@ -186,12 +186,22 @@ def _user_switch() -> tuple[str, str, int, int] | None:
 _CACHE: dict = {}
 
 
-def backend(gpu: bool = False, name: str | None = None) -> Backend:
+def backend(gpu: bool = False, name: str | None = None, same_user: bool = False) -> Backend:
     """The best sandbox this machine can run (tried once, then cached), or the one named.
 
     ``name`` (or the GRADER_SANDBOX environment variable) forces a backend;
     a forced backend that does not work here raises SandboxError.
+    ``same_user``: the child keeps the grader's user (see ``Jail.same_user``).
     """
+    b = _backend(gpu, name)
+    if same_user and b.separate_user:
+        import dataclasses
+        b = dataclasses.replace(b, separate_user=False, switch=None, user=None, uid=None, gid=None,
+                                notes=[*b.notes, "the worker keeps the grader's user (CUDA IPC needs it)"])
+    return b
+
+
+def _backend(gpu: bool, name: str | None) -> Backend:
     name = name or os.environ.get("GRADER_SANDBOX") or None
     key = (gpu, name)
     if key not in _CACHE:
@@ -639,11 +649,7 @@ def _size(n: int | None) -> str:
 def spawn(argv: list[str], jail: Jail, *, stdin=None, stdout=None, stderr=None,
           backend_: Backend | None = None) -> Sandboxed:
     """Start ``argv`` in ``jail`` under the sandbox of this machine (or ``backend_``)."""
-    b = backend_ or backend(jail.gpu)
-    if jail.same_user and b.separate_user:
-        import dataclasses
-        b = dataclasses.replace(b, separate_user=False, switch=None, user=None, uid=None, gid=None,
-                                notes=[*b.notes, "student code runs as the grader's user (CUDA IPC)"])
+    b = backend_ or backend(jail.gpu, same_user=jail.same_user)
     scratch = Path(jail.scratch)
     if not scratch.is_dir():
         raise SandboxError(f"scratch folder {scratch} does not exist")

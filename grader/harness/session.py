@@ -140,8 +140,7 @@ class Session:
         gpu = device != "cpu"
         jail = sandbox.Jail(scratch=self.scratch, readonly=[self.tmp / "stage"],
                             writable=list(writable) + (_cuda_ipc_files() if gpu else []),
-                            env=env, gpu=gpu, pass_fds=(cmd_r, reply_w),
-                            network=False, same_user=gpu)
+                            env=env, gpu=gpu, pass_fds=(cmd_r, reply_w), same_user=self.same_user(gpu))
         try:
             self.proc = sandbox.spawn(argv, jail, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT)
@@ -160,6 +159,12 @@ class Session:
         if self._hello is None:
             self._hello = self._recv()
         return self._hello
+
+    @staticmethod
+    def same_user(gpu: bool) -> bool:
+        """Whether the worker keeps the grader's user: on a GPU it must, because CUDA
+        IPC refuses to map the harness's memory into another user's process."""
+        return gpu
 
     def _env(self) -> dict:
         env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}

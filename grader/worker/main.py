@@ -37,6 +37,7 @@ import torch
 
 from . import compile as compile_check
 from .evidence import LaunchRecorder, OpRecorder
+from .graphs import capture
 from .layout import build, view
 
 MAX_ERROR_CHARS = 12000  # the harness looks for the submission's frame in it
@@ -121,16 +122,7 @@ class Worker:
         self.sync()
         graph, note = None, ""
         try:
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                batch()
-            torch.cuda.current_stream().wait_stream(stream)
-            self.sync()
-            graph = torch.cuda.CUDAGraph()
-            with ops, torch.cuda.graph(graph):
-                batch()
-            self.sync()
+            graph = capture(batch, recorder=ops)
         except Exception as e:  # e.g. a host synchronisation inside the call
             graph, note = None, f"{type(e).__name__}: {e}"[:500]
             self.sync()
