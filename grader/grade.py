@@ -315,7 +315,7 @@ def _sandbox_summary(device: str) -> str:
     """The sandbox the workers run in, in one line, for the report."""
     gpu = device == "cuda"
     try:
-        return sandbox.backend(gpu=gpu, same_user=Session.same_user(gpu)).summary().removeprefix("sandbox ")
+        return sandbox.backend(gpu=gpu).summary().removeprefix("sandbox ")
     except Exception as e:  # noqa: BLE001
         return f"unavailable: {e}"
 

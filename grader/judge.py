@@ -9,7 +9,7 @@ from .compare import check_sanity, check_task_output, reference_and_slack
 from .diagnose import likely_cause
 from .harness.measure import CallResult, Timing
 from .rubric import TestSpec
-from .tracebacks import explain_error
+from .tracebacks import explain_error, final_exception
 
 
 @dataclass
@@ -66,7 +66,8 @@ def judge_call(spec: TestSpec, result: CallResult, args: tuple, extras: dict) ->
     if result.status == "gone":
         return Verdict(False, result.message)
     if result.status == "error":
-        return Verdict(False, "raised an exception:\n" + explain_error(result.message))
+        # The first line (the report's table) names the exception; the frame follows.
+        return Verdict(False, f"raised {final_exception(result.message)}\n" + explain_error(result.message))
     if result.status == "unusable":
         return Verdict(False, result.message)
     ref_slack = reference_and_slack(spec.task, args)   # computed once: the check and the diagnosis share it

@@ -47,6 +47,15 @@ def explain_error(text: str, max_lines: int = 8) -> str:
     return "\n".join(body + [final])
 
 
+def final_exception(text: str) -> str:
+    """The exception a traceback ends with (its root cause's, in a chained one), in one line."""
+    lines = [l for l in text.strip().splitlines() if l.strip()]
+    if not lines:
+        return "(no error text)"
+    first = [l for l in _CHAINED.split(text)[0].splitlines() if l.strip()]
+    return _final_exception(first or lines)
+
+
 def _final_exception(lines: list[str]) -> str:
     """The last line that names an exception (Triton adds notes after it at times)."""
     for line in reversed(lines):

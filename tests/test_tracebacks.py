@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from grader.tracebacks import explain_error
+from grader.tracebacks import explain_error, final_exception
 from tests.fakes import by_name, grade_files
 
 FIXTURES = Path(__file__).parent / "fixtures" / "student"
@@ -63,3 +63,20 @@ def test_interpreter_error_reaches_the_report_as_the_students_line(tmp_path):
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
     msg = by_name(result)["w8a8/c0"].message
     assert "w8a8.py, line 11, in _k:" in msg and "libdevice.rint" in msg
+
+
+def test_final_exception_names_the_root_cause_in_one_line():
+    # The report's table shows only the verdict's first line: it must name the error.
+    assert final_exception(CHAINED) == "ValueError: Did you forget to add @triton.jit ?"
+    assert final_exception(SYNTAX) == "SyntaxError: '(' was never closed"
+    assert final_exception("") == "(no error text)"
+
+
+def test_the_first_line_of_an_error_verdict_names_the_exception(tmp_path):
+    # The report's table shows a verdict's first line only.
+    src = "import torch\n\n\ndef dds_mm(x, w_bsr):\n    return {}['no such key']\n"
+    result = grade_files(tmp_path, {"dds": src}, ["dds"])
+    tests = [t for t in result.tests if t.kind == "correctness"]
+    assert tests and all(t.score == 0 for t in tests)
+    for t in tests:
+        assert t.message.splitlines()[0] == "raised KeyError: 'no such key'", t.message

@@ -6,10 +6,12 @@
 set -uo pipefail
 IMAGE=${IMAGE:-quant-grader-check}
 GPU_FLAGS=${GPU_FLAGS:-}
-docker build -q -t "$IMAGE" . >/dev/null || { echo "FAIL docker build"; exit 1; }
+# BUILD_FLAGS: extra docker build options (a local base image: "--build-arg BASE_IMAGE=...")
+# shellcheck disable=SC2086
+docker build -q ${BUILD_FLAGS:-} -t "$IMAGE" . >/dev/null || { echo "FAIL docker build"; exit 1; }
 
 # shellcheck disable=SC2086
-docker run --rm --network none $GPU_FLAGS --entrypoint python "$IMAGE" - <<'PY'
+docker run -i --rm --network none $GPU_FLAGS --entrypoint python "$IMAGE" - <<'PY'
 import os, pwd, subprocess, sys, textwrap, time
 from pathlib import Path
 sys.path.insert(0, "/grader")

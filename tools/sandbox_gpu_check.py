@@ -3,9 +3,9 @@
     python tools/sandbox_gpu_check.py        (from the repository root, in the grading env)
 
 What it checks, in the sandbox this machine picks for gpu=True (grader/harness/sandbox.py):
-CUDA initialises and Triton compiles in the jail; a CUDA tensor made outside is
-written from inside through CUDA IPC (with its /dev/shm ref-counter file passed
-in `writable`); whether CUDA survives a network namespace and an RLIMIT_DATA
+CUDA initialises and Triton compiles in the jail; GPU memory the harness owns is
+written from inside, by the student user, through a descriptor sent over a Unix
+socket (grader/worker/vmm.py); whether CUDA survives a network namespace and an RLIMIT_DATA
 limit (two choices the sandbox leaves off until this says they work); that
 kill() gives back the GPU memory of every process the child started; the GPU
 lock; and the time the sandbox adds to starting a worker.
@@ -15,7 +15,6 @@ Exit status: 0 if every required check passed.
 from __future__ import annotations
 
 import os
-import pickle
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from grader.harness import gpulock, sandbox  # noqa: E402
+from grader.harness.session import libcuda_dir  # noqa: E402
 
 PASS_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH",
             "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "NVIDIA_VISIBLE_DEVICES", "LANG", "LC_ALL")
@@ -44,18 +44,24 @@ def env_for(scratch: Path) -> dict:
     env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
     env.update(PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
                TRITON_CACHE_DIR=str(scratch / "triton-cache"))
+    if "TRITON_LIBCUDA_PATH" not in env and libcuda_dir():    # as the worker's (session.py)
+        env["TRITON_LIBCUDA_PATH"] = libcuda_dir()
     return env
 
 
 def run(code: str, *args: str, prefix=(), timeout=300, b=None, **jail_kw):
-    """Run python -c code in a fresh gpu=True jail; (returncode, output, seconds)."""
+    """Run ``code`` as a script in a fresh gpu=True jail; (returncode, output, seconds)."""
     top = sandbox.task_dir("gpucheck-")
     scratch = top / "scratch"
     scratch.mkdir()
+    scratch.chmod(0o777)                  # the child may run as the student user
+    script = scratch / "check.py"         # a file, not -c: Triton's jit reads the source
+    script.write_text(textwrap.dedent(code))
+    script.chmod(0o644)
     try:
         jail = sandbox.Jail(scratch=scratch, env=env_for(scratch), gpu=True, **jail_kw)
         t0 = time.monotonic()
-        p = sandbox.spawn([*prefix, sys.executable, "-c", textwrap.dedent(code), *args], jail,
+        p = sandbox.spawn([*prefix, sys.executable, str(script), *args], jail,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, backend_=b)
         out = p._proc.stdout.read().decode("utf-8", "replace")
         rc = p.wait(timeout)
@@ -84,14 +90,14 @@ TRITON = """
     torch.cuda.synchronize()
     print("OK", float(x.sum()))
 """
-IPC_CHILD = """
-    import os, pickle, sys, torch
-    from torch.multiprocessing.reductions import rebuild_cuda_tensor
-    args = pickle.loads(open(sys.argv[1], "rb").read())
-    t = rebuild_cuda_tensor(*args)
+VMM_CHILD = """
+    import os, socket, sys, types, torch
+    vmm = types.ModuleType("vmm")      # the module's source comes as an argument: the student
+    exec(sys.argv[2], vmm.__dict__)    # user may not be able to read this checkout
+    t = vmm.receive(socket.socket(fileno=int(sys.argv[1])), 4096 * 4).view(torch.float32)
     t.fill_(7)
     torch.cuda.synchronize()
-    print("OK", float(t.sum()))
+    print("OK uid", os.getuid(), float(t.sum()))
 """
 HOG = """
     import os, subprocess, sys, time, torch
@@ -122,33 +128,34 @@ def main() -> int:
     line("PASS" if rc == 0 and "OK 1000.0" in out else "FAIL",
          "Triton compiles and runs in the jail (cache in scratch)", out)
 
-    # CUDA IPC: a tensor the harness owns, written by the worker.
-    from torch.multiprocessing.reductions import reduce_tensor
-    t = torch.zeros(4096, device="cuda")
-    _, args = reduce_tensor(t)
-    shm = [Path("/dev/shm" + a.decode()) for a in args
-           if isinstance(a, bytes) and a.startswith(b"/torch")]
-    for variant, bk in (("", None), (" (backend none: no namespaces, same user switch)",
-                                     _try_backend("none"))):
+    # Harness-owned GPU memory, written by the worker (another user where the backend switches).
+    import socket
+    from grader.worker import vmm
+    for variant, bk in (("", None), (" (backend none)", _try_backend("none"))):
         if bk is None and variant:
             continue
-        top = sandbox.task_dir("gpucheck-ipc-")
-        blob = top / "handle.pkl"
-        blob.write_bytes(pickle.dumps(args))
-        blob.chmod(0o644)
+        shared = vmm.Shared(4096 * 4)
+        t = shared.tensor.view(torch.float32)
         t.zero_()
         torch.cuda.synchronize()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        shared.send(ours)
         try:
-            rc, out, _ = run(IPC_CHILD, str(blob), readonly=[blob], writable=shm, b=bk)
+            rc, out, _ = run(VMM_CHILD, str(theirs.fileno()), Path(vmm.__file__).read_text(),
+                             pass_fds=(theirs.fileno(),), b=bk)
         except sandbox.SandboxError as e:
             rc, out = -1, f"cannot run here: {e}"
         finally:
-            subprocess.run(["rm", "-rf", str(top)])
+            ours.close()
+            theirs.close()
         torch.cuda.synchronize()
         ok = rc == 0 and float(t.sum()) == 7 * 4096
-        line("PASS" if ok else "FAIL", "CUDA IPC harness -> worker" + variant,
-             f"ref-counter files {[str(p) for p in shm]}; child: {out}")
+        line("PASS" if ok else "FAIL", "harness GPU memory written by the worker" + variant,
+             f"{(bk or b).summary()}; child: {out}")
 
+    rc, out, _ = run("import subprocess; print(subprocess.run(['/sbin/ldconfig', '-p'], capture_output=True,"
+                     " text=True).returncode); import os; print(oct(os.stat('/etc/ld.so.cache').st_mode))")
+    line("INFO", "ldconfig -p in the jail (Triton's libcuda lookup without TRITON_LIBCUDA_PATH)", out)
     rc, out, _ = run(CUDA_INIT, network=False)
     line("INFO", "CUDA with the network cut (Jail(network=False))",
          "works: the harness may cut it" if rc == 0 and "OK" in out else f"fails: {out}")

@@ -2,7 +2,8 @@
 
 On the CPU an arena is a file in the worker's scratch folder that both
 processes map (``torch.from_file(shared=True)``); on a GPU it is one CUDA
-allocation that the worker opens through CUDA IPC. The harness keeps its own
+allocation whose file descriptor the worker receives and maps
+(``grader/worker/vmm.py``; it works across users, unlike CUDA IPC). The harness keeps its own
 private copy of every input, so whatever the worker writes into the arena can
 only spoil its own outputs, never the references they are checked against.
 
@@ -14,14 +15,13 @@ output changes a guard, which the harness sees.
 
 from __future__ import annotations
 
-import base64
 import os
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from ..worker import vmm
 from ..worker.layout import ALIGN, build, dtype_name, view
 
 GUARD_BYTES = 4096
@@ -93,7 +93,8 @@ class Arena:
             self.buf = torch.from_file(str(self.path), shared=True, size=nbytes, dtype=torch.uint8)
         else:
             self.path = None
-            self.buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            self.shared = vmm.Shared(nbytes)
+            self.buf = self.shared.tensor
         self.buf.fill_(CANARY)
         for spec, t in plan.inputs:
             view(self.buf, spec).copy_(t)
@@ -101,15 +102,12 @@ class Arena:
             torch.cuda.synchronize()
 
     def handle(self) -> dict:
-        """What the worker needs to map this arena (trusted data for the worker)."""
+        """What the worker needs to map this arena (trusted data for the worker).
+
+        A GPU arena's memory itself travels as a descriptor: ``Session.map``."""
         if self.path is not None:
             return {"kind": "file", "path": str(self.path), "nbytes": self.buf.numel()}
-        from multiprocessing.reduction import ForkingPickler
-
-        import torch.multiprocessing  # noqa: F401  (registers torch's CUDA IPC reductions)
-
-        blob = bytes(ForkingPickler.dumps(self.buf, pickle.HIGHEST_PROTOCOL))
-        return {"kind": "cuda", "pickle": base64.b64encode(blob).decode(), "nbytes": self.buf.numel()}
+        return {"kind": "vmm", "nbytes": self.buf.numel()}
 
     def view(self, spec: dict) -> torch.Tensor:
         return view(self.buf, spec)
@@ -138,25 +136,3 @@ def _nbytes(spec: dict) -> int:
     for s in spec["shape"]:
         n *= s
     return n * size
-
-
-def ipc_ref_counter_path() -> Path | None:
-    """The /dev/shm file torch's CUDA IPC uses to count a shared block's users.
-
-    The worker opens it when it maps an arena, so a sandbox with a private
-    /dev/shm must let it through. A probe allocation is shared once to make
-    torch create the file; later shares reuse it.
-    """
-    probe = torch.empty(1, dtype=torch.uint8, device="cuda")
-    handle = probe.untyped_storage()._share_cuda_()
-    name = handle[4]
-    if not name:
-        return None
-    path = Path("/dev/shm") / (name.decode() if isinstance(name, bytes) else str(name)).lstrip("/")
-    if path.exists():
-        os.chmod(path, 0o666)
-    _PROBES.append(probe)
-    return path
-
-
-_PROBES: list = []  # keeps the probe alive: its ref-counter slot must stay allocated

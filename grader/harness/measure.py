@@ -45,7 +45,7 @@ def checked_call(session: Session, name: str, args: tuple, out_shape) -> CallRes
     out_spec = plan.output(out_shape)
     arena = Arena(plan, session.device, session.scratch, name)
     try:
-        mapped = session.request({"op": "map", "arena": name, "handle": arena.handle()})
+        mapped = session.map(name, arena)
         if not mapped["ok"]:
             return CallResult("error", "the worker could not map its inputs:\n" + mapped.get("error", "?"))
         reply = session.request({"op": "call", "arena": name, "args": specs, "out": out_spec})
@@ -157,7 +157,7 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
         batch.append({"args": specs, "out": plan.output((shape[0], shape[1]))})
     arena = Arena(plan, "cuda", name=name)
     timing = Timing(calls=calls, weight_sets=nsets)
-    mapped = session.request({"op": "map", "arena": name, "handle": arena.handle()})
+    mapped = session.map(name, arena)
     if not mapped["ok"]:
         raise WorkerGone("the worker could not map the timed inputs:\n" + mapped.get("error", "?"))
     ready = session.request({"op": "prepare", "arena": name, "calls": batch})

@@ -14,8 +14,8 @@ ends, when ``kill()`` is called, or when the grader dies (it watches a
 "lifeline" pipe whose other end only the grader holds). Inside the
 supervisor the command is wrapped, outermost first, by:
 
-- ``bwrap`` (bubblewrap): new mount, PID, IPC, UTS and (CPU only) network
-  namespaces; only the system and Python folders are visible, read-only;
+- ``bwrap`` (bubblewrap): new mount, PID, IPC, UTS and network namespaces
+  (CUDA works in them: measured on an H100 and an H200); only the system and Python folders are visible, read-only;
   scratch and ``writable`` are the only writable places; fresh ``/proc``,
   ``/dev``, ``/tmp`` and ``/dev/shm``. As root bwrap runs without a user
   namespace (so it can bind folders such as ``/root/.pyenv`` that an
@@ -93,12 +93,6 @@ class Jail:
     max_processes: int | None = DEFAULT_MAX_PROCESSES
     pass_fds: tuple[int, ...] = ()
     network: bool | None = None
-    # Run as the grader's own user even where a student user exists. CUDA IPC
-    # refuses to map memory between processes of different users
-    # (cudaErrorMapBufferObjectFailed, measured on an H200), so the GPU worker,
-    # which reads its inputs from the harness's memory, stays the grader's user,
-    # without capabilities, inside the namespaces.
-    same_user: bool = False
 
     def network_off(self) -> bool:
         """Whether the child gets no network (where the backend can cut it)."""
@@ -186,22 +180,12 @@ def _user_switch() -> tuple[str, str, int, int] | None:
 _CACHE: dict = {}
 
 
-def backend(gpu: bool = False, name: str | None = None, same_user: bool = False) -> Backend:
+def backend(gpu: bool = False, name: str | None = None) -> Backend:
     """The best sandbox this machine can run (tried once, then cached), or the one named.
 
     ``name`` (or the GRADER_SANDBOX environment variable) forces a backend;
     a forced backend that does not work here raises SandboxError.
-    ``same_user``: the child keeps the grader's user (see ``Jail.same_user``).
     """
-    b = _backend(gpu, name)
-    if same_user and b.separate_user:
-        import dataclasses
-        b = dataclasses.replace(b, separate_user=False, switch=None, user=None, uid=None, gid=None,
-                                notes=[*b.notes, "the worker keeps the grader's user (CUDA IPC needs it)"])
-    return b
-
-
-def _backend(gpu: bool, name: str | None) -> Backend:
     name = name or os.environ.get("GRADER_SANDBOX") or None
     key = (gpu, name)
     if key not in _CACHE:
@@ -333,8 +317,7 @@ def _bwrap_args(b: Backend, jail: Jail) -> list[str]:
             "--unshare-cgroup-try"]
     if jail.network_off():
         args += ["--unshare-net"]
-    if not jail.gpu:             # CUDA IPC between the harness and the worker may need it
-        args += ["--unshare-ipc"]
+    args += ["--unshare-ipc"]
     root = os.geteuid() == 0
     if root:
         # No user namespace: bwrap keeps root's capabilities to mount, setpriv drops them.
@@ -353,6 +336,9 @@ def _bwrap_args(b: Backend, jail: Jail) -> list[str]:
             args += ["--symlink", os.readlink(p), str(p)]
         elif p.is_dir():
             args += ["--ro-bind", str(p), str(p)]
+    # /etc itself 0755: made by bwrap as root it would be 0700, and the student
+    # user could not read passwd (getpass, torch's caches) or ld.so.cache.
+    args += ["--perms", "0755", "--dir", "/etc"]
     for name in _ETC:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for p in _python_paths():
@@ -649,7 +635,7 @@ def _size(n: int | None) -> str:
 def spawn(argv: list[str], jail: Jail, *, stdin=None, stdout=None, stderr=None,
           backend_: Backend | None = None) -> Sandboxed:
     """Start ``argv`` in ``jail`` under the sandbox of this machine (or ``backend_``)."""
-    b = backend_ or backend(jail.gpu, same_user=jail.same_user)
+    b = backend_ or backend(jail.gpu)
     scratch = Path(jail.scratch)
     if not scratch.is_dir():
         raise SandboxError(f"scratch folder {scratch} does not exist")

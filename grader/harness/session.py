@@ -13,6 +13,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -100,17 +101,23 @@ def _compile_row(row) -> dict:
     return out
 
 
-def _cuda_ipc_files() -> list[Path]:
-    """The /dev/shm files CUDA IPC and torch use to share this process's memory.
+def libcuda_dir() -> str | None:
+    """The folder of the libcuda this process uses, for the worker's TRITON_LIBCUDA_PATH.
 
-    The worker's /dev/shm is private; it maps the harness's arenas only if
-    these are visible to it. Sharing a probe tensor makes sure they exist.
+    Without it Triton finds libcuda with ``/sbin/ldconfig -p``, which fails in
+    the jail as the student user (seen on an H100 under Ubuntu 24.04).
     """
-    from .arena import ipc_ref_counter_path
-
-    ref = ipc_ref_counter_path()
-    files = sorted(Path("/dev/shm").glob(f"cuda.shm.{os.getuid()}.{os.getpid():x}.*"))
-    return files + ([ref] if ref is not None and ref.exists() else [])
+    import torch
+    torch.cuda.init()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split(maxsplit=5)[-1].strip()
+                if os.path.basename(path).startswith("libcuda.so"):
+                    return os.path.dirname(path)
+    except OSError:
+        pass
+    return None
 
 
 class Session:
@@ -131,22 +138,25 @@ class Session:
         self.exit_reason: str | None = None
         cmd_r, self._cmd_w = os.pipe()
         self._reply_r, reply_w = os.pipe()
+        # GPU arenas travel as file descriptors over this socket (grader/worker/vmm.py).
+        self._fds, fds_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         argv = [sys.executable, "-m", "_grader_worker.main", str(cmd_r), str(reply_w),
-                "submission", kernel_file[:-3], entry]
+                str(fds_child.fileno()), "submission", kernel_file[:-3], entry]
         env = self._env()
         if sanitizer:
             argv = [sanitizer, "--tool", "memcheck", "--print-limit", "20", *argv]
             env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"   # every tensor its own allocation: overruns show
         gpu = device != "cpu"
         jail = sandbox.Jail(scratch=self.scratch, readonly=[self.tmp / "stage"],
-                            writable=list(writable) + (_cuda_ipc_files() if gpu else []),
-                            env=env, gpu=gpu, pass_fds=(cmd_r, reply_w), same_user=self.same_user(gpu))
+                            writable=list(writable), env=env, gpu=gpu,
+                            pass_fds=(cmd_r, reply_w, fds_child.fileno()))
         try:
             self.proc = sandbox.spawn(argv, jail, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT)
         finally:
             os.close(cmd_r)
             os.close(reply_w)
+            fds_child.close()
         self._log = _TailReader(self.proc.stdout)
         self._log.start()
         self._pending = b""
@@ -160,12 +170,6 @@ class Session:
             self._hello = self._recv()
         return self._hello
 
-    @staticmethod
-    def same_user(gpu: bool) -> bool:
-        """Whether the worker keeps the grader's user: on a GPU it must, because CUDA
-        IPC refuses to map the harness's memory into another user's process."""
-        return gpu
-
     def _env(self) -> dict:
         env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
         env.update(HOME=str(self.scratch), TMPDIR=str(self.scratch), PYTHONNOUSERSITE="1",
@@ -175,6 +179,10 @@ class Session:
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
+        elif "TRITON_LIBCUDA_PATH" not in env:
+            found = libcuda_dir()
+            if found:
+                env["TRITON_LIBCUDA_PATH"] = found
         return env
 
     def __enter__(self):
@@ -193,6 +201,15 @@ class Session:
         except OSError:
             self._gone("the worker stopped reading its commands")
         return self._recv()
+
+    def map(self, name: str, arena) -> dict:
+        """Have the worker map ``arena`` under ``name`` (a GPU arena's descriptor goes first)."""
+        if arena.path is None:
+            try:
+                arena.shared.send(self._fds)
+            except OSError:
+                self._gone("the worker stopped reading its commands")
+        return self.request({"op": "map", "arena": name, "handle": arena.handle()})
 
     def _recv(self) -> dict:
         while b"\n" not in self._pending:
@@ -265,6 +282,7 @@ class Session:
         self.proc.kill()
         self.proc.wait(timeout=10)
         self._log.join(timeout=5)
+        self._fds.close()
         for fd in (self._cmd_w, self._reply_r):
             if fd < 0:
                 continue

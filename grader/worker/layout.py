@@ -1,7 +1,7 @@
 """Where each kernel argument lives inside a shared byte buffer (an "arena").
 
 The harness owns the arena: a file mapped by both processes on the CPU, a
-CUDA allocation shared through CUDA IPC on a GPU. It writes the inputs into
+CUDA allocation shared through a file descriptor on a GPU (vmm.py). It writes the inputs into
 it and reads the outputs out of it; the worker only gets a description of
 the arguments (JSON: offset, dtype, shape, strides) and rebuilds them as
 views of the same memory with ``build``. The description is data from the

@@ -1,6 +1,6 @@
 """The worker: import one kernel file of the submission and call it, nothing else.
 
-    python -m _grader_worker.main CMD_FD REPLY_FD PACKAGE MODULE ENTRY
+    python -m _grader_worker.main CMD_FD REPLY_FD FDS_SOCKET PACKAGE MODULE ENTRY
 
 It runs inside the sandbox, next to the submission, so nothing it says is
 believed: the harness owns the inputs (in a shared arena), reads the outputs
@@ -9,6 +9,7 @@ the clock. Commands arrive as JSON lines on CMD_FD; each gets one JSON line
 back on REPLY_FD:
 
     {"op": "map", "arena": A, "handle": {...}}              -> {"ok": true}
+                 (a GPU arena: its memory's descriptor arrives on FDS_SOCKET)
     {"op": "call", "arena": A, "args": [...], "out": spec}  -> {"ok": true, "evidence": {...}}
                                                                | {"ok": false, "error": "...", "returned": "..."}
     {"op": "prepare", "arena": A, "calls": [{"args", "out"}, ...]}
@@ -25,17 +26,17 @@ points: docs/integrity.md.
 
 from __future__ import annotations
 
-import base64
 import importlib
 import json
 import os
-import pickle
+import socket
 import sys
 import traceback
 
 import torch
 
 from . import compile as compile_check
+from . import vmm
 from .evidence import LaunchRecorder, OpRecorder
 from .graphs import capture
 from .layout import build, view
@@ -51,8 +52,8 @@ def _traceback() -> str:
 
 
 class Worker:
-    def __init__(self, fn, launches: LaunchRecorder, device: str):
-        self.fn, self.launches, self.device = fn, launches, device
+    def __init__(self, fn, launches: LaunchRecorder, device: str, fds: socket.socket):
+        self.fn, self.launches, self.device, self.fds = fn, launches, device, fds
         self.arenas: dict = {}
         self.batch = None  # (calls, graph or None)
 
@@ -65,8 +66,8 @@ class Worker:
         if h["kind"] == "file":
             buf = torch.from_file(h["path"], shared=True, size=h["nbytes"], dtype=torch.uint8)
         else:
-            importlib.import_module("torch.multiprocessing")  # registers the CUDA IPC rebuild
-            buf = pickle.loads(base64.b64decode(h["pickle"]))
+            self.arenas.pop(msg["arena"], None)   # a reused name: the old mapping goes first
+            buf = vmm.receive(self.fds, h["nbytes"])
         self.arenas[msg["arena"]] = buf
         return {"ok": True}
 
@@ -164,7 +165,7 @@ def _unusable(y, out: torch.Tensor) -> str | None:
 
 
 def main(argv: list[str]) -> None:
-    cmd_fd, reply_fd, package, module_name, entry = int(argv[0]), int(argv[1]), *argv[2:5]
+    cmd_fd, reply_fd, fds_fd, package, module_name, entry = int(argv[0]), int(argv[1]), int(argv[2]), *argv[3:6]
     commands = os.fdopen(cmd_fd, "rb")
     replies = os.fdopen(reply_fd, "wb", buffering=0)
 
@@ -180,7 +181,7 @@ def main(argv: list[str]) -> None:
         return
     reply({"ok": True})
     device = "cuda" if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"
-    worker = Worker(fn, launches, device)
+    worker = Worker(fn, launches, device, socket.socket(fileno=fds_fd))
     for line in commands:
         msg = json.loads(line)
         try:
