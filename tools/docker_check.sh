@@ -2,6 +2,8 @@
 # Build the grading image and check, inside it, that student code runs as its own
 # unprivileged user in the sandbox. Run on a machine with Docker, from the repository root:
 #     bash tools/docker_check.sh            (add --gpus all through GPU_FLAGS="--gpus all")
+# RUN_FLAGS: extra docker run options, e.g. the README's --security-opt options, with which
+# the worker also gets bwrap's namespaces (the check then requires them).
 # Prints one line per check and exits non-zero if any failed.
 set -uo pipefail
 IMAGE=${IMAGE:-quant-grader-check}
@@ -11,7 +13,8 @@ GPU_FLAGS=${GPU_FLAGS:-}
 docker build -q ${BUILD_FLAGS:-} -t "$IMAGE" . >/dev/null || { echo "FAIL docker build"; exit 1; }
 
 # shellcheck disable=SC2086
-docker run -i --rm --network none $GPU_FLAGS --entrypoint python "$IMAGE" - <<'PY'
+docker run -i --rm --network none --tmpfs /submissions:mode=1777 $GPU_FLAGS ${RUN_FLAGS:-} -e EXPECT_NAMESPACES="${RUN_FLAGS:+1}" \
+  --entrypoint python "$IMAGE" - <<'PY'
 import os, pwd, subprocess, sys, textwrap, time
 from pathlib import Path
 sys.path.insert(0, "/grader")
@@ -28,6 +31,10 @@ check("grader runs as a non-root user", os.getuid() != 0, f"{me} ({os.getuid()})
 b = sandbox.backend()
 check("sandbox switches to another user", b.separate_user and b.uid not in (0, os.getuid()),
       b.summary())
+if os.environ.get("EXPECT_NAMESPACES"):
+    check("the worker gets bwrap's namespaces", b.name == "bwrap" and b.isolated, b.summary())
+classmate = Path("/submissions/classmate-w8a8.py")   # a submission readable by every user
+classmate.write_text("CLASSMATE"); classmate.chmod(0o644)
 writable = [str(p) for p in Path("/grader").rglob("*") if os.access(p, os.W_OK)]
 check("grader files read-only to the grader", not writable and os.access("/grader", os.W_OK) is False,
       ", ".join(writable[:3]))
@@ -42,7 +49,8 @@ code = textwrap.dedent("""
     def say(*a): print(*a, flush=True)
     say("UID", os.getuid(), os.getgroups())
     say("NNP", open("/proc/self/status").read().split("NoNewPrivs:")[1].split()[0])
-    for path in ("/grader/grader/rubric.toml", "/proc/1/environ", f"/proc/{os.getppid()}/environ"):
+    for path in ("/grader/grader/rubric.toml", "/proc/1/environ", f"/proc/{os.getppid()}/environ",
+                 "/submissions/classmate-w8a8.py"):
         try:
             open(path, "rb").read(); say("READ", path)
         except OSError:
@@ -79,8 +87,13 @@ for raw in p._proc.stdout:
 out = "\n".join(lines)
 check("child runs as the student user", f"UID {b.uid} " in out, out.splitlines()[0] if out else "no output")
 check("child has no_new_privs", "NNP 1" in out)
-check("child cannot read the rubric or the grader's environment", "READ" not in out.replace("READY", ""),
+check("child cannot read the rubric or the grader's environment",
+      not any(l.startswith("READ /grader") or l.startswith("READ /proc") for l in lines),
       "; ".join(l for l in lines if l.startswith("READ ")))
+check("child cannot read a classmate's world-readable file" if b.isolated else
+      "(info) without namespaces a world-readable classmate's file is readable",
+      not b.isolated or "READ /submissions/classmate-w8a8.py" not in out,
+      "; ".join(l for l in lines if "classmate" in l))
 check("child cannot write the grader, reports or HOME", "WROTE" not in out,
       "; ".join(l for l in lines if l.startswith("WROTE")))
 check("child has no network (docker --network none)", "NET OFF" in out)
@@ -97,7 +110,7 @@ rc=$?
 
 # The grader itself still grades in the image (stub kernels of assignment/: 0 points, a report).
 # shellcheck disable=SC2086
-if docker run --rm --network none $GPU_FLAGS "$IMAGE" grade /grader/assignment \
+if docker run --rm --network none $GPU_FLAGS ${RUN_FLAGS:-} "$IMAGE" grade /grader/assignment \
      --report-dir /tmp/report --device cpu --tasks dds >/dev/null 2>&1; then
   echo "PASS make grade runs in the image"
 else

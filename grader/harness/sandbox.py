@@ -224,9 +224,11 @@ def _make_backend(name: str, gpu: bool) -> Backend | None:
         notes.append("memory is not limited with a GPU (CUDA needs a large address space): "
                      "use docker --memory")
     if name == "bwrap":
+        # As a sudo'ed user bwrap needs unprivileged user namespaces: a Docker container
+        # has them only with the README's --security-opt options (the probe finds out).
         tool = bwrap_tool() if linux else None
-        if tool is None or sw is not None and sw[0] == "sudo":
-            return None   # bwrap as a sudo'ed user would need user namespaces a container lacks
+        if tool is None:
+            return None
         b.tool, b.isolated, b.network_isolated = tool, True, True
     elif name == "unshare":
         tool = _which("unshare") if linux else None
@@ -247,7 +249,7 @@ def _make_backend(name: str, gpu: bool) -> Backend | None:
 
 
 def _probe(b: Backend, gpu: bool) -> str | None:
-    """Run ``true`` in the backend; None if it worked, else why not."""
+    """Run ``true`` (with a GPU: CUDA's cuInit) in the backend; None if it worked, else why not."""
     if b.name == "none":
         return None
     import tempfile
@@ -255,9 +257,12 @@ def _probe(b: Backend, gpu: bool) -> str | None:
         os.chmod(tmp, 0o755)
         scratch = Path(tmp) / "s"
         scratch.mkdir()
+        cmd = ["/bin/true"] if Path("/bin/true").exists() else ["true"]
+        if gpu:   # a jail that starts but where CUDA does not initialise would fail every student
+            cmd = [sys.executable, "-I", "-S", "-c",
+                   "import ctypes, sys; sys.exit(ctypes.CDLL('libcuda.so.1').cuInit(0))"]
         try:
-            p = spawn(["/bin/true"] if Path("/bin/true").exists() else ["true"],
-                      Jail(scratch=scratch, gpu=gpu, env={"PATH": "/usr/bin:/bin"}),
+            p = spawn(cmd, Jail(scratch=scratch, gpu=gpu, env={"PATH": "/usr/bin:/bin"}),
                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, backend_=b)
         except (OSError, SandboxError) as e:
             return f"{b.name}: {e}"
@@ -433,6 +438,8 @@ def build_command(argv: list[str], jail: Jail, b: Backend) -> list[str]:
     env = _child_env(jail)
     switch = _switch_args(b, env)
     if b.name == "bwrap":
+        if b.switch == "sudo":   # become the student first; bwrap then makes a user namespace
+            return switch + _bwrap_args(b, jail) + list(argv)
         return _bwrap_args(b, jail) + switch + list(argv)
     if b.name == "unshare":
         ns = ["--pid", "--fork", "--mount-proc", "--kill-child"]
