@@ -1,6 +1,8 @@
 # TA grading image: the same grader as `make grade`, with student code run as another user.
 #   docker build -t quant-grader .
-#   docker run --rm --gpus all --network none \
+#   docker run --rm --gpus all --network none --hostname localhost \
+#     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+#     --security-opt systempaths=unconfined \
 #     -v "$PWD/submissions:/submissions:ro" -v "$PWD/batch-reports:/reports" \
 #     quant-grader batch /submissions --out /reports
 # Any official pytorch/pytorch *-runtime tag that matches the host driver works.

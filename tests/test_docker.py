@@ -1,5 +1,6 @@
 """The Dockerfile lints clean and runs the same grader, from the same requirements, as make."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -41,3 +42,27 @@ def test_readme_shows_the_docker_run_line():
     readme = (ROOT / "README.md").read_text()
     assert "docker build" in readme
     assert re.search(r"docker run .*--gpus all.*--network none", readme.replace("\\\n", " "))
+
+
+def _docker_engine() -> bool:
+    docker = shutil.which("docker")
+    if docker is None:
+        return False
+    try:
+        return subprocess.run([docker, "info"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(os.environ.get("DOCKER_CHECK") != "1" or not _docker_engine(),
+                    reason="builds the image and checks users and sandbox inside it (minutes): "
+                           "set DOCKER_CHECK=1 on a machine with a Docker engine")
+def test_docker_check_passes_in_the_image():
+    """tools/docker_check.sh: student code runs as `student`, the grader as `grader`, nothing leaks.
+
+    BUILD_FLAGS, RUN_FLAGS and GPU_FLAGS pass through from the environment
+    (a local base image, the README's security options, --gpus all)."""
+    proc = subprocess.run(["bash", "tools/docker_check.sh"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=3600)
+    assert proc.returncode == 0 and "FAIL" not in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    assert proc.stdout.count("PASS") >= 12, proc.stdout

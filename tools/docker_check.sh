@@ -42,6 +42,7 @@ st = Path("/grader/grader/rubric.toml").stat()
 check("grader files owned by grader, unreadable to others",
       pwd.getpwuid(st.st_uid).pw_name == "grader" and not st.st_mode & 0o077, oct(st.st_mode))
 
+os.environ["GRADER_SECRET"] = "s3cr3t-of-the-grader"   # must not reach the child
 top = sandbox.task_dir("check-")
 scratch = top / "scratch"; scratch.mkdir()
 code = textwrap.dedent("""
@@ -52,14 +53,14 @@ code = textwrap.dedent("""
     for path in ("/grader/grader/rubric.toml", "/proc/1/environ", f"/proc/{os.getppid()}/environ",
                  "/submissions/classmate-w8a8.py"):
         try:
-            open(path, "rb").read(); say("READ", path)
+            data = open(path, "rb").read(); say("READ", path, data[:4000])
         except OSError:
             say("DENIED", path)
     for path in ("/grader/evil.py", "/grader/grader/tests/conftest.py", "/reports/evil.json",
                  "/home/grader/.local/evil.pth"):
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            open(path, "w").write("x"); say("WROTE", path)
+            open(path, "w").write("x-planted"); say("WROTE", path)
         except OSError:
             say("DENIED", path)
     try:
@@ -87,15 +88,24 @@ for raw in p._proc.stdout:
 out = "\n".join(lines)
 check("child runs as the student user", f"UID {b.uid} " in out, out.splitlines()[0] if out else "no output")
 check("child has no_new_privs", "NNP 1" in out)
+# In bwrap /proc/1 is the jail's own first process: reading it is harmless; the grader's secret is not.
 check("child cannot read the rubric or the grader's environment",
-      not any(l.startswith("READ /grader") or l.startswith("READ /proc") for l in lines),
-      "; ".join(l for l in lines if l.startswith("READ ")))
+      not any(l.startswith("READ /grader") for l in lines) and "s3cr3t" not in out,
+      "; ".join(l[:80] for l in lines if l.startswith("READ ")))
 check("child cannot read a classmate's world-readable file" if b.isolated else
       "(info) without namespaces a world-readable classmate's file is readable",
       not b.isolated or "READ /submissions/classmate-w8a8.py" not in out,
       "; ".join(l for l in lines if "classmate" in l))
-check("child cannot write the grader, reports or HOME", "WROTE" not in out,
-      "; ".join(l for l in lines if l.startswith("WROTE")))
+# A write may land in the jail's own throwaway root; what counts is the real file system.
+def planted_in(p):
+    try:
+        return b"x-planted" in open(p, "rb").read()
+    except OSError:
+        return False
+planted = [p for p in ("/grader/evil.py", "/grader/grader/tests/conftest.py", "/reports/evil.json",
+                       "/home/grader/.local/evil.pth") if planted_in(p)]
+check("child cannot write the grader, reports or HOME", not planted,
+      ", ".join(planted) + " (in the jail: " + "; ".join(l for l in lines if l.startswith("WROTE")) + ")")
 check("child has no network (docker --network none)", "NET OFF" in out)
 check("child memory is bounded", "ALLOC FAILED" in out)
 p.kill()
