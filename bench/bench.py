@@ -114,6 +114,27 @@ def _matmul_peaks(n: int = 8192) -> dict:
             "int8": 2 * n**3 / (median_ms(lambda: torch._int_mm(a8, a8.t()), reps=10) * 1e-3) / 1e12}
 
 
+def row(r: dict) -> list:
+    """One table row of a benchmark record (what main() writes to --json)."""
+    t = r["times_ms"]
+    if r["task"] == "dds":
+        shape = f"{r['M']} @{r['density']:.0%}"
+        anchors = (f"torch_bsr {t['torch_bsr'] * 1e3:.1f}, " if t.get("torch_bsr") else "") + \
+            f"target<={t['target'] * 1e3:.1f}"
+    else:
+        shape = f"{r['M']}x{r['N']}x{r['K']}"
+        anchors = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in t.items() if k not in ("fp16", "kernel") and v)
+    return [r["task"], shape, t["fp16"] * 1e3, t["kernel"] * 1e3, t["fp16"] / t["kernel"], anchors,
+            f"{r['util']:.0%} {r['bound']}"]
+
+
+def table(records: list[dict]) -> str:
+    """The benchmark's table (docs/performance.md is rendered from results files with it)."""
+    return tabulate([row(r) for r in records],
+                    headers=["op", "M x N x K", "fp16 us", "kernel us", "ratio", "anchors (us)", "util"],
+                    floatfmt=".2f")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
@@ -128,30 +149,23 @@ def main(argv=None) -> int:
     import triton
     print(f"{gpu}, torch {torch.__version__}, triton {triton.__version__}: copy {bw:.0f} GB/s, "
           f"fp16 {peaks['fp16']:.0f} TFLOP/s, int8 {peaks['int8']:.0f} TOP/s", flush=True)
-    rows, records = [], []
+    records = []
     ms = (1, 16, 4096) if args.quick else QUANT_M
     for name, fn in (("w8a8", bench_w8a8), ("w4a16", bench_w4a16)):
         for (N, K) in (QUANT_NK[:1] if args.quick else QUANT_NK):
             for M in ms:
                 t, flops, nbytes, peak = fn(M, N, K, peaks)
                 util, bound = _util(t["kernel"], flops, nbytes, peak, bw)
-                anchors = {k: v for k, v in t.items() if k not in ("fp16", "kernel")}
-                rows.append([name, f"{M}x{N}x{K}", t["fp16"] * 1e3, t["kernel"] * 1e3, t["fp16"] / t["kernel"],
-                             ", ".join(f"{k} {v * 1e3:.1f}" for k, v in anchors.items() if v), f"{util:.0%} {bound}"])
                 records.append(dict(task=name, M=M, N=N, K=K, times_ms=t, util=util, bound=bound))
-                print(*rows[-1], flush=True)
+                print(*row(records[-1]), flush=True)
     for density in ((0.25,) if args.quick else DDS_DENSITY):
         for M in ((4096,) if args.quick else DDS_M):
             t, flops, nbytes, peak = bench_dds(M, density, peaks, bw)
             util, bound = _util(t["kernel"], flops, nbytes, peak, bw)
-            rows.append(["dds", f"{M} @{density:.0%}", t["fp16"] * 1e3, t["kernel"] * 1e3, t["fp16"] / t["kernel"],
-                         f"torch_bsr {t['torch_bsr'] * 1e3:.1f}, target<={t['target'] * 1e3:.1f}"
-                         if t["torch_bsr"] else f"target<={t['target'] * 1e3:.1f}", f"{util:.0%} {bound}"])
             records.append(dict(task="dds", M=M, N=1024, K=1024, density=density, times_ms=t, util=util, bound=bound))
-            print(*rows[-1], flush=True)
+            print(*row(records[-1]), flush=True)
     print()
-    print(tabulate(rows, headers=["op", "M x N x K", "fp16 us", "kernel us", "ratio", "anchors (us)", "util"],
-                   floatfmt=".2f"))
+    print(table(records))
     with open(args.json, "w") as f:
         json.dump(dict(gpu=gpu, torch=torch.__version__, triton=triton.__version__, copy_gbs=bw,
                        peaks=peaks, results=records), f, indent=1)

@@ -56,7 +56,7 @@ def test_no_hidden_tests_or_project_files(bundle):
     text = "\n".join(f.read_text(errors="replace") for f in _files(bundle))
     for name in hidden:
         assert name not in text, f"hidden test {name} leaks into the bundle"
-    for path in ("tests", "bench", ".ci", "NOTES.md", "docs"):
+    for path in ("tests", "bench", ".ci", "MAINTAINING.md", "docs"):
         assert not (bundle / path).exists(), f"{path} must not ship to students"
     for needed in ("handout.md", "Makefile", "requirements.txt", "Dockerfile", "README.md",
                    "assignment/layers.py", "assignment/w8a8.py", "grader/tests/test_kernels.py"):
