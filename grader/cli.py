@@ -30,6 +30,8 @@ def _grade_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sanitize", action="store_true",
                    help="GPU: run the correctness cases under compute-sanitizer memcheck (TA option; slow, "
                         "performance is not timed)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="time limit of the whole run, seconds; each task gets a share (Gradescope)")
     p.add_argument("--die-with-parent", type=int, default=None, metavar="PID", help=argparse.SUPPRESS)
 
 
@@ -100,7 +102,7 @@ def main(argv=None) -> int:
         return 2
     try:
         result = grade(args.submission, rubric, seed=args.seed, device=args.device, tasks=tasks,
-                       sanitize=args.sanitize)
+                       sanitize=args.sanitize, budget_s=args.budget_s)
     except Exception as e:  # the grader's own failure: still a report, with the reason
         import traceback
 

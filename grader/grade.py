@@ -48,6 +48,7 @@ class GradingState:
         self.logs: dict[str, str] = {}
         self.gone: dict[str, str] = {}           # task -> why its worker ended early
         self.bandwidth_gbs = 0.0
+        self.task_budget_s: float | None = None  # the current task's share of a whole-run budget
         self.kernels: dict[str, list] = {}      # task -> compile check rows (registers, spills, ...)
         self.sanitizer: str | None = None        # compute-sanitizer binary (--sanitize)
         self.memcheck: dict[str, int] = {}       # task -> memory errors compute-sanitizer reported
@@ -105,6 +106,8 @@ def _grade_task(state: GradingState, task: str, log) -> None:
         # A file that does not parse is reported by its import, with its line.
         state.static[task] = [str(f) for f in found if f.rule != "syntax"]
     timeout = rubric.settings.task_timeout_s if device == "cuda" else rubric.settings.cpu_task_timeout_s
+    if state.task_budget_s is not None:   # a whole-run budget (Gradescope): this task's share of it
+        timeout = min(timeout, state.task_budget_s)
     correctness = [s for s in specs if s.kind == "correctness" and state.runs_here(s)]
     performance = [s for s in specs if s.kind == "performance" and state.runs_here(s)]
     started = time.monotonic()
@@ -335,11 +338,13 @@ def _one_grader_per_gpu(device: str, log):
 
 def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
           device: str | None = None, tasks: list[str] | None = None,
-          log=print, sanitize: bool = False) -> GradeResult:
+          log=print, sanitize: bool = False, budget_s: float | None = None) -> GradeResult:
     """Grade ``submission`` (folder or .zip) and return the result; never raises on a bad submission.
 
     ``sanitize`` (GPU): run the correctness cases under compute-sanitizer's
     memcheck, which names every out-of-bounds access; performance is not timed.
+    ``budget_s``: the whole run's time limit; each task's workers get an equal
+    share of what is left when it starts (never more than the rubric's limit).
     """
     started = time.time()
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -364,8 +369,11 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
     else:
         notes.append("No CUDA GPU: correctness ran in the Triton interpreter on smaller shapes; "
                      "performance was not run, so this score is partial.")
+    budget_end = None if budget_s is None else time.monotonic() + budget_s
     with _one_grader_per_gpu(device, log):
-        for task in tasks:
+        for i, task in enumerate(tasks):
+            if budget_end is not None:
+                state.task_budget_s = max(1.0, (budget_end - time.monotonic()) / (len(tasks) - i))
             try:
                 _grade_task(state, task, log)
             except Exception as e:  # a grader bug must cost one task, never the report
@@ -406,4 +414,5 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
         seed=seed, rubric=rubric.source, score=score, max_score=ran,
         max_score_all_tests=everything, partial=ran < everything, notes=notes,
         hidden_points=rubric.settings.hidden_points, rubric_hash=rubric.hash,
+        gradescope_performance=rubric.settings.gradescope_performance,
         tasks=task_results, tests=results)

@@ -179,20 +179,42 @@ def markdown(result: GradeResult, error: str | None = None) -> str:
 
 
 def gradescope(result: GradeResult, error: str | None = None) -> dict:
-    """https://gradescope-autograders.readthedocs.io/en/latest/specs/ ; every
-    output is plain text (``output_format: "text"``), cleaned and bounded."""
-    tests = [{"name": one_line(t.name, 200), "score": t.score, "max_score": t.max_score,
-              "status": "passed" if t.status == "passed" else "failed",
-              "output": clean_text(t.message if t.status != "not_run" else f"{t.message} (not scored here)"),
-              "output_format": "text", "visibility": t.visibility} for t in result.tests]
-    output = "; ".join(f"{one_line(t.task, 40)}: {one_line(t.summary)}" for t in result.tasks)
-    if result.partial:
-        output = "Partial score: " + " ".join(one_line(n, 1000) for n in result.notes) + " " + output
+    """Gradescope's results.json (https://gradescope-autograders.readthedocs.io/en/latest/specs/):
+    only the fields that spec names; every output is plain text, cleaned and bounded.
+
+    Performance tests that did not run here (no GPU, as on Gradescope) are left
+    out with one line saying so, or listed with 0 points ("informational"),
+    as the rubric's ``gradescope_performance`` says; they are never failures.
+    """
+    tests, elsewhere = [], 0.0
+    for t in result.tests:
+        entry = {"name": one_line(t.name, 200), "score": t.score, "max_score": t.max_score,
+                 "status": "passed" if t.status == "passed" else "failed",
+                 "output": clean_text(t.message), "output_format": "text", "visibility": t.visibility}
+        if t.kind == "performance" and t.status == "not_run":
+            elsewhere += t.max_score
+            if result.gradescope_performance == "omit":
+                continue
+            entry.update(score=0.0, max_score=0.0, output=clean_text(
+                f"informational: {t.message}; performance is graded separately on a GPU"))
+            del entry["status"]
+        tests.append(entry)
+    reproduce = f"make grade SUBMISSION=<your folder> SEED={result.seed}"
+    lines = []
     if error:
-        output = f"Grader error: {one_line(error, 1000)}. The score is 0 until a TA regrades this submission."
-    return {"score": result.score, "max_score": result.max_score_all_tests,
-            "output": clean_text(output), "output_format": "text",
-            "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
+        lines.append(f"Grader error: {one_line(error, 1000)}. The score is 0 until a TA regrades this "
+                     "submission.")
+    else:
+        lines.append("; ".join(f"{one_line(t.task, 40)}: {one_line(t.summary)}" for t in result.tasks))
+        if elsewhere:
+            lines.append(f"Performance ({elsewhere:g} points) is graded separately on a GPU; "
+                         "this score is correctness only.")
+    lines.append(f"Seed {result.seed} (to reproduce: {reproduce}).")
+    return {"score": result.score, "execution_time": round(result.seconds),
+            "output": clean_text("\n".join(lines)), "output_format": "text",
+            "visibility": "visible", "stdout_visibility": "hidden",
+            "extra_data": {"seed": result.seed, "rubric_hash": result.rubric_hash, "device": result.device},
+            "tests": tests}
 
 
 def error_result(rubric: Rubric, submission: str | Path, reason: str,

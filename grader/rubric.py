@@ -75,6 +75,13 @@ class Settings:
     # hold (the student bundle's; make dist writes it): shown in the report's
     # arithmetic so that a student's total adds up to the handout's.
     hidden_points: float = 0.0
+    # Gradescope runs without a GPU: its results.json leaves the performance
+    # tests out ("omit", one line says they are graded on a GPU) or lists them
+    # with 0 points ("informational").
+    gradescope_performance: str = "omit"
+    # The whole Gradescope run (python -m grader.gradescope) must fit in this
+    # many seconds; each task gets an equal share of what is left.
+    gradescope_budget_s: float = 480
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ class Rubric:
 # for unknown keys: a quoted number or a misspelt key must stop the grader
 # with one line naming the place, not turn a class into grader errors.
 
-SETTINGS_SPEC = {  # [settings] key -> (kind, lowest, lowest excluded)
+SETTINGS_SPEC = {  # [settings] key -> (kind, lowest, lowest excluded) | ("choice", None, choices)
     "cap_at_max": ("bool", None, False),
     "points_step": ("number", 0, False),
     "task_timeout_s": ("number", 0, True),
@@ -106,6 +113,8 @@ SETTINGS_SPEC = {  # [settings] key -> (kind, lowest, lowest excluded)
     "static_checks": ("bool", None, False),
     "extra_allowed_imports": ("texts", None, False),
     "hidden_points": ("number", 0, False),
+    "gradescope_performance": ("choice", None, ("omit", "informational")),
+    "gradescope_budget_s": ("number", 0, True),
 }
 TASK_KEYS = ("title", "file", "entry")
 TEST_KEYS = {"name", "task", "kind", "points", "shape", "cpu_shape", "visibility", "hidden", "bonus",
@@ -241,8 +250,11 @@ def _settings(c: _Checker, raw: dict) -> Settings:
     table = ("settings",)
     c.unknown(table, "[settings]", raw, SETTINGS_SPEC)
     for key, value in raw.items():
-        kind, low, low_open = SETTINGS_SPEC[key]
-        c.check(table, key, "[settings]", value, kind, low, low_open)
+        kind, low, extra = SETTINGS_SPEC[key]
+        if kind == "choice":
+            c.check(table, key, "[settings]", value, kind, high=extra)
+        else:
+            c.check(table, key, "[settings]", value, kind, low, extra)
     raw = dict(raw)
     if "extra_allowed_imports" in raw:
         raw["extra_allowed_imports"] = tuple(raw["extra_allowed_imports"])

@@ -60,6 +60,7 @@ class GradeResult:
     tests: list[TestResult]
     hidden_points: float = 0.0   # correctness points of hidden tests not in this rubric
     rubric_hash: str = ""        # sha256 of the rubric file, first 12 hex digits: reports of another rubric stand out
+    gradescope_performance: str = "omit"   # results.json: "omit" or "informational" performance tests not run
 
 
 def points_lines(result: GradeResult) -> list[str]:

@@ -16,3 +16,13 @@ needs_gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (full-size
 def problem(task: str, shape, seed: int, **options):
     """Fresh random kernel arguments on DEVICE (the grader's own generator)."""
     return make_inputs(task, shape, options, seed, DEVICE)
+
+
+def validate_gradescope(results: dict) -> None:
+    """Raise jsonschema.ValidationError unless ``results`` uses Gradescope's results.json fields only."""
+    import json
+    from pathlib import Path
+
+    import jsonschema
+    schema = json.loads((Path(__file__).parent / "fixtures" / "gradescope_results.schema.json").read_text())
+    jsonschema.validate(results, schema)

@@ -1,6 +1,7 @@
 """The grader on small fake submissions: each fault costs exactly what it should,
 with a message that says why; the reports are complete and well-formed."""
 
+import dataclasses
 import json
 import zipfile
 
@@ -9,7 +10,7 @@ import pytest
 from grader.report import gradescope, markdown, write_reports
 from grader.rubric import RubricError, load_rubric, parse_rubric
 from tests.fakes import SOLUTION, by_name, correctness, grade_files, mutate, wrap_entry
-from tests.helpers import HAS_CUDA
+from tests.helpers import HAS_CUDA, validate_gradescope
 
 
 def _correctness(result, task):
@@ -128,17 +129,41 @@ def test_reports_and_gradescope_schema(tmp_path):
     result = grade_files(tmp_path, SOLUTION, ["dds"])
     out = write_reports(result, tmp_path / "report")
     gs = json.loads((out / "results.json").read_text())
-    assert set(gs) >= {"score", "max_score", "tests"}
-    assert isinstance(gs["score"], (int, float)) and isinstance(gs["max_score"], (int, float))
-    for t in gs["tests"]:
-        assert set(t) >= {"name", "score", "max_score", "status", "output", "visibility"}
-        assert t["status"] in ("passed", "failed")
-        assert t["visibility"] in ("visible", "hidden", "after_due_date", "after_published")
+    validate_gradescope(gs)
     full = json.loads((out / "report.json").read_text())
     assert full["schema_version"] == 1 and full["seed"] == 1234
+    assert "Seed 1234" in gs["output"] and gs["extra_data"]["seed"] == 1234   # the student sees the seed
     md = (out / "report.md").read_text()
     assert "dds/c0" in md and "SEED=1234" in md
     assert markdown(result) == md and gradescope(result)["score"] == gs["score"]
+
+
+def test_gradescope_schema_refuses_what_the_spec_does_not_name():
+    import jsonschema
+    with pytest.raises(jsonschema.ValidationError):
+        validate_gradescope({"score": 1, "max_score": 2})
+    with pytest.raises(jsonschema.ValidationError):
+        validate_gradescope({"tests": [{"score": 1, "status": "skipped"}]})
+
+
+@pytest.mark.parametrize("mode", ["omit", "informational"])
+def test_performance_not_run_is_never_a_failure_on_gradescope(tmp_path, mode):
+    # On the CPU (as on Gradescope) performance does not run: left out with one line, or 0/0.
+    result = grade_files(tmp_path, SOLUTION, ["dds"])
+    result = dataclasses.replace(result, gradescope_performance=mode)
+    perf = [t for t in result.tests if t.kind == "performance"]
+    assert perf and all(t.status == "not_run" for t in perf)
+    gs = gradescope(result)
+    validate_gradescope(gs)
+    listed = {t["name"]: t for t in gs["tests"]}
+    for t in perf:
+        if mode == "omit":
+            assert t.name not in listed
+        else:
+            assert listed[t.name]["max_score"] == 0 and "status" not in listed[t.name]
+    assert all(t["status"] == "passed" for t in gs["tests"] if "status" in t)
+    assert "graded separately on a GPU" in gs["output"]
+    assert gs["score"] == sum(t["score"] for t in gs["tests"])
 
 
 def test_default_rubric_totals():

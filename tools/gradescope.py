@@ -3,8 +3,11 @@
 Gradescope unpacks it in /autograder/source, runs setup.sh once when the image
 is built and run_autograder for every submission; run_autograder grades
 /autograder/submission with the same grader and writes
-/autograder/results/results.json. Gradescope's machines have no GPU by
-default, so the score there is the correctness part (the report says so).
+/autograder/results/results.json through grader/gradescope.py, which keeps the
+run within the rubric's gradescope_budget_s and writes a results.json whatever
+happens. Gradescope's machines have no GPU by default, so the score there is
+the correctness part; performance tests are left out or informational
+(the rubric's gradescope_performance).
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ id -u student >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nolo
 chmod -R go= /autograder/source
 """
 RUN = """#!/usr/bin/env bash
-chmod -R go= /autograder/source /autograder/results 2>/dev/null
-cd /autograder/source
-python3 -m grader grade /autograder/submission --report-dir /autograder/results
+# AUTOGRADER_ROOT: Gradescope's /autograder (another folder when the bundle is tested).
+ROOT="${AUTOGRADER_ROOT:-/autograder}"
+chmod -R go= "$ROOT/source" "$ROOT/results" 2>/dev/null
+cd "$ROOT/source" || exit 1
+exec python3 -m grader.gradescope --root "$ROOT"
 """
 FILES = ["assignment", "grader", "requirements.txt", "Makefile", "tools/__init__.py", "tools/setup_env.sh"]
 

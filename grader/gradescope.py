@@ -1,0 +1,114 @@
+"""Gradescope's run_autograder: grade /autograder/submission within a time budget, and always
+leave a results.json.
+
+    python -m grader.gradescope [--root /autograder] [--budget-s SECONDS]
+
+The grade itself runs as a child process (``python -m grader grade``) with
+the rubric's ``gradescope_budget_s`` as its budget: each task gets a share of
+what is left, so a hanging kernel costs its own task, and the run ends in
+time. Whatever happens to that child (a crash, the memory limit, the budget
+running out, a grader bug), this process writes a results.json that says
+why, with the seed the student can reproduce the run with. It imports
+neither torch nor Triton, so it survives what kills the grade.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .rubric import DEFAULT_RUBRIC, RubricError, load_rubric
+
+GRACE_S = 20   # after the budget: time for the child to write its reports before it is killed
+
+
+def _fallback(reason: str, seed: int, seconds: float) -> dict:
+    return {"score": 0.0, "execution_time": round(seconds),
+            "output": (f"The autograder could not finish: {reason}. The score is 0 until this is fixed or a "
+                       f"TA regrades. Seed {seed} (to reproduce: make grade SUBMISSION=<your folder> "
+                       f"SEED={seed})."),
+            "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden",
+            "extra_data": {"seed": seed, "grader_error": reason}, "tests": []}
+
+
+def _readable(path: Path) -> dict | None:
+    """The child's results.json if it is a JSON object with a numeric score, else None."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(data, dict) and isinstance(data.get("score"), (int, float)) \
+        and isinstance(data.get("tests", []), list)
+    return data if ok else None
+
+
+def _why(code: int | None, timed_out: bool, budget: float) -> str:
+    if timed_out:
+        return f"the time budget of {budget:g} s ran out"
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"the grader was killed ({name}{', most likely out of memory' if name == 'SIGKILL' else ''})"
+    return f"the grader exited with code {code} without a usable report"
+
+
+def run(root: Path, budget: float, seed: int) -> dict:
+    """Grade ``root``/submission; the results.json to upload (the grader's, or a fallback)."""
+    started = time.monotonic()
+    report_dir = Path(tempfile.mkdtemp(prefix="gradescope-report-"))
+    cmd = [sys.executable, "-m", "grader", "grade", str(root / "submission"), "--report-dir", str(report_dir),
+           "--seed", str(seed), "--budget-s", f"{0.9 * budget:.0f}"]   # 10 %: start-up and reports
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    timed_out = False
+    try:
+        code = proc.wait(timeout=budget + GRACE_S)
+    except subprocess.TimeoutExpired:
+        timed_out, code = True, None
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # whatever the grade left behind goes with it
+        except OSError:
+            pass
+        proc.wait()
+    seconds = time.monotonic() - started
+    results = None if timed_out else _readable(report_dir / "results.json")
+    shutil.rmtree(report_dir, ignore_errors=True)
+    return results if results is not None else _fallback(_why(code, timed_out, budget), seed, seconds)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grader.gradescope", description=__doc__)
+    p.add_argument("--root", default=os.environ.get("AUTOGRADER_ROOT", "/autograder"),
+                   help="Gradescope's folder: submission/ in, results/results.json out (default /autograder)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="time budget of the whole run (default: the rubric's gradescope_budget_s)")
+    args = p.parse_args(argv)
+    root = Path(args.root)
+    seed = secrets.randbits(62)
+    out = root / "results" / "results.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        budget = args.budget_s or load_rubric(DEFAULT_RUBRIC).settings.gradescope_budget_s
+        results = run(root, budget, seed)
+    except (RubricError, OSError) as e:   # the bundle itself is broken: still a results.json
+        results = _fallback(f"grader error: {e}", seed, 0.0)
+    tmp = out.with_name(".results.json.tmp")
+    tmp.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    os.replace(tmp, out)
+    print(f"results.json: score {results.get('score')}; {str(results.get('output', ''))[:300]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
