@@ -95,7 +95,8 @@ def test_gradescope_zip(tmp_path):
             assert needed in names
         assert not any(n.startswith(("solutions/", "tests/")) for n in names)
         assert (zf.getinfo("run_autograder").external_attr >> 16) & 0o111
-        assert "/autograder/results" in zf.read("run_autograder").decode()
+        run = zf.read("run_autograder").decode()
+        assert "${AUTOGRADER_ROOT:-/autograder}" in run and "python3 -m grader.gradescope" in run
 
 
 def test_make_help_in_the_bundle_lists_only_what_works_there(bundle):
