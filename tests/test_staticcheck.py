@@ -47,7 +47,7 @@ def test_honest_student_file_gives_no_findings():
 
 OK_SNIPPETS = {
     "imports": "import math\nfrom functools import lru_cache\nfrom .utils import check_dds_inputs, BSR_BLOCK\n"
-               "from . import utils\nx = utils.interpreting()\nfrom triton.language.extra import libdevice",
+               "from . import utils\nx = utils.BSR_BLOCK\nfrom triton.language.extra import libdevice",
     "env read": "if os.environ.get('TRITON_INTERPRET') == '1' or os.getenv('X'):\n    pass",
     "kernel may use @ and tl.dot": "@triton.jit\ndef k(a, b):\n    c = tl.dot(a, b)\n    d = a @ b\n"
                                    "    e = (a * b).sum(1) + tl.sum(c, axis=0)\n    return d.to(tl.float16)",
@@ -205,7 +205,6 @@ MORE_BYPASSES = {
                                     "y = L.f(x, w)", "jit-call"),
     "kernel defined in a class": ("class L:\n    @triton.jit\n    def k(x, w):\n        return x @ w\n"
                                   "y = L.k(x, w)", "jit-call"),
-    "utils kernel called directly": ("from .utils import grouped_tile\ngrouped_tile(0, 1, 1, 1, 1, 1)", "jit-call"),
     "torch op inside a real kernel": ("@triton.jit\ndef k(x, w):\n    return torch.matmul(x, w)", "torch-product"),
     "builtins via tl.core": ("@triton.jit\ndef k(x):\n    tl.core.builtins.eval('1')", "not-allowed"),
     "numpy inside a real kernel": ("@triton.jit\ndef k(x):\n    return x.numpy()", "attribute"),
@@ -292,6 +291,21 @@ def test_known_tricks_are_refused(name):
     src, rule = MORE_BYPASSES[name]
     findings = check_source(HEADER + src)
     assert any(f.rule == rule and f.line > HEADER_LINES for f in findings), [str(f) for f in findings]
+
+
+def test_a_utils_kernel_called_directly_is_refused(tmp_path, monkeypatch):
+    """utils.py defines no @triton.jit helper today; one that it gained would be a
+    kernel to the check, which a kernel file may launch but not call."""
+    from grader import staticcheck, submission
+    utils = tmp_path / "utils.py"
+    utils.write_text((ROOT / "assignment" / "utils.py").read_text() + "\n\n@triton.jit\ndef tile_order(pid):\n"
+                     "    return pid\n")
+    monkeypatch.setitem(submission.TRUSTED_FILES, "utils.py", utils)
+    names, kernels = staticcheck._utils_names()
+    assert kernels == {"tile_order"} and {"tile_order", "check_tensor", "BSR_BLOCK"} <= names
+    monkeypatch.setattr(staticcheck, "UTILS_NAMES", names)
+    monkeypatch.setattr(staticcheck, "UTILS_KERNELS", kernels)
+    assert "jit-call" in _rules("from .utils import tile_order\ntile_order(0)")
 
 
 def test_the_header_alone_is_clean():
