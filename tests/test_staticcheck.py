@@ -78,6 +78,8 @@ OK_SNIPPETS = {
                           "    return x.to(torch.float32) if isinstance(x, torch.Tensor) else None",
     "print and dict caching": "_C = {}\ndef f(x):\n    print(f'{x.shape}')\n    return _C.setdefault(tuple(x.shape), 1)",
     "version string": "v = triton.__version__ + torch.__version__",
+    "PDL probe": "import dataclasses\nfrom triton.backends.nvidia.compiler import CUDAOptions\n"
+                 "PDL = 'launch_pdl' in {f.name for f in dataclasses.fields(CUDAOptions)}",
     "choosing a kernel variant": "@triton.jit\ndef _a(p):\n    pass\n@triton.jit\ndef _b(p):\n    pass\n"
                                  "def f(x, M):\n    kernel = _a if M <= 16 else _b\n    k2 = kernel\n"
                                  "    k2[(1,)](x)\n    return kernel[(M,)](x)",
@@ -227,6 +229,10 @@ MORE_BYPASSES = {
     "pickle": ("import pickle", "import"),
     "subprocess": ('import subprocess\nsubprocess.run(["id"])', "import"),
     "triton.testing": ("import triton.testing", "import"),
+    "triton backend other than CUDAOptions": ("from triton.backends.nvidia.compiler import CUDABackend",
+                                              "not-allowed"),
+    "attribute of CUDAOptions": ("from triton.backends.nvidia.compiler import CUDAOptions\n"
+                                 "p = CUDAOptions.parse_options", "attribute"),
     # dynamic code
     "eval": ('eval("1")', "dynamic-code"),
     "exec": ('exec("y = 1")', "dynamic-code"),
