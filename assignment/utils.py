@@ -3,23 +3,7 @@ quantization constants. Graded submissions always get this exact file."""
 
 from __future__ import annotations
 
-import os
-
 import torch
-import triton
-import triton.language as tl
-
-try:  # programmatic dependent launch (Hopper+) needs a Triton that has both halves of it
-    from triton.backends.nvidia.compiler import CUDAOptions
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-    _HAS_PDL = "launch_pdl" in CUDAOptions.__dataclass_fields__
-except ImportError:  # pragma: no cover - older Triton: dependent_launch() is False
-    gdc_launch_dependents = gdc_wait = None
-    _HAS_PDL = False
-try:  # TMA tensor descriptors, created on the host (Triton >= 3.4)
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover - older Triton: tma_ready() is False
-    TensorDescriptor = None
 
 INT8_QMIN, INT8_QMAX = -128, 127
 INT4_QMIN, INT4_QMAX = -8, 7
@@ -27,70 +11,6 @@ BSR_BLOCK = 32
 # Scales are clamped away from zero so that an all-zero row or channel
 # quantizes to zeros instead of 0 / 0 = NaN.
 SCALE_EPS = 1e-8
-
-
-_COUNTERS: dict = {}
-
-
-def tile_counters(device: torch.device, n: int) -> torch.Tensor:
-    """A zeroed int32 buffer of at least ``n`` split-K tile counters, reused by
-    every call on ``device``: the kernel resets each counter it uses, so the
-    buffer is zero again when the kernel ends (calls on one stream only)."""
-    buf = _COUNTERS.get(device)
-    if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-        _COUNTERS[device] = buf
-    return buf
-
-
-def split_k_workspace(y: torch.Tensor, split_k: int, tiles: int, dtype: torch.dtype):
-    """(ws, counters) for ``split_k_reduce``: ws [split_k, M, N] of the partial
-    sums' dtype (y itself, unused, when split_k == 1) and the tile counters."""
-    ws = torch.empty((split_k, *y.shape), device=y.device, dtype=dtype) if split_k > 1 else y
-    return ws, tile_counters(y.device, tiles)
-
-
-def interpreting() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def _hopper_or_newer(t: torch.Tensor) -> bool:
-    return t.is_cuda and torch.cuda.get_device_capability(t.device)[0] >= 9
-
-
-def dependent_launch(t: torch.Tensor) -> bool:
-    """Whether the second of two kernels on ``t``'s device may be launched with
-    ``launch_pdl=True`` (programmatic dependent launch: Hopper or newer, not in
-    the interpreter). It then starts while the first is still running, which
-    hides a launch, and must call ``wait_for_previous_kernel`` before it reads
-    anything the first one wrote."""
-    return _HAS_PDL and not interpreting() and _hopper_or_newer(t)
-
-
-def tma_ready(*tensors: torch.Tensor) -> bool:
-    """Whether tiles of these 2-D tensors can be loaded through TMA tensor
-    descriptors (``TensorDescriptor.from_tensor``): Hopper or newer, or the
-    interpreter; contiguous rows; base address and row stride 16-byte aligned.
-    A descriptor load reads zeros outside the tensor, so it needs no mask."""
-    if TensorDescriptor is None or not (interpreting() or _hopper_or_newer(tensors[0])):
-        return False
-    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
-               for t in tensors)
-
-
-@triton.jit
-def release_next_kernel(PDL: tl.constexpr):
-    """Let a kernel launched after this one with ``launch_pdl=True`` start now."""
-    if PDL:
-        gdc_launch_dependents()
-
-
-@triton.jit
-def wait_for_previous_kernel(PDL: tl.constexpr):
-    """With PDL, wait until the previous kernel has finished and its writes are visible."""
-    if PDL:
-        gdc_wait()
 
 
 def check_tensor(t, name: str, dtype: torch.dtype, ndim: int) -> None:
@@ -194,52 +114,3 @@ def check_dds_inputs(x, weight_bsr) -> tuple[int, int, int]:
     check_same_device(x=x, weight_bsr=values)
     return M, N, K
 
-
-@triton.jit
-def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """(pid_m, pid_n) of program ``pid`` in grouped order: GROUP_M consecutive
-    row tiles run next to each other and share every column tile in L2
-    (Triton tutorial 03, "L2 cache optimizations")."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    group = GROUP_M * num_pid_n
-    first_m = (pid // group) * GROUP_M
-    rows_in_group = min(num_pid_m - first_m, GROUP_M)
-    return first_m + (pid % group) % rows_in_group, (pid % group) // rows_in_group
-
-
-@triton.jit
-def split_k_range(pid_k, K, SPLIT_K: tl.constexpr, BLOCK_K: tl.constexpr):
-    """[k_start, k_end) of split ``pid_k`` out of SPLIT_K: whole BLOCK_K tiles, the last one ragged."""
-    k_per_split = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
-    k_start = pid_k * k_per_split
-    return k_start, min(K, k_start + k_per_split)
-
-
-@triton.jit
-def split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m, pid_n, pid_k, offs_m, offs_n, M, N,
-                   BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):
-    """Add up the SPLIT_K partial sums of the tile (pid_m, pid_n) without a second kernel.
-
-    Returns (acc, store): whether this program holds the tile's final sum and
-    must store it. With SPLIT_K == 1 that is (acc, True). Otherwise each
-    program stores its partial ``acc`` (rows offs_m, columns offs_n) in
-    ws[pid_k, M, N] (see ``split_k_workspace``) and bumps the tile's counter;
-    the last one to arrive reads all partials (in a fixed order, so the result
-    does not depend on who was last), resets the counter and gets (sum, True);
-    the others get (acc, False).
-    """
-    last = True
-    if SPLIT_K > 1:
-        tile = pid_m * tl.cdiv(N, BLOCK_N) + pid_n
-        offs = offs_m[:, None] * N + offs_n[None, :]
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        tl.store(ws_ptr + pid_k * M * N + offs, acc, mask=mask)
-        tl.debug_barrier()  # every thread's partial is written before the counter moves
-        last = tl.atomic_add(cnt_ptr + tile, 1) == SPLIT_K - 1  # acq_rel: sees the others' partials
-        if last:
-            acc = tl.zeros_like(acc)
-            for s in range(SPLIT_K):
-                acc += tl.load(ws_ptr + s * M * N + offs, mask=mask, other=0, cache_modifier=".cg")
-            tl.store(cnt_ptr + tile, 0)  # leave the counter zeroed for the next call
-    return acc, last

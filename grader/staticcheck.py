@@ -29,6 +29,10 @@ write:
 - triton: ``jit``, ``autotune``, ``heuristics``, ``Config``, ``cdiv``,
   ``next_power_of_2``, ``set_allocator`` (device-side TMA descriptors), host
   ``TensorDescriptor``, the driver's device queries, and ``triton.language``.
+  Of ``triton.backends`` only the class ``CUDAOptions`` may be imported (no
+  attribute of it): the reference asks ``dataclasses.fields(CUDAOptions)``
+  whether this Triton can launch a kernel with ``launch_pdl=True``; the
+  dataclass only describes compile options.
   ``triton.language`` is checked by resolving each name in the installed
   Triton: a name must be an object defined by Triton (``tl.core`` re-exports
   ``builtins``, which is refused), not private, not a dunder.
@@ -40,8 +44,8 @@ write:
 - os: only ``os.environ.get`` and ``os.getenv``. Reading a setting such as
   ``TRITON_INTERPRET`` to pick tile sizes is a common honest pattern and cannot
   change anything; writing the environment, files, processes and signals are
-  refused. (The sandbox scrubs the worker's environment; ``.utils.interpreting()``
-  is the suggested spelling.)
+  refused. (The sandbox scrubs the worker's environment; it sets
+  ``TRITON_INTERPRET=1`` for a CPU run.)
 
 **Values** (tensors, dicts, your own objects) have unknown types, so their
 attributes are checked by name: outside a ``@triton.jit`` function a value
@@ -121,8 +125,9 @@ MAX_FINDINGS = 100
 # --- what a kernel file may import ------------------------------------------------------
 
 ALLOWED_MODULES = {
-    "torch", "triton", "triton.language", "triton.tools.tensor_descriptor", "math", "functools",
-    "typing", "dataclasses", "itertools", "collections", "enum", "warnings", "os", "__future__",
+    "torch", "triton", "triton.language", "triton.tools.tensor_descriptor", "triton.backends.nvidia.compiler",
+    "math", "functools", "typing", "dataclasses", "itertools", "collections", "enum", "warnings", "os",
+    "__future__",
 }
 # Submodules of these may be imported too (``from triton.language.extra import libdevice``).
 MODULE_TREES = ("triton.language",)
@@ -145,7 +150,7 @@ cuda.current_device cuda.device_count cuda.device cuda.synchronize
 """
 _TRITON = """
 jit autotune heuristics Config cdiv next_power_of_2 set_allocator __version__
-tools.tensor_descriptor.TensorDescriptor
+tools.tensor_descriptor.TensorDescriptor backends.nvidia.compiler.CUDAOptions
 runtime.driver.active.get_current_target runtime.driver.active.get_current_device
 runtime.driver.active.utils.get_device_properties
 """

@@ -1,4 +1,6 @@
-"""assignment/ and solutions/ expose the same public API; layers.py is shared."""
+"""assignment/ and solutions/ expose the same public API. solutions/ is a plain
+submission folder (no links): its layers and utils are assignment's files, and
+each kernel file takes from .utils only what the student's utils.py defines."""
 
 import ast
 from pathlib import Path
@@ -31,9 +33,61 @@ def test_stub_and_solution_share_public_api(name):
         assert stub[fn][1], f"{name}:{fn}: no docstring"
 
 
-@pytest.mark.parametrize("name", ["layers.py", "utils.py", "__init__.py"])
-def test_shared_files_are_identical(name):
-    assert (ROOT / "assignment" / name).read_bytes() == (ROOT / "solutions" / name).read_bytes()
+def test_solutions_is_a_folder_of_plain_files():
+    paths = [p for p in (ROOT / "solutions").iterdir() if p.name != "__pycache__"]
+    assert not [p.name for p in paths if p.is_symlink()]
+    assert sorted(p.name for p in paths) == sorted(("__init__.py", *KERNEL_FILES))
+
+
+def test_solutions_layers_and_utils_are_assignments_bound_to_the_reference_kernels():
+    import solutions
+    import solutions.layers
+    import solutions.utils
+    assert Path(solutions.layers.__file__) == ROOT / "assignment" / "layers.py"
+    assert Path(solutions.utils.__file__) == ROOT / "assignment" / "utils.py"
+    assert solutions.layers.w8a8_mm is solutions.w8a8_mm
+    assert solutions.layers.w4a16_mm is solutions.w4a16_mm
+    assert solutions.layers.dds_mm is solutions.dds_mm
+    assert Path(solutions.w8a8_mm.__code__.co_filename) == ROOT / "solutions" / "w8a8.py"
+
+
+def _utils_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1
+            and n.module == "utils" for a in n.names}
+
+
+@pytest.mark.parametrize("folder", ["solutions", "bench/naive", "assignment"])
+def test_kernel_files_use_only_the_students_utils(folder):
+    """The grader stages each kernel file next to assignment/utils.py: what a
+    kernel file imports from .utils must be there, and utils.py holds only the
+    student contract (checks and constants), no helper of the reference's."""
+    utils = ROOT / "assignment" / "utils.py"
+    tree = ast.parse(utils.read_text())
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in ast.walk(n) if isinstance(t, ast.Name)}
+    for name in KERNEL_FILES:
+        used = _utils_imports(ROOT / folder / name)
+        assert used and used <= defined, f"{folder}/{name} imports {used - defined} from .utils"
+    assert all(n.startswith("check_") or n.isupper() for n in defined if not n.startswith("_")), defined
+
+
+def _shared_block(path: Path) -> str:
+    """The helpers that solutions/w8a8.py and w4a16.py both carry: from the comment
+    that announces them to the end of _split_k_reduce."""
+    text = path.read_text()
+    start = text.index("# Helpers shared by w8a8.py and w4a16.py")
+    end = next(n.end_lineno for n in ast.parse(text).body
+               if isinstance(n, ast.FunctionDef) and n.name == "_split_k_reduce")
+    return text[start:len("\n".join(text.splitlines()[:end]))]
+
+
+def test_the_quant_solutions_carry_identical_helpers():
+    w8a8, w4a16 = (_shared_block(ROOT / "solutions" / n) for n in ("w8a8.py", "w4a16.py"))
+    assert w8a8 == w4a16
+    for helper in ("_split_k_reduce", "_split_k_workspace", "_tile_counters", "_grouped_tile",
+                   "_dependent_launch", "_release_next_kernel", "_wait_for_previous_kernel"):
+        assert f"def {helper}(" in w8a8
 
 
 def test_layer_class_names():

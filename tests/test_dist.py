@@ -1,8 +1,11 @@
-"""make dist: the student bundle holds no solution code and no hidden test, and
-`make grade` works inside it, grading the stubs to 0."""
+"""make dist: the student bundle holds no solution code, no helper of the
+reference kernels, no link and no hidden test; `make grade` works inside it,
+grading the stubs to 0, and `make help` lists only what works there."""
 
 import json
 import os
+import re
+import stat
 import subprocess
 import sys
 import zipfile
@@ -15,15 +18,24 @@ from tools.dist import build, public_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION_FILES = sorted((ROOT / "solutions").glob("*.py"))
-SHARED = {"layers.py", "utils.py", "__init__.py"}  # the same file in both trees, by design
+# Helpers that only the reference kernels define (solutions/w8a8.py, w4a16.py).
+REFERENCE_HELPERS = ["split_k_reduce", "split_k_workspace", "split_k_range", "tile_counters",
+                     "release_next_kernel", "wait_for_previous_kernel", "dependent_launch", "tma_ready",
+                     "grouped_tile", "hopper_or_newer", "_HAS_PDL"]
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
+def built(tmp_path_factory):
+    """The folder that `make dist` writes: student-bundle/ and student-bundle.zip."""
     out = tmp_path_factory.mktemp("dist")
     build(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def bundle(built, tmp_path_factory):
     unpacked = tmp_path_factory.mktemp("unpacked")
-    with zipfile.ZipFile(out / "student-bundle.zip") as zf:
+    with zipfile.ZipFile(built / "student-bundle.zip") as zf:
         zf.extractall(unpacked)
     return unpacked / "student-bundle"
 
@@ -34,7 +46,7 @@ def _files(root: Path):
 
 def test_no_solution_file_by_name_or_content(bundle):
     assert not (bundle / "solutions").exists()
-    solution_texts = {p.name: p.read_bytes() for p in SOLUTION_FILES if p.name not in SHARED}
+    solution_texts = {p.name: p.read_bytes() for p in SOLUTION_FILES}
     # Names that exist only in the reference kernels.
     markers = [b"_quantize_rows_kernel", b"_w8a8_gemm_kernel", b"BLOCKS_PER_STEP", b"0x88888888 as an int32"]
     for m in markers:  # each marker really is in the solutions, so its absence means something
@@ -44,6 +56,27 @@ def test_no_solution_file_by_name_or_content(bundle):
         assert data not in solution_texts.values(), f"{f} is a copy of a solution file"
         for m in markers:
             assert m not in data, f"{f} contains solution code ({m.decode()})"
+
+
+def test_no_links_in_the_bundle_or_its_zip(built):
+    folder = built / "student-bundle"
+    assert (folder / "assignment" / "utils.py").is_file()
+    assert not [p for p in folder.rglob("*") if p.is_symlink()]
+    with zipfile.ZipFile(built / "student-bundle.zip") as zf:  # extractall would turn a link into a file
+        assert not [i.filename for i in zf.infolist() if stat.S_ISLNK(i.external_attr >> 16)]
+
+
+def test_no_reference_helper_in_the_bundle(bundle):
+    for name in REFERENCE_HELPERS:  # each one really is in the solutions
+        assert any(name.encode() in p.read_bytes() for p in SOLUTION_FILES), name
+    for f in _files(bundle):
+        data = f.read_bytes()
+        for name in REFERENCE_HELPERS:
+            assert name.encode() not in data, f"{f.relative_to(bundle)} names the reference helper {name}"
+    # TensorDescriptor is Triton's (the handout and the static check's allowlist name it);
+    # the student package itself neither defines nor re-exports it.
+    for f in _files(bundle / "assignment"):
+        assert b"TensorDescriptor" not in f.read_bytes(), f
 
 
 def test_no_hidden_tests_or_project_files(bundle):
@@ -99,8 +132,16 @@ def test_gradescope_zip(tmp_path):
         assert "${AUTOGRADER_ROOT:-/autograder}" in run and "python3 -m grader.gradescope" in run
 
 
+def _help_targets(cwd: Path) -> list[str]:
+    out = subprocess.run(["make", "-s", "help"], cwd=cwd, capture_output=True, text=True).stdout
+    return re.findall(r"^make (\w+)", out, re.M)
+
+
 def test_make_help_in_the_bundle_lists_only_what_works_there(bundle):
-    out = subprocess.run(["make", "-s", "help"], cwd=bundle, capture_output=True, text=True).stdout
-    assert "make grade" in out
-    for ta_only in ("make dist", "make gradescope", "make bench", "make batch"):
-        assert ta_only not in out
+    # `make grade` is the one target that works there (test_make_grade_in_the_bundle_gives_zero);
+    # the others need the project's tests, tools, benchmark or a class of submissions.
+    ta_only = {"test", "batch", "regrade", "dist", "gradescope", "bench"}
+    assert set(_help_targets(ROOT)) == {"grade"} | ta_only  # the project lists them all
+    assert _help_targets(bundle) == ["grade"]
+    for missing in ("tests", "tools/dist.py", "tools/gradescope.py", "bench"):
+        assert not (bundle / missing).exists(), missing

@@ -12,7 +12,6 @@ from solutions import dds as dds_solution
 from solutions import w4a16 as w4a16_solution
 from solutions import w8a8 as w8a8_solution
 from solutions.layers import unpack_int4
-from solutions.utils import tma_ready
 from tests.helpers import DEVICE, dds_reference, needs_gpu, problem, w4a16_reference, w8a8_reference
 
 SEED = random.randrange(2**31)  # fresh inputs every run; printed on failure
@@ -88,7 +87,7 @@ def test_w4a16_large_m_dequantizes_once(group_size):
 
 @pytest.mark.parametrize("layout", ["aligned", "odd_n", "offset_x"])
 def test_w4a16_tma_and_pointer_loads(layout):
-    # 64 < M < DEQUANT_MIN_M reads tiles through TMA descriptors where utils.tma_ready
+    # 64 < M < DEQUANT_MIN_M reads tiles through TMA descriptors where _tma_ready
     # allows it, and falls back to pointer loads for a row stride or base address
     # that is not 16-byte aligned.
     shape = (70, 42 if layout == "odd_n" else 48, 136)
@@ -97,9 +96,9 @@ def test_w4a16_tma_and_pointer_loads(layout):
         x = torch.cat([x.new_zeros(3), x.flatten()])[3:].view(x.shape)
     assert w4a16_solution._config(*shape).get("TMA")
     if layout != "aligned":
-        assert not tma_ready(x, qweight)
+        assert not w4a16_solution._tma_ready(x, qweight)
     elif DEVICE == "cpu" or torch.cuda.get_device_capability()[0] >= 9:
-        assert tma_ready(x, qweight)
+        assert w4a16_solution._tma_ready(x, qweight)
     _check("w4a16", w4a16_mm(x, qweight, scales), w4a16_reference(x, qweight, scales), shape)
 
 
@@ -228,13 +227,13 @@ def test_gpu_full_size_dds(M, density):
 
 @pytest.mark.parametrize("task,fn,shape", [("w8a8", w8a8_mm, (40, 256, 1024)), ("w4a16", w4a16_mm, (2, 256, 1024))])
 def test_split_k_reduction_is_deterministic_and_resets_its_counters(task, fn, shape):
-    from solutions.utils import tile_counters
+    module = w8a8_solution if task == "w8a8" else w4a16_solution  # each file has its own counters
     config = w8a8_solution._gemm_config if task == "w8a8" else w4a16_solution._config
     assert config(*shape)["SPLIT_K"] > 1
     args, _ = problem(task, shape, SEED)
     first = fn(*args)  # split-K, reduced by the last program of each tile
     for _ in range(3):
         assert torch.equal(fn(*args), first)
-    assert int(tile_counters(first.device, 1).abs().sum()) == 0
+    assert int(module._tile_counters(first.device, 1).abs().sum()) == 0
     ref = w8a8_reference(*args) if task == "w8a8" else w4a16_reference(*args)
     _check(task, first, ref, shape)

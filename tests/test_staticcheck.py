@@ -47,7 +47,7 @@ def test_honest_student_file_gives_no_findings():
 
 OK_SNIPPETS = {
     "imports": "import math\nfrom functools import lru_cache\nfrom .utils import check_dds_inputs, BSR_BLOCK\n"
-               "from . import utils\nx = utils.interpreting()\nfrom triton.language.extra import libdevice",
+               "from . import utils\nx = utils.BSR_BLOCK\nfrom triton.language.extra import libdevice",
     "env read": "if os.environ.get('TRITON_INTERPRET') == '1' or os.getenv('X'):\n    pass",
     "kernel may use @ and tl.dot": "@triton.jit\ndef k(a, b):\n    c = tl.dot(a, b)\n    d = a @ b\n"
                                    "    e = (a * b).sum(1) + tl.sum(c, axis=0)\n    return d.to(tl.float16)",
@@ -78,6 +78,8 @@ OK_SNIPPETS = {
                           "    return x.to(torch.float32) if isinstance(x, torch.Tensor) else None",
     "print and dict caching": "_C = {}\ndef f(x):\n    print(f'{x.shape}')\n    return _C.setdefault(tuple(x.shape), 1)",
     "version string": "v = triton.__version__ + torch.__version__",
+    "PDL probe": "import dataclasses\nfrom triton.backends.nvidia.compiler import CUDAOptions\n"
+                 "PDL = 'launch_pdl' in {f.name for f in dataclasses.fields(CUDAOptions)}",
     "choosing a kernel variant": "@triton.jit\ndef _a(p):\n    pass\n@triton.jit\ndef _b(p):\n    pass\n"
                                  "def f(x, M):\n    kernel = _a if M <= 16 else _b\n    k2 = kernel\n"
                                  "    k2[(1,)](x)\n    return kernel[(M,)](x)",
@@ -205,7 +207,6 @@ MORE_BYPASSES = {
                                     "y = L.f(x, w)", "jit-call"),
     "kernel defined in a class": ("class L:\n    @triton.jit\n    def k(x, w):\n        return x @ w\n"
                                   "y = L.k(x, w)", "jit-call"),
-    "utils kernel called directly": ("from .utils import grouped_tile\ngrouped_tile(0, 1, 1, 1, 1, 1)", "jit-call"),
     "torch op inside a real kernel": ("@triton.jit\ndef k(x, w):\n    return torch.matmul(x, w)", "torch-product"),
     "builtins via tl.core": ("@triton.jit\ndef k(x):\n    tl.core.builtins.eval('1')", "not-allowed"),
     "numpy inside a real kernel": ("@triton.jit\ndef k(x):\n    return x.numpy()", "attribute"),
@@ -228,6 +229,10 @@ MORE_BYPASSES = {
     "pickle": ("import pickle", "import"),
     "subprocess": ('import subprocess\nsubprocess.run(["id"])', "import"),
     "triton.testing": ("import triton.testing", "import"),
+    "triton backend other than CUDAOptions": ("from triton.backends.nvidia.compiler import CUDABackend",
+                                              "not-allowed"),
+    "attribute of CUDAOptions": ("from triton.backends.nvidia.compiler import CUDAOptions\n"
+                                 "p = CUDAOptions.parse_options", "attribute"),
     # dynamic code
     "eval": ('eval("1")', "dynamic-code"),
     "exec": ('exec("y = 1")', "dynamic-code"),
@@ -292,6 +297,21 @@ def test_known_tricks_are_refused(name):
     src, rule = MORE_BYPASSES[name]
     findings = check_source(HEADER + src)
     assert any(f.rule == rule and f.line > HEADER_LINES for f in findings), [str(f) for f in findings]
+
+
+def test_a_utils_kernel_called_directly_is_refused(tmp_path, monkeypatch):
+    """utils.py defines no @triton.jit helper today; one that it gained would be a
+    kernel to the check, which a kernel file may launch but not call."""
+    from grader import staticcheck, submission
+    utils = tmp_path / "utils.py"
+    utils.write_text((ROOT / "assignment" / "utils.py").read_text() + "\n\n@triton.jit\ndef tile_order(pid):\n"
+                     "    return pid\n")
+    monkeypatch.setitem(submission.TRUSTED_FILES, "utils.py", utils)
+    names, kernels = staticcheck._utils_names()
+    assert kernels == {"tile_order"} and {"tile_order", "check_tensor", "BSR_BLOCK"} <= names
+    monkeypatch.setattr(staticcheck, "UTILS_NAMES", names)
+    monkeypatch.setattr(staticcheck, "UTILS_KERNELS", kernels)
+    assert "jit-call" in _rules("from .utils import tile_order\ntile_order(0)")
 
 
 def test_the_header_alone_is_clean():

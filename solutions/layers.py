@@ -1,1 +1,0 @@
-../assignment/layers.py
