@@ -2,8 +2,10 @@
 
     y[m, 32i + r] = sum over stored blocks (i, j) of  x[m, 32j : 32j+32] . W_ij[r, :]
 
-YOUR TASK: write ``_dds_kernel`` and launch it from ``dds_mm``. handout.md,
-section "Task 3", walks through it.
+YOUR TASK: write the body of ``_dds_kernel`` (its comments are a plan), then
+delete the ``raise NotImplementedError`` near the end of ``dds_mm``.
+handout.md, "Task 3: DDS", draws one BSR block row and has hints you can open
+one at a time.
 """
 
 from __future__ import annotations
@@ -17,26 +19,48 @@ from .utils import BSR_BLOCK, check_dds_inputs
 
 @triton.jit
 def _dds_kernel(
-    x_ptr, values_ptr, crow_ptr, col_ptr, y_ptr, M,
+    # Pointers to the tensors
+    x_ptr, values_ptr, crow_ptr, col_ptr, y_ptr,
+    # Sizes
+    M,
+    # Strides: how many elements to move in memory for one step along a dimension
     stride_xm, stride_xk, stride_ym, stride_yn,
+    # Meta-parameters: compile-time constants, one compiled kernel per choice
     BLOCK_M: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    """One [BLOCK_M, BLOCK] tile of y for block row pid_n; grid (cdiv(M, BLOCK_M), N // BLOCK)."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_b = tl.arange(0, BLOCK)
+    """Compute the [BLOCK_M, BLOCK] tile of y for rows pid_m and block row pid_n;
+    grid (cdiv(M, BLOCK_M), N // BLOCK).
 
-    # TODO(1): read where block row pid_n starts and ends: crow[pid_n], crow[pid_n + 1].
-    acc = tl.zeros((BLOCK_M, BLOCK), dtype=tl.float32)
-    # TODO(2): loop over the stored blocks i of this row. For each one:
-    #          - col = col_indices[i]: the block covers input columns col*32 .. col*32+31
-    #          - load x[offs_m, col*32 + offs_b] as [BLOCK_M, BLOCK] (mask m >= M)
-    #          - load values[i] transposed, as [BLOCK (k), BLOCK (n)]:
-    #            values[i][n, k] sits at values_ptr + i*BLOCK*BLOCK + n*BLOCK + k
-    #          - acc = tl.dot(x_tile, w_tile, acc)
-    # TODO(3): store acc as float16 into y[offs_m, pid_n*32 + offs_b] (an empty
-    #          block row must still write its zeros).
+    x_ptr       x [M, K] float16
+    values_ptr  the stored blocks, [nnz_blocks, BLOCK, BLOCK] float16, contiguous;
+                block b holds values[b][r, c] = W[BLOCK * i + r, BLOCK * j + c]
+    crow_ptr    crow_indices, N // BLOCK + 1 entries (int32 or int64)
+    col_ptr     col_indices, nnz_blocks entries (int32 or int64)
+    y_ptr       y [M, N] float16, the output
+    BLOCK       the block size, 32
+    """
+    # The plan. Write each step as a few lines of Triton, then delete `pass`.
+    #
+    # 1. Which tile of y is mine? The rows offs_m (from pid_m, as in Task 1)
+    #    and the BLOCK output columns of block row pid_n.
+    # 2. Which stored blocks belong to block row pid_n? Two neighbouring
+    #    entries of crow_indices bound them (see the drawn example in the
+    #    handout).
+    # 3. Start a float32 accumulator of shape [BLOCK_M, BLOCK].
+    # 4. For each stored block b of my block row:
+    #    a. col_indices[b] is its block column j: which BLOCK columns of x does
+    #       the block multiply?
+    #    b. load those columns of x for my rows as a [BLOCK_M, BLOCK] tile,
+    #       masking the rows past M;
+    #    c. load block b as the [BLOCK (k), BLOCK (n)] tile that the product
+    #       needs. It is stored the other way round, as [n, k]: work out the
+    #       address of element (k, n) from the layout in the docstring;
+    #    d. multiply the two tiles on the tensor cores and add the result to
+    #       the accumulator.
+    # 5. Store the tile as float16 at my rows and my block row's columns of y,
+    #    masking the rows past M. A block row with no stored blocks still owns
+    #    its outputs: they are zeros, and they must be written.
+    pass
 
 
 def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:
@@ -55,6 +79,23 @@ def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:
         ValueError: wrong dtype, rank, layout, blocksize or K mismatch.
     """
     M, N, K = check_dds_inputs(x, weight_bsr)
-    # TODO(4): allocate y [M, N] float16, get values / crow_indices / col_indices
-    #          from weight_bsr, compute the grid and launch _dds_kernel.
-    raise NotImplementedError("DDS: dds_mm is not implemented yet (assignment/dds.py, TODO 1-4)")
+    x = x.contiguous()
+    values = weight_bsr.values().contiguous()  # the kernel reads it as one dense array
+    crow, col = weight_bsr.crow_indices(), weight_bsr.col_indices()
+    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
+
+    # A first tile height that works; choosing a better one is part of the
+    # task (handout: "Levers of performance"). tl.dot needs every side >= 16.
+    BLOCK_M = 64
+    grid = (triton.cdiv(M, BLOCK_M), N // BSR_BLOCK)
+    _dds_kernel[grid](
+        x, values, crow, col, y,
+        M,
+        x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+        BLOCK_M=BLOCK_M, BLOCK=BSR_BLOCK,
+    )
+    # Until the kernel has a body, y holds whatever memory it was given.
+    # Delete this line when your kernel is written.
+    raise NotImplementedError("DDS: the body of _dds_kernel is not written yet (assignment/dds.py); "
+                              "write it, then delete this raise in dds_mm")
+    return y

@@ -5,8 +5,10 @@
 ``qweight[r, n]`` holds ``q[n, 8r + j]`` in bits 4j..4j+3, each a signed
 (two's-complement) int4 in [-8, 7].
 
-YOUR TASK: write ``_w4a16_kernel`` and launch it from ``w4a16_mm``. handout.md,
-section "Task 2", walks through it.
+YOUR TASK: write the body of ``_w4a16_kernel`` (its comments are a plan), then
+delete the ``raise NotImplementedError`` near the end of ``w4a16_mm``.
+handout.md, "Task 2: W4A16", works through the packing on one int32 and has
+hints you can open one at a time.
 """
 
 from __future__ import annotations
@@ -20,33 +22,47 @@ from .utils import check_w4a16_inputs
 
 @triton.jit
 def _w4a16_kernel(
-    x_ptr, qw_ptr, s_ptr, y_ptr, M, N, K, group_size,
+    # Pointers to the tensors
+    x_ptr, qw_ptr, s_ptr, y_ptr,
+    # Sizes: K counts unpacked weights; group_size == K when there is one scale per channel
+    M, N, K, group_size,
+    # Strides: how many elements to move in memory for one step along a dimension
     stride_xm, stride_xk, stride_qr, stride_qn, stride_sg, stride_sn, stride_ym, stride_yn,
+    # Meta-parameters: compile-time constants, one compiled kernel per choice
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    """One [BLOCK_M, BLOCK_N] tile of y; launch on a grid (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)).
+    """Compute one [BLOCK_M, BLOCK_N] tile of y; grid (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)).
 
-    BLOCK_K counts unpacked k values and is a multiple of 8.
+    x_ptr   x [M, K] float16
+    qw_ptr  qweight [K // 8, N] int32: 8 packed weights per element (stride_qr, stride_qn)
+    s_ptr   scales [G, N] float16, G = K // group_size (stride_sg, stride_sn)
+    y_ptr   y [M, N] float16, the output
+    BLOCK_K counts unpacked weights, so it is a multiple of 8.
     """
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        # TODO(1): load the x tile [BLOCK_M, BLOCK_K] (mask k >= K and m >= M).
-        # TODO(2): load the packed words that hold k0 + offs_k: row (k0 + offs_k) // 8
-        #          of qweight. Loading a [BLOCK_K, BLOCK_N] tile where 8 rows share a
-        #          word is the simple way; the handout shows a faster one.
-        # TODO(3): extract nibble j = k % 8 as a SIGNED value in [-8, 7]:
-        #          shift it to the top of the int32, then arithmetic-shift right by 28.
-        #          (q >> 4j) & 0xF is the classic wrong answer: it reads -1 as 15.
-        # TODO(4): convert to float16, multiply by the scales of group k // group_size,
-        #          and acc = tl.dot(x_tile, w_tile, acc).
-        pass
-    # TODO(5): store acc as float16 with a mask for the ragged edges.
+    # The plan. Write each step as a few lines of Triton, then delete `pass`.
+    #
+    # 1. Which tile of y is mine? The rows offs_m and the columns offs_n, as in
+    #    Task 1; offs_k indexes the BLOCK_K values of k of one K step.
+    # 2. Start a float32 accumulator of shape [BLOCK_M, BLOCK_N].
+    # 3. Walk along K, BLOCK_K at a time. In each step:
+    #    a. load the x tile [BLOCK_M, BLOCK_K], masked at the edges of M and K;
+    #    b. load the packed words that hold the weights of this step's k for my
+    #       columns. Which row r of qweight holds a given k, and which nibble j
+    #       of that word is it? Several k share one word: is it better to load
+    #       a word once per k, or once?
+    #    c. unpack: bring nibble j of each word out as a signed value in
+    #       [-8, 7]. Reading the nibble as a number in [0, 15] is the classic
+    #       bug (-1 becomes 15); the worked example in the handout shows how to
+    #       keep the sign;
+    #    d. make the weight tile [BLOCK_K, BLOCK_N] in float16 and apply the
+    #       scales: which row of `scales` belongs to weight k? With a single
+    #       scale per channel (group_size == K) the scale may instead wait for
+    #       step 4. Why may it?
+    #    e. multiply the x tile by the weight tile on the tensor cores and add
+    #       the result to the accumulator.
+    # 4. Store the tile as float16, masked so that no element outside y is
+    #    written.
+    pass
 
 
 def w4a16_mm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
@@ -66,5 +82,22 @@ def w4a16_mm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> to
         ValueError: wrong dtype, rank or shape, or K not a multiple of 8.
     """
     M, N, K, group_size = check_w4a16_inputs(x, qweight, scales)
-    # TODO(6): allocate y [M, N] float16, compute the grid and launch _w4a16_kernel.
-    raise NotImplementedError("W4A16: w4a16_mm is not implemented yet (assignment/w4a16.py, TODO 1-6)")
+    x = x.contiguous()
+    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
+
+    # A first tile shape that works; choosing a better one is part of the task
+    # (handout: "Levers of performance"). tl.dot needs every side >= 16.
+    BLOCK_M, BLOCK_N, BLOCK_K = 64, 64, 64
+    grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))
+    _w4a16_kernel[grid](
+        x, qweight, scales, y,
+        M, N, K, group_size,
+        x.stride(0), x.stride(1), qweight.stride(0), qweight.stride(1),
+        scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+    )
+    # Until the kernel has a body, y holds whatever memory it was given.
+    # Delete this line when your kernel is written.
+    raise NotImplementedError("W4A16: the body of _w4a16_kernel is not written yet (assignment/w4a16.py); "
+                              "write it, then delete this raise in w4a16_mm")
+    return y

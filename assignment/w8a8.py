@@ -4,8 +4,12 @@ quantized per output channel, int8 x int8 -> int32 on the tensor cores.
     y[m, n] = s_x[m] * s_w[n] * sum_k q_x[m, k] * q_w[n, k]
     q_x[m, k] = clamp(round_half_even(x[m, k] / s_x[m]), -128, 127)
 
-YOUR TASK: write ``_w8a8_kernel`` and launch it from ``w8a8_mm``. handout.md,
-section "Task 1", walks through it.
+YOUR TASK: write the body of ``_w8a8_kernel`` (its comments are a plan), then
+delete the ``raise NotImplementedError`` near the end of ``w8a8_mm``.
+handout.md, "Task 1: W8A8", explains the math and has hints you can open one
+at a time. The file follows Triton's tutorial 03-matrix-multiplication: the
+kernel first, then a wrapper that checks the inputs, allocates the output and
+launches the kernel.
 """
 
 from __future__ import annotations
@@ -19,32 +23,49 @@ from .utils import check_w8a8_inputs
 
 @triton.jit
 def _w8a8_kernel(
-    x_ptr, w_ptr, sx_ptr, sw_ptr, y_ptr, M, N, K,
+    # Pointers to the tensors
+    x_ptr, w_ptr, sx_ptr, sw_ptr, y_ptr,
+    # Matrix sizes
+    M, N, K,
+    # Strides: how many elements to move in memory for one step along a dimension
     stride_xm, stride_xk, stride_wk, stride_wn, stride_ym, stride_yn,
+    # Meta-parameters: compile-time constants, one compiled kernel per choice
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    """One [BLOCK_M, BLOCK_N] tile of y; launch on a grid (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
+    """Compute one [BLOCK_M, BLOCK_N] tile of y; grid (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)).
 
-    # TODO(1): load this tile's per-token scales s_x[offs_m] and per-channel
-    #          scales s_w[offs_n] (mask rows >= M and columns >= N).
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    for k0 in range(0, K, BLOCK_K):
-        # TODO(2): load the x tile [BLOCK_M, BLOCK_K] (fp16; mask k >= K and m >= M).
-        # TODO(3): quantize it: clamp(round(x / s_x), -128, 127) as int8. Divide in
-        #          float32 with tl.math.div_rn (correctly rounded, like PyTorch's /).
-        #          Rounding must be half-to-even: see the handout for a trick that
-        #          works both on the GPU and in the CPU interpreter.
-        # TODO(4): load the weight tile [BLOCK_K, BLOCK_N] (int8) through the
-        #          strides of the K-major view qweight_t (stride_wk == 1).
-        # TODO(5): acc = tl.dot(q_x, w, acc, out_dtype=tl.int32)
-        pass
-    # TODO(6): dequantize, y = acc * s_x[:, None] * s_w[None, :] in float32, and
-    #          store it as float16 with a mask for the ragged edges.
+    x_ptr   x [M, K] float16
+    w_ptr   qweight_t [K, N] int8, a transposed view: stride_wk == 1, stride_wn == K
+    sx_ptr  input_scale, M float32 values (one per row of x)
+    sw_ptr  weight_scale, N float32 values (one per output channel)
+    y_ptr   y [M, N] float16, the output
+    """
+    # The plan. Write each step as a few lines of Triton, then delete `pass`.
+    #
+    # 1. Which tile of y is mine? Program (pid_m, pid_n) of the grid owns the
+    #    rows offs_m and the columns offs_n of y (tutorial 03 builds such index
+    #    vectors from the program id and a range). offs_k indexes one K step.
+    # 2. Load the per-token scales of my rows and the per-channel scales of my
+    #    columns. With M = 1 or M = 33 some of my rows do not exist: mask them,
+    #    and choose the value a masked scale gets so that nothing later divides
+    #    by zero.
+    # 3. Start an integer accumulator of shape [BLOCK_M, BLOCK_N].
+    # 4. Walk along K, BLOCK_K at a time. In each step:
+    #    a. load the x tile [BLOCK_M, BLOCK_K]; mask the rows past M and the
+    #       columns past K (K is not always a multiple of BLOCK_K);
+    #    b. quantize it with each row's scale, exactly as the docstring of
+    #       w8a8_mm says: divide, clamp, round half to even, convert to int8.
+    #       Which of these must come before the conversion, and why is
+    #       rounding the step that needs care in Triton? (handout, Task 1)
+    #    c. load the weight tile [BLOCK_K, BLOCK_N] through stride_wk and
+    #       stride_wn, masked the same way;
+    #    d. multiply the two int8 tiles on the tensor cores and add the exact
+    #       integer result to the accumulator.
+    # 5. Dequantize once: the accumulator in float32 times the scale of its row
+    #    and the scale of its column.
+    # 6. Store the tile as float16, masked so that no element outside y is
+    #    written.
+    pass
 
 
 def w8a8_mm(
@@ -71,5 +92,22 @@ def w8a8_mm(
         ValueError: wrong dtype, rank or shape of any input.
     """
     M, N, K = check_w8a8_inputs(x, qweight_t, input_scale, weight_scale)
-    # TODO(7): allocate y [M, N] float16, compute the grid and launch _w8a8_kernel.
-    raise NotImplementedError("W8A8: w8a8_mm is not implemented yet (assignment/w8a8.py, TODO 1-7)")
+    x = x.contiguous()
+    input_scale, weight_scale = input_scale.contiguous(), weight_scale.contiguous()
+    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
+
+    # A first tile shape that works; choosing a better one is part of the task
+    # (handout: "Levers of performance"). tl.dot needs every side >= 16.
+    BLOCK_M, BLOCK_N, BLOCK_K = 64, 64, 64
+    grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))
+    _w8a8_kernel[grid](
+        x, qweight_t, input_scale, weight_scale, y,
+        M, N, K,
+        x.stride(0), x.stride(1), qweight_t.stride(0), qweight_t.stride(1), y.stride(0), y.stride(1),
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+    )
+    # Until the kernel has a body, y holds whatever memory it was given.
+    # Delete this line when your kernel is written.
+    raise NotImplementedError("W8A8: the body of _w8a8_kernel is not written yet (assignment/w8a8.py); "
+                              "write it, then delete this raise in w8a8_mm")
+    return y

@@ -5,7 +5,8 @@
 ``qweight[r, n]`` holds ``q[n, 8r + j]`` in bits 4j..4j+3, each a signed
 (two's-complement) int4 in [-8, 7].
 
-Tutorial-style baseline: the stub's TODOs filled in the simplest way (bench/naive).
+Tutorial-style baseline: the stub's plan written out in the simplest way. The kernel keeps the
+stub's signature: tests/test_stubs.py splices this body into the stub to check the stub's wrapper.
 """
 
 from __future__ import annotations
