@@ -54,6 +54,21 @@ def _count_up(counter, n, BLOCK: tl.constexpr):
     tl.atomic_add(counter + offs * 0, 1, mask=offs < n)
 
 
+def _time_once(kernel_call, quantiles):
+    """The interpreter has no benchmarker of its own: each trial runs once, all tie."""
+    kernel_call()
+    return [1.0, 1.0, 1.0]
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 256})], key=["n"],
+                 do_bench=_time_once)
+@triton.jit
+def _tuned_copy(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < n
+    tl.store(dst + offs, tl.load(src + offs, mask=ok), mask=ok)
+
+
 def _named(**tensors):
     return [(key, *tensor_range(t)) for key, t in tensors.items()]
 
@@ -68,6 +83,15 @@ def test_a_copy_with_a_masked_tail_counts_only_the_live_lanes():
     assert r["programs"] == 4 and r["launch_count"] == 1 and r["flops"] == 0
     assert r["launches"] == [{"kernel": "_copy", "grid": [4, 1, 1], "programs": 4, "loaded": 4000,
                               "stored": 4000, "flops": 0}]
+
+
+def test_an_autotuners_trial_launches_are_not_counted():
+    src, dst = torch.randn(1000), torch.empty(1000)
+    with Movement(_named(src=src)) as m:
+        _tuned_copy[lambda meta: (triton.cdiv(1000, meta["BLOCK"]),)](src, dst, 1000)
+    r = m.report(output=dst)
+    assert torch.equal(src, dst)   # two trial launches, then the call: only the call counts
+    assert r["launch_count"] == 1 and r["tensors"] == {"src": [4000, 0], "out": [0, 4000]}
 
 
 def test_a_dot_counts_2mnk_per_program_and_its_tiles_bytes():

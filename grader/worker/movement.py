@@ -7,7 +7,8 @@
 While installed, every launch is counted: its grid, the bytes each
 ``tl.load`` and ``tl.store`` touched (one element per lane whose mask is
 true: masked-off lanes are not counted), atomics as one read and one write
-per lane, and ``tl.dot`` FLOPs (2 M N K per dot). Bytes are attributed by
+per lane, and ``tl.dot`` FLOPs (2 M N K per dot); an autotuner's trial
+launches (``Autotuner._bench``) are not counted. Bytes are attributed by
 address: to the named ranges the caller gives (the call's inputs), to the
 returned output, to other tensors the launches were given ("scratch"), or
 to nothing known ("other").
@@ -107,6 +108,7 @@ class Movement:
         self._storage_keys: dict[int, str] = {}
         self._current: dict | None = None
         self._saved: list = []
+        self._paused = 0         # inside an autotuner's benchmark: its trial launches are not the call's
 
     # ----------------------------------------------------------------- counting
     def _count(self, ptrs, mask, into: dict, n_access: int = 1) -> int:
@@ -123,16 +125,22 @@ class Movement:
         return int(addr.size) * nbytes
 
     def _load(self, ptrs, mask):
+        if self._paused:
+            return
         moved = self._count(ptrs, mask, self.read)
         if self._current is not None:
             self._current["loaded"] += moved
 
     def _store(self, ptrs, mask):
+        if self._paused:
+            return
         moved = self._count(ptrs, mask, self.written)
         if self._current is not None:
             self._current["stored"] += moved
 
     def _dot(self, a, b):
+        if self._paused:
+            return
         a_shape, b_shape = np.shape(a.data), np.shape(b.data)
         k = a_shape[-1] if a_shape else 1
         n = b_shape[-1] if b_shape else 1
@@ -143,14 +151,16 @@ class Movement:
 
     # ------------------------------------------------------------------ patching
     def install(self) -> None:
+        import triton.runtime.autotuner as autotuner
         import triton.runtime.interpreter as interp
 
-        B, G = interp.InterpreterBuilder, interp.GridExecutor
+        B, G, A = interp.InterpreterBuilder, interp.GridExecutor, autotuner.Autotuner
         me = self
         orig = {name: getattr(B, name) for name in ("create_masked_load", "create_masked_store",
                                                     "create_atomic_rmw", "create_atomic_cas",
                                                     "create_dot", "create_dot_scaled")}
         orig_call = G.__call__
+        orig_bench = A._bench
 
         def masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
             me._load(ptrs, mask)
@@ -178,7 +188,16 @@ class Movement:
             me._dot(lhs, rhs)
             return orig["create_dot_scaled"](self, lhs, lhs_scale, lhs_format, rhs, *rest, **kw)
 
+        def bench(self, *args, **kwargs):
+            me._paused += 1
+            try:
+                return orig_bench(self, *args, **kwargs)
+            finally:
+                me._paused -= 1
+
         def call(self, *args, **kwargs):
+            if me._paused:
+                return orig_call(self, *args, **kwargs)
             me._begin(self, args, kwargs)
             try:
                 return orig_call(self, *args, **kwargs)
@@ -188,10 +207,12 @@ class Movement:
         patches = {"create_masked_load": masked_load, "create_masked_store": masked_store,
                    "create_atomic_rmw": atomic_rmw, "create_atomic_cas": atomic_cas,
                    "create_dot": dot, "create_dot_scaled": dot_scaled}
-        self._saved = [(B, name, fn) for name, fn in orig.items()] + [(G, "__call__", orig_call)]
+        self._saved = [(B, name, fn) for name, fn in orig.items()] + [(G, "__call__", orig_call),
+                                                                        (A, "_bench", orig_bench)]
         for name, fn in patches.items():
             setattr(B, name, fn)
         G.__call__ = call
+        A._bench = bench
 
     def restore(self) -> None:
         while self._saved:
