@@ -308,3 +308,33 @@ def test_the_reference_reports_its_table(tmp_path):
     assert rows["output"]["written"] == 2 * 16 * 128 and m["flops"] >= 2 * 16 * 128 * 256
     md = markdown(result)
     assert "not a predicted score" in md and "never change a score" in md and "qweight" in md
+
+
+class _FakeSession:
+    """A worker that answers the counted call with ``reply`` (or raises WorkerGone)."""
+
+    def __init__(self, tmp_path, reply):
+        self.device, self.scratch, self.reply = "cpu", tmp_path, reply
+
+    def map(self, name, arena):
+        return {"ok": True}
+
+    def request(self, msg):
+        if isinstance(self.reply, Exception):
+            raise self.reply
+        return _validate(self.reply)
+
+
+@pytest.mark.parametrize("reply, words", [
+    ({"ok": False, "error": ""}, "the call failed: ?"),
+    ({"ok": False, "error": "Traceback ...\nValueError: no\n"}, "the call failed: ValueError: no"),
+    ({"ok": False, "returned": "returned int, expected a torch.Tensor"}, "returned int"),
+    ({"ok": True}, "sent no counts"),
+    (WorkerGone("time limit exceeded after 61 s; the worker was killed"), "time limit exceeded"),
+])
+def test_a_call_that_cannot_be_counted_says_why(tmp_path, reply, words):
+    from grader.harness.movement import measure
+    m = measure(_FakeSession(tmp_path, reply), "mv", "w8a8", (4, 32, 32), {}, 1)
+    assert m["shape"] == [4, 32, 32] and words in m["error"] and "tensors" not in m
+    task = TaskResult(task="w8a8", title="W8A8", score=1, max_score=1, summary="ok", movement=m)
+    assert words.replace("?", "") in markdown(_report_with(task))

@@ -71,7 +71,7 @@ def measure(session: Session, name: str, task: str, shape, options: dict, seed: 
     except WorkerGone as e:
         return {**failed, "error": f"not counted: {e}"}
     if not reply["ok"]:
-        why = reply.get("returned") or (reply.get("error") or "?").strip().splitlines()[-1]
+        why = reply.get("returned") or ((reply.get("error") or "").strip().splitlines() or ["?"])[-1]
         return {**failed, "error": f"not counted: the call failed: {why}"}
     if "movement" not in reply:
         return {**failed, "error": "not counted: the worker sent no counts"}
