@@ -330,6 +330,8 @@ class _FakeSession:
     ({"ok": False, "error": "Traceback ...\nValueError: no\n"}, "the call failed: ValueError: no"),
     ({"ok": False, "returned": "returned int, expected a torch.Tensor"}, "returned int"),
     ({"ok": True}, "sent no counts"),
+    ({"ok": False, "error": "the interpreter could not be instrumented: AttributeError: x"},
+     "not counted: the interpreter could not be instrumented"),
     (WorkerGone("time limit exceeded after 61 s; the worker was killed"), "time limit exceeded"),
 ])
 def test_a_call_that_cannot_be_counted_says_why(tmp_path, reply, words):

@@ -72,6 +72,8 @@ def measure(session: Session, name: str, task: str, shape, options: dict, seed: 
         return {**failed, "error": f"not counted: {e}"}
     if not reply["ok"]:
         why = reply.get("returned") or ((reply.get("error") or "").strip().splitlines() or ["?"])[-1]
+        if why.startswith("the interpreter could not be instrumented"):
+            return {**failed, "error": f"not counted: {why}"}
         return {**failed, "error": f"not counted: the call failed: {why}"}
     if "movement" not in reply:
         return {**failed, "error": "not counted: the worker sent no counts"}

@@ -125,10 +125,16 @@ class Worker:
                 named += [(f"{i}.{name}", *tensor_range(p)) for name, p in parts]
         counter = Movement(named)
         try:
-            with counter:
-                y = self.fn(*args)
+            counter.install()
+        except Exception as e:  # a Triton whose interpreter differs: no counts, said so
+            counter.restore()
+            return {"ok": False, "error": f"the interpreter could not be instrumented: {type(e).__name__}: {e}"}
+        try:
+            y = self.fn(*args)
         except BaseException:
             return {"ok": False, "error": _traceback()}
+        finally:
+            counter.restore()
         problem = _unusable(y, out)
         if problem:
             return {"ok": False, "returned": problem}
