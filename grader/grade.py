@@ -17,6 +17,7 @@ import triton
 
 from .harness.inputs import make_inputs
 from .harness.measure import CallResult, checked_call, timed_batches
+from .harness import movement
 from .harness import sandbox
 from .harness.session import Session, WorkerGone
 from .judge import Verdict, borderline, flag, judge_call, judge_timing, not_run, task_flags
@@ -52,6 +53,7 @@ class GradingState:
         self.kernels: dict[str, list] = {}      # task -> compile check rows (registers, spills, ...)
         self.sanitizer: str | None = None        # compute-sanitizer binary (--sanitize)
         self.memcheck: dict[str, int] = {}       # task -> memory errors compute-sanitizer reported
+        self.movement: dict[str, dict] = {}      # task -> data movement counted in the interpreter (feedback)
 
     def selected_tests(self) -> list[TestSpec]:
         order = {"correctness": 0, "performance": 1}
@@ -141,6 +143,7 @@ def _grade_task(state: GradingState, task: str, log) -> None:
                 state.verdicts[spec.name] = not_run("correctness ran under compute-sanitizer")
         elif performance:
             _performance(state, task, performance, visible, timeout, log)
+        _movement(state, task, visible, log)   # last: nothing scored follows it
     finally:
         for session in sessions:
             if session is not None and session is not visible:
@@ -197,6 +200,21 @@ def _compile_check(state: GradingState, session: Session, task: str, group: list
         if state.verdicts[spec.name].passed:
             state.verdicts[spec.name] = Verdict(False, "passed in the interpreter, but " + why)
     state.gone.setdefault(task, why)
+
+
+def _movement(state: GradingState, task: str, session, log) -> None:
+    """Count one call's data movement in the interpreter (CPU runs; feedback only)."""
+    shape = state.rubric.tasks[task].movement_shape
+    if (state.device != "cpu" or shape is None or session is None or state.gone.get(task)
+            or not any(r.status == "ok" for _, r in state.evidence.get(task, []))):
+        return
+    if session.deadline - time.monotonic() < 20:
+        state.movement[task] = {"shape": list(shape), "error": "not counted: the task's time limit is near"}
+        return
+    log(f"{task}: counting data movement at {list(shape)} in the interpreter ...")
+    session.deadline = min(session.deadline, time.monotonic() + movement.TIMEOUT_S)
+    state.movement[task] = movement.measure(session, "movement", task, shape, {},
+                                            case_seed(state.seed, f"{task}/movement"))
 
 
 def _correctness(state: GradingState, session: Session, spec: TestSpec, evidence: list) -> Verdict:
@@ -401,7 +419,7 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
             score=min(earned, ran) if rubric.settings.cap_at_max else earned,
             max_score=ran, summary=_summary(task, state, flags),
             flags=flags, seconds=state.seconds.get(task, 0.0), log_tail=state.logs.get(task, "")[-4000:],
-            kernels=state.kernels.get(task, [])))
+            kernels=state.kernels.get(task, []), movement=state.movement.get(task, {})))
     score, ran, everything = totals(rubric, results)
     return GradeResult(
         schema_version=SCHEMA_VERSION, submission=str(submission),

@@ -85,16 +85,34 @@ def judge_call(spec: TestSpec, result: CallResult, args: tuple, extras: dict) ->
     return Verdict(True, f"{tight.message}; {sane.message}", 1.0, details)
 
 
+def floor_parts(task: str, shape, options: dict) -> dict[str, int]:
+    """Fewest bytes each tensor of a call must move, by argument name (inputs.ARG_NAMES)
+    and "output": every input read once, the output written once."""
+    M, N, K = shape
+    if task == "w8a8":
+        return {"x": 2 * M * K, "qweight_t": N * K, "input_scale": 4 * M, "weight_scale": 4 * N,
+                "output": 2 * M * N}
+    if task == "w4a16":
+        groups = K // (options.get("group_size") or K)
+        return {"x": 2 * M * K, "qweight": N * K // 2, "scales": 2 * groups * N, "output": 2 * M * N}
+    nnz = round(options.get("density", 0.25) * (N // 32) * (K // 32))
+    index = 4 if options.get("index_dtype") == "int32" else 8
+    return {"x": 2 * M * K, "weight_bsr.crow_indices": index * (N // 32 + 1),
+            "weight_bsr.col_indices": index * nnz, "weight_bsr.values": nnz * 32 * 32 * 2,
+            "output": 2 * M * N}
+
+
+def dot_flops_floor(task: str, shape, options: dict) -> int:
+    """FLOPs of the product itself: 2 M N K, over the stored blocks only for DDS."""
+    M, N, K = shape
+    if task == "dds":
+        return 2 * M * 32 * 32 * round(options.get("density", 0.25) * (N // 32) * (K // 32))
+    return 2 * M * N * K
+
+
 def memory_floor_bytes(spec: TestSpec) -> int:
     """Fewest bytes the call must move: every input read once, the output written once."""
-    M, N, K = spec.shape
-    out = 2 * M * N
-    if spec.task == "w8a8":
-        return 2 * M * K + N * K + 4 * (M + N) + out
-    if spec.task == "w4a16":
-        return 2 * M * K + N * K // 2 + 2 * N + out
-    nnz = round(spec.options.get("density", 0.25) * (N // 32) * (K // 32))
-    return 2 * M * K + nnz * 32 * 32 * 2 + out
+    return sum(floor_parts(spec.task, spec.shape, spec.options).values())
 
 
 def ratio_fraction(spec: TestSpec, ratio: float) -> float:

@@ -173,9 +173,121 @@ def markdown(result: GradeResult, error: str | None = None) -> str:
                       f"{md_inline(k.get('file', '?'), 60)}:{k.get('line', '?')} | {md_inline(k.get('status', '?'), 20)} | "
                       f"{k.get('registers', '')} | {k.get('spills', '')} | "
                       f"{'' if shared is None else f'{shared / 1024:.1f} KiB'} | {md_inline(note, 200)} |")
+    md += movement_markdown(result.tasks)
     if details:
         md += ["", "## Test details", *details]
     return "\n".join(md) + "\n"
+
+
+MOVEMENT_LABEL = ("an upper bound without caches, counted in the interpreter, not a predicted score")
+
+
+def _count(value) -> int | None:
+    """A count from a movement record as an int in [0, 10**18], or None (anything else)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10 ** 18:
+        return None
+    return value
+
+
+def _number(value) -> str:
+    n = _count(value)
+    return "?" if n is None else str(n)
+
+
+def _size(n) -> str:
+    n = _count(n)
+    if n is None:
+        return "?"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _flops(n) -> str:
+    n = _count(n)
+    if n is None:
+        return "?"
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} FLOP"
+
+
+def _times(n, minimum) -> str:
+    n, minimum = _count(n), _count(minimum)
+    if n is None or not minimum:
+        return ""
+    return f"{n / minimum:.1f}x"
+
+
+def _movement_task(task: TaskResult) -> list[str]:
+    m = task.movement
+    shape = m.get("shape")
+    shape_text = " x ".join(_number(v) for v in shape) if isinstance(shape, list) else "?"
+    md = ["", f"### {md_inline(task.title, 80)}: one call at M x N x K = {md_inline(shape_text, 60)}", ""]
+    if m.get("error"):
+        return md + [md_inline(m["error"], 500)]
+    rows = [r for r in m.get("tensors", []) if isinstance(r, dict)] if isinstance(m.get("tensors"), list) else []
+    inputs = [r for r in rows if _count(r.get("minimum")) and r.get("name") != "output"]
+    # The large inputs (the weight, x): their re-reads are what costs time.
+    large = [r for r in inputs if 16 * r["minimum"] >= sum(i["minimum"] for i in inputs)]
+    launches = _count(m.get("launch_count"))
+    line = (f"Moved {_size(m.get('moved'))}, {_times(m.get('moved'), m.get('minimum')) or '?'} the minimum "
+            f"({_size(m.get('minimum'))}: every input read once, the output written once); "
+            f"{_number(launches)} launch{'' if launches == 1 else 'es'}, {_number(m.get('programs'))} programs; "
+            f"tl.dot {_flops(m.get('flops'))}, {_times(m.get('flops'), m.get('min_flops')) or '?'} "
+            "the product's own (2 M N K; DDS: over the stored blocks).")
+    if large:
+        line += " " + "; ".join(f"{md_inline(r.get('name', '?'), 60)} read {_times(r.get('read'), r['minimum'])} "
+                                "its minimum" for r in large) + "."
+    md += [line, ""]
+    if m.get("output_wrong"):
+        md += [f"The output of this call was wrong ({md_inline(m['output_wrong'], 200)}).", ""]
+    md += ["| tensor | minimum | read | written | moved / minimum |", "|---|---|---|---|---|"]
+    for r in rows:
+        minimum = _count(r.get("minimum"))
+        moved = (_count(r.get("read")) or 0) + (_count(r.get("written")) or 0)
+        md.append(f"| {md_code(r.get('name', '?'), 60, table=True)} | "
+                  f"{_size(minimum) if minimum is not None else ''} | {_size(r.get('read'))} | "
+                  f"{_size(r.get('written'))} | {_times(moved, minimum)} |")
+    extra = {r.get("name") for r in rows} & {"scratch", "other"}
+    if extra:
+        md += ["", "; ".join(w for n, w in (
+            ("scratch", "scratch: tensors your code allocated and gave its kernels (a workspace, a converted copy)"),
+            ("other", "other: addresses inside no tensor of the call")) if n in extra) + "."]
+    md += ["", "| kernel | grid | programs | loaded | stored | tl.dot FLOPs |", "|---|---|---|---|---|---|"]
+    for k in m.get("launches", []) if isinstance(m.get("launches"), list) else []:
+        if not isinstance(k, dict):
+            continue
+        grid = k.get("grid")
+        grid = " x ".join(_number(g) for g in grid) if isinstance(grid, list) else "?"
+        md.append(f"| {md_code(k.get('kernel', '?'), 60, table=True)} | {md_inline(grid, 60)} | "
+                  f"{_number(k.get('programs'))} | {_size(k.get('loaded'))} | {_size(k.get('stored'))} | "
+                  f"{_flops(k.get('flops'))} |")
+    shown = len(m.get("launches", [])) if isinstance(m.get("launches"), list) else 0
+    if launches is not None and launches > shown:
+        md += ["", f"({launches - shown} more launches are counted in the totals, not listed.)"]
+    return md
+
+
+def movement_markdown(tasks: list[TaskResult]) -> list[str]:
+    """The data-movement section: one small table per task that has a count."""
+    counted = [t for t in tasks if isinstance(t.movement, dict) and t.movement]
+    if not counted:
+        return []
+    md = ["", "## Data movement (counted in the CPU interpreter)", "",
+          f"For one call per task: the bytes that `tl.load` and `tl.store` touched, one element per "
+          f"lane whose mask is true (lanes that load the same address each count), atomics as a read "
+          f"and a write, and the `tl.dot` FLOPs. This is {MOVEMENT_LABEL}: a GPU's caches serve many "
+          f"of these bytes. The numbers are what your code's process reported about itself: "
+          f"feedback only, they never change a score."]
+    for task in counted:
+        try:
+            md += _movement_task(task)
+        except Exception:  # noqa: BLE001 - a bad record costs its table, never the report
+            md += ["", f"### {md_inline(task.title, 80)}", "", "(the data-movement record could not be shown)"]
+    return md
 
 
 def gradescope(result: GradeResult, error: str | None = None) -> dict:

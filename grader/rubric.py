@@ -36,6 +36,9 @@ class Task:
     title: str
     file: str   # the kernel file a submission provides, e.g. "w8a8.py"
     entry: str  # the function the grader calls, e.g. "w8a8_mm"
+    # [M, N, K] of the one call whose data movement the CPU run counts (feedback
+    # only, never scored); None: not counted.
+    movement_shape: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,7 @@ SETTINGS_SPEC = {  # [settings] key -> (kind, lowest, lowest excluded) | ("choic
     "gradescope_budget_s": ("number", 0, True),
 }
 TASK_KEYS = ("title", "file", "entry")
+TASK_OPTIONAL_KEYS = ("movement_shape",)
 TEST_KEYS = {"name", "task", "kind", "points", "shape", "cpu_shape", "visibility", "hidden", "bonus",
              "full_ratio", "zero_ratio"}
 OPTION_SPEC = {  # case option -> (kind, lowest, highest or choices)
@@ -266,7 +270,7 @@ def _task(c: _Checker, name: str, entry) -> Task:
     if name not in TASKS:
         c.fail(table, None, "", f"unknown task {name!r}; expected one of {', '.join(TASKS)}")
     c.table(("tasks",), name, "", entry)
-    c.unknown(table, place, entry, TASK_KEYS)
+    c.unknown(table, place, entry, TASK_KEYS + TASK_OPTIONAL_KEYS)
     for key in TASK_KEYS:
         if key not in entry:
             c.fail(table, None, place, f"missing {key!r}")
@@ -275,7 +279,16 @@ def _task(c: _Checker, name: str, entry) -> Task:
         c.fail(table, "file", place, f"file must be a .py file name (no folder), got {_shown(entry['file'])}")
     if not entry["entry"].isidentifier():
         c.fail(table, "entry", place, f"entry must be a Python function name, got {_shown(entry['entry'])}")
-    return Task(name=name, title=entry["title"], file=entry["file"], entry=entry["entry"])
+    movement = _shape(c, table, "movement_shape", place, entry["movement_shape"]) \
+        if "movement_shape" in entry else None
+    if movement is not None and name in ("w4a16", "dds") and movement[2] % (8 if name == "w4a16" else 32):
+        c.fail(table, "movement_shape", place, f"movement_shape: K must be a multiple of "
+               f"{8 if name == 'w4a16' else 32} for {name}, got {_shown(entry['movement_shape'])}")
+    if movement is not None and name == "dds" and movement[1] % 32:
+        c.fail(table, "movement_shape", place, f"movement_shape: N must be a multiple of 32 for dds, "
+               f"got {_shown(entry['movement_shape'])}")
+    return Task(name=name, title=entry["title"], file=entry["file"], entry=entry["entry"],
+                movement_shape=movement)
 
 
 def _test(c: _Checker, entry: dict, index: int, tasks: dict) -> TestSpec:

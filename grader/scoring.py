@@ -37,6 +37,11 @@ class TaskResult:
     seconds: float = 0.0
     log_tail: str = ""
     kernels: list = field(default_factory=list)   # compile check: one row per kernel variant
+    # Data movement of one call, counted in the CPU interpreter (grader/harness/movement.py):
+    # shape, tensors [{name, minimum, read, written}], minimum, moved, flops, min_flops,
+    # programs, launch_count, launches [{kernel, grid, programs, loaded, stored, flops}],
+    # output_wrong, error, seconds (the harness's clock). Feedback reported by the worker; never part of the score.
+    movement: dict = field(default_factory=dict)
 
 
 @dataclass

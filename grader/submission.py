@@ -13,7 +13,8 @@ KERNEL_FILES = ("w8a8.py", "w4a16.py", "dds.py")
 # What the graded package gets from the grader, never from the submission.
 TRUSTED_FILES = {"utils.py": ROOT / "assignment" / "utils.py"}
 WORKER_PACKAGE = "_grader_worker"
-WORKER_FILES = ("main.py", "evidence.py", "layout.py", "compile.py", "graphs.py", "vmm.py")
+WORKER_FILES = ("main.py", "evidence.py", "layout.py", "compile.py", "graphs.py", "vmm.py",
+                "movement.py")
 MAX_FILE_BYTES = 2 * 1024 * 1024
 
 

@@ -100,6 +100,11 @@ def make_inputs(task: str, shape, options: dict, seed: int, device: str = "cpu")
         return BUILDERS[task](M, N, K, _gen(seed, device), **options)
 
 
+# The kernel arguments' names (assignment/*.py); a BSR weight's parts are
+# "<name>.crow_indices", "<name>.col_indices" and "<name>.values".
+ARG_NAMES = {"w8a8": ("x", "qweight_t", "input_scale", "weight_scale"), "w4a16": ("x", "qweight", "scales"),
+             "dds": ("x", "weight_bsr")}
+
 # Which kernel arguments are a call's activations (fresh for every timed call);
 # the others are the layer's weights.
 ACTIVATION_ARGS = {"w8a8": (0, 2), "w4a16": (0,), "dds": (0,)}

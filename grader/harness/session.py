@@ -30,7 +30,7 @@ PASS_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUD
             "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "NVIDIA_VISIBLE_DEVICES", "LANG", "LC_ALL")
 # The fields a reply may have, and their types; anything else is a broken reply.
 REPLY_SCHEMA = {"ok": bool, "error": str, "returned": str, "graph": bool, "note": str, "evidence": dict,
-                "compile": list}
+                "compile": list, "movement": dict}
 # One row of the compile check (grader/worker/compile.py), as the report uses it.
 COMPILE_ROW = {"kernel": str, "file": str, "line": int, "status": str, "error": str, "registers": int,
                "spills": int, "shared_bytes": int, "launchable": bool, "why_not": str, "warning": str,
@@ -39,6 +39,13 @@ MAX_COMPILE_ROWS = 30
 EVIDENCE_SCHEMA = {"own_launches": int, "foreign_launches": list, "library_matmuls": list,
                    "oversized_ops": list}
 MAX_TEXT = 12000
+# The data-movement counts (grader/worker/movement.py): feedback the worker
+# reports about itself. Every count is an int in [0, MAX_COUNT].
+MOVEMENT_COUNTS = ("flops", "programs", "launch_count")
+MOVEMENT_ROW = {"kernel": str, "grid": list, "programs": int, "loaded": int, "stored": int, "flops": int}
+MAX_MOVEMENT_ROWS = 20
+MAX_MOVEMENT_TENSORS = 16
+MAX_COUNT = 10 ** 18
 
 
 class WorkerGone(Exception):
@@ -83,7 +90,51 @@ def _validate(reply) -> dict:
         clean["evidence"] = ev
     if "compile" in clean:
         clean["compile"] = [_compile_row(r) for r in clean["compile"][:MAX_COMPILE_ROWS]]
+    if "movement" in clean:
+        clean["movement"] = _movement(clean["movement"])
     return clean
+
+
+def _count(value, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
+        raise WorkerGone(f"the worker sent malformed data movement ({what})")
+    return value
+
+
+def _movement(m: dict) -> dict:
+    """The data-movement counts, type- and range-checked, capped; other fields dropped."""
+    out = {key: _count(m.get(key, 0), key) for key in MOVEMENT_COUNTS}
+    tensors = m.get("tensors", {})
+    if not isinstance(tensors, dict) or len(tensors) > MAX_MOVEMENT_TENSORS:
+        raise WorkerGone("the worker sent malformed data movement (tensors)")
+    out["tensors"] = {}
+    for key, value in tensors.items():
+        if not isinstance(value, list) or len(value) != 2 or len(key) > 40:
+            raise WorkerGone("the worker sent malformed data movement (tensors)")
+        out["tensors"][key] = [_count(v, "tensors") for v in value]
+    rows = m.get("launches", [])
+    if not isinstance(rows, list):
+        raise WorkerGone("the worker sent malformed data movement (launches)")
+    out["launches"] = []
+    for row in rows[:MAX_MOVEMENT_ROWS]:
+        if not isinstance(row, dict):
+            raise WorkerGone("the worker sent malformed data movement (launches)")
+        clean = {}
+        for key, kind in MOVEMENT_ROW.items():
+            value = row.get(key, kind())
+            if not isinstance(value, kind):
+                raise WorkerGone(f"the worker sent malformed data movement (launches: {key})")
+            if kind is int:
+                value = _count(value, f"launches: {key}")
+            elif key == "grid":
+                if len(value) != 3:
+                    raise WorkerGone("the worker sent malformed data movement (launches: grid)")
+                value = [_count(v, "launches: grid") for v in value]
+            else:
+                value = value[:100]
+            clean[key] = value
+        out["launches"].append(clean)
+    return out
 
 
 def _compile_row(row) -> dict:

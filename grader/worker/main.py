@@ -16,10 +16,13 @@ back on REPLY_FD:
                                                             -> {"ok": true, "graph": bool, "note": "..."}
     {"op": "run"}                                           -> {"ok": true}   (after the device is idle)
     {"op": "compile", "budget_s": s, "cache_dir": path}     -> {"ok": true, "compile": [row, ...]}
+    {"op": "movement", "arena": A, "args": [...], "out": spec} -> {"ok": true, "movement": {...}}
 
 ``call`` is a correctness call: the kernel's result is copied into ``out``.
 ``prepare`` warms a timed batch up and captures it in a CUDA graph when the
 submission allows it (``run`` then replays it; otherwise it calls eagerly).
+``movement`` (CPU interpreter only) is a call whose loads, stores and dots
+are counted (movement.py); the counts are feedback, never a score.
 The evidence (Triton launches, PyTorch ops) can only cost the submission
 points: docs/integrity.md.
 """
@@ -40,6 +43,7 @@ from . import vmm
 from .evidence import LaunchRecorder, OpRecorder
 from .graphs import capture
 from .layout import build, view
+from .movement import Movement, tensor_range
 
 MAX_ERROR_CHARS = 12000  # the harness looks for the submission's frame in it
 
@@ -105,6 +109,37 @@ class Worker:
         limit = 2 * max(sizes + [out.numel()])
         return {"own_launches": self.launches.own(), "foreign_launches": self.launches.foreign()[:10],
                 "library_matmuls": ops.library_matmuls()[:10], "oversized_ops": ops.oversized(limit)[:10]}
+
+    def movement(self, msg: dict) -> dict:
+        """One call with its data movement counted (in the interpreter only)."""
+        if self.device != "cpu":
+            return {"ok": False, "error": "data movement is counted in the Triton interpreter only"}
+        arena = self.arenas[msg["arena"]]
+        args, out = self._call(arena, msg)
+        named = []
+        for i, (a, spec) in enumerate(zip(args, msg["args"])):
+            if "tensor" in spec:
+                named.append((str(i), *tensor_range(a)))
+            else:
+                parts = (("crow", a.crow_indices()), ("col", a.col_indices()), ("values", a.values()))
+                named += [(f"{i}.{name}", *tensor_range(p)) for name, p in parts]
+        counter = Movement(named)
+        try:
+            counter.install()
+        except Exception as e:  # a Triton whose interpreter differs: no counts, said so
+            counter.restore()
+            return {"ok": False, "error": f"the interpreter could not be instrumented: {type(e).__name__}: {e}"}
+        try:
+            y = self.fn(*args)
+        except BaseException:
+            return {"ok": False, "error": _traceback()}
+        finally:
+            counter.restore()
+        problem = _unusable(y, out)
+        if problem:
+            return {"ok": False, "returned": problem}
+        out.copy_(y)
+        return {"ok": True, "movement": counter.report(output=y)}
 
     def prepare(self, msg: dict) -> dict:
         arena = self.arenas[msg["arena"]]

@@ -1,0 +1,285 @@
+"""Count what a Triton kernel moves, in the CPU interpreter (TRITON_INTERPRET=1).
+
+    with Movement(named_ranges) as m:   # patches the interpreter, restores it on exit
+        y = kernel_wrapper(...)
+    m.report(output=y)                   # plain JSON
+
+While installed, every launch is counted: its grid, the bytes each
+``tl.load`` and ``tl.store`` touched (one element per lane whose mask is
+true: masked-off lanes are not counted), atomics as one read and one write
+per lane, and ``tl.dot`` FLOPs (2 M N K per dot); an autotuner's trial
+launches (``Autotuner._bench``) are not counted. Bytes are attributed by
+address: to the named ranges the caller gives (the call's inputs), to the
+returned output, to other tensors the launches were given ("scratch"), or
+to nothing known ("other").
+
+The counts come from the interpreter's builder (``InterpreterBuilder``:
+``create_masked_load``, ``create_masked_store``, the atomics, ``create_dot``;
+plain, descriptor and atomic loads and stores all end in the masked ones) and
+from ``GridExecutor.__call__`` (one launch). They assume no cache: a byte
+loaded twice counts twice.
+
+This file runs in the untrusted worker and depends on torch, triton and numpy only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_LAUNCHES = 20          # launch rows kept (all launches are counted in the totals)
+MAX_TEXT = 100
+
+
+def _storages(value, found: list) -> None:
+    """The tensors among a launch argument (tensors, tuples, tensor descriptors)."""
+    if hasattr(value, "untyped_storage"):
+        found.append(value)
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            _storages(v, found)
+    elif hasattr(value, "base") and hasattr(value, "block_shape"):  # TensorDescriptor
+        _storages(value.base, found)
+
+
+def tensor_range(t) -> tuple[int, int]:
+    """[first byte, past the last byte] that the view ``t`` spans."""
+    if t.numel() == 0:
+        return t.data_ptr(), t.data_ptr()
+    extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    return t.data_ptr(), t.data_ptr() + extent * t.element_size()
+
+
+class _Ranges:
+    """Sorted, disjoint [start, end) byte ranges, each with a key; first added wins."""
+
+    def __init__(self):
+        self.starts = np.zeros(0, dtype=np.uint64)
+        self.ends = np.zeros(0, dtype=np.uint64)
+        self.keys: list[str] = []
+
+    def add(self, start: int, end: int, key: str) -> None:
+        if end <= start:
+            return
+        i = int(np.searchsorted(self.starts, np.uint64(start), side="right"))
+        if i > 0 and int(self.ends[i - 1]) > start:
+            return
+        if i < len(self.keys) and int(self.starts[i]) < end:
+            return
+        self.starts = np.insert(self.starts, i, np.uint64(start))
+        self.ends = np.insert(self.ends, i, np.uint64(end))
+        self.keys.insert(i, key)
+
+    def count(self, addr: np.ndarray, nbytes: int, into: dict) -> None:
+        """Add ``nbytes`` per address in ``addr`` to ``into[key]`` (key None: no range)."""
+        if addr.size == 0:
+            return
+        lo, hi = addr.min(), addr.max()
+        i = int(np.searchsorted(self.starts, lo, side="right")) - 1
+        if i >= 0 and hi < self.ends[i]:   # the usual case: one tensor
+            key = self.keys[i]
+            into[key] = into.get(key, 0) + int(addr.size) * nbytes
+            return
+        idx = np.searchsorted(self.starts, addr, side="right").astype(np.int64) - 1
+        inside = idx >= 0
+        inside[inside] = addr[inside] < self.ends[idx[inside]]
+        hits = np.bincount(idx[inside], minlength=len(self.keys))
+        for j in np.flatnonzero(hits):
+            into[self.keys[j]] = into.get(self.keys[j], 0) + int(hits[j]) * nbytes
+        missed = int(addr.size - inside.sum())
+        if missed:
+            into[None] = into.get(None, 0) + missed * nbytes
+
+
+class Movement:
+    """Counts loads, stores and dots of every interpreted launch while installed."""
+
+    def __init__(self, named: list[tuple[str, int, int]]):
+        """``named``: (key, first byte, past the last byte) of each tensor to name."""
+        self.ranges = _Ranges()
+        for key, start, end in named:
+            self.ranges.add(start, end, key)
+        self.read: dict = {}
+        self.written: dict = {}
+        self.flops = 0
+        self.launches: list[dict] = []
+        self.launch_count = 0
+        self.programs = 0
+        self._keep = []          # storages of the launches' tensors: alive, so no address is reused
+        self._storage_keys: dict[int, str] = {}
+        self._current: dict | None = None
+        self._saved: list = []
+        self._paused = 0         # inside an autotuner's benchmark: its trial launches are not the call's
+
+    # ----------------------------------------------------------------- counting
+    def _count(self, ptrs, mask, into: dict, n_access: int = 1) -> int:
+        ty = ptrs.get_element_ty()
+        nbytes = max(1, ty.primitive_bitwidth // 8) * n_access
+        data = np.asarray(ptrs.data)
+        if mask is None:
+            addr = data.reshape(-1)
+        else:
+            m = np.broadcast_to(np.asarray(mask.data, dtype=bool), data.shape)
+            addr = data[m]
+        addr = addr.astype(np.uint64, copy=False)
+        self.ranges.count(addr, nbytes, into)
+        return int(addr.size) * nbytes
+
+    def _load(self, ptrs, mask):
+        if self._paused:
+            return
+        moved = self._count(ptrs, mask, self.read)
+        if self._current is not None:
+            self._current["loaded"] += moved
+
+    def _store(self, ptrs, mask):
+        if self._paused:
+            return
+        moved = self._count(ptrs, mask, self.written)
+        if self._current is not None:
+            self._current["stored"] += moved
+
+    def _dot(self, a, b):
+        if self._paused:
+            return
+        a_shape, b_shape = np.shape(a.data), np.shape(b.data)
+        k = a_shape[-1] if a_shape else 1
+        n = b_shape[-1] if b_shape else 1
+        flops = 2 * int(np.prod(a_shape[:-1], dtype=np.int64)) * int(k) * int(n)
+        self.flops += flops
+        if self._current is not None:
+            self._current["flops"] += flops
+
+    # ------------------------------------------------------------------ patching
+    def install(self) -> None:
+        import triton.runtime.autotuner as autotuner
+        import triton.runtime.interpreter as interp
+
+        B, G, A = interp.InterpreterBuilder, interp.GridExecutor, autotuner.Autotuner
+        me = self
+        orig = {name: getattr(B, name) for name in ("create_masked_load", "create_masked_store",
+                                                    "create_atomic_rmw", "create_atomic_cas",
+                                                    "create_dot", "create_dot_scaled")}
+        orig_call = G.__call__
+        orig_bench = A._bench
+
+        def masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+            me._load(ptrs, mask)
+            return orig["create_masked_load"](self, ptrs, mask, other, cache_policy, is_volatile)
+
+        def masked_store(self, ptrs, value, mask, cache_policy):
+            me._store(ptrs, mask)
+            return orig["create_masked_store"](self, ptrs, value, mask, cache_policy)
+
+        def atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
+            me._load(ptr, mask)
+            me._store(ptr, mask)
+            return orig["create_atomic_rmw"](self, rmwOp, ptr, val, mask, sem, scope)
+
+        def atomic_cas(self, ptr, cmp, val, sem, scope):
+            me._load(ptr, None)
+            me._store(ptr, None)
+            return orig["create_atomic_cas"](self, ptr, cmp, val, sem, scope)
+
+        def dot(self, a, b, *rest, **kw):
+            me._dot(a, b)
+            return orig["create_dot"](self, a, b, *rest, **kw)
+
+        def dot_scaled(self, lhs, lhs_scale, lhs_format, rhs, *rest, **kw):
+            me._dot(lhs, rhs)
+            return orig["create_dot_scaled"](self, lhs, lhs_scale, lhs_format, rhs, *rest, **kw)
+
+        def bench(self, *args, **kwargs):
+            me._paused += 1
+            try:
+                return orig_bench(self, *args, **kwargs)
+            finally:
+                me._paused -= 1
+
+        def call(self, *args, **kwargs):
+            if me._paused:
+                return orig_call(self, *args, **kwargs)
+            me._begin(self, args, kwargs)
+            try:
+                return orig_call(self, *args, **kwargs)
+            finally:
+                me._end()
+
+        patches = {"create_masked_load": masked_load, "create_masked_store": masked_store,
+                   "create_atomic_rmw": atomic_rmw, "create_atomic_cas": atomic_cas,
+                   "create_dot": dot, "create_dot_scaled": dot_scaled}
+        self._saved = [(B, name, fn) for name, fn in orig.items()] + [(G, "__call__", orig_call),
+                                                                        (A, "_bench", orig_bench)]
+        for name, fn in patches.items():
+            setattr(B, name, fn)
+        G.__call__ = call
+        A._bench = bench
+
+    def restore(self) -> None:
+        while self._saved:
+            cls, name, fn = self._saved.pop()
+            setattr(cls, name, fn)
+
+    def __enter__(self):
+        self.install()
+        return self
+
+    def __exit__(self, *exc):
+        self.restore()
+
+    def _begin(self, executor, args, kwargs) -> None:
+        found: list = []
+        _storages(args, found)
+        _storages(list(kwargs.values()), found)
+        for t in found:
+            try:
+                storage = t.untyped_storage()
+            except Exception:  # noqa: BLE001 - not a tensor after all
+                continue
+            start = storage.data_ptr()
+            if start not in self._storage_keys:
+                self._storage_keys[start] = f"storage:{start}"
+                self._keep.append(storage)
+                self.ranges.add(start, start + storage.nbytes(), f"storage:{start}")
+        fn = getattr(executor, "fn", None)
+        self._current = {"kernel": str(getattr(fn, "__name__", "?"))[:MAX_TEXT], "grid": [0, 0, 0],
+                         "programs": 0, "loaded": 0, "stored": 0, "flops": 0}
+
+    def _end(self) -> None:
+        import triton.runtime.interpreter as interp
+
+        row, self._current = self._current, None
+        if row is None:
+            return
+        grid = [int(g) for g in getattr(interp.interpreter_builder, "grid_dim", (0, 0, 0))]
+        row["grid"] = grid
+        row["programs"] = grid[0] * grid[1] * grid[2]
+        self.launch_count += 1
+        self.programs += row["programs"]
+        if len(self.launches) < MAX_LAUNCHES:
+            self.launches.append(row)
+
+    # ------------------------------------------------------------------- result
+    def report(self, output=None) -> dict:
+        """Totals as plain JSON. Byte keys: the named ranges' keys, "out" (the
+        storage of ``output``), "scratch" (other tensors the launches got),
+        "other" (no tensor known)."""
+        out_key = None
+        if output is not None and hasattr(output, "untyped_storage"):
+            out_key = self._storage_keys.get(output.untyped_storage().data_ptr())
+
+        def fold(counts: dict) -> dict:
+            folded = {}
+            for key, n in counts.items():
+                if key is None:
+                    key = "other"
+                elif key == out_key:
+                    key = "out"
+                elif key.startswith("storage:"):
+                    key = "scratch"
+                folded[key] = folded.get(key, 0) + n
+            return folded
+
+        read, written = fold(self.read), fold(self.written)
+        tensors = {k: [read.get(k, 0), written.get(k, 0)] for k in sorted(set(read) | set(written))}
+        return {"tensors": tensors, "flops": self.flops, "programs": self.programs,
+                "launch_count": self.launch_count, "launches": self.launches}
