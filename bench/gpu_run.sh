@@ -23,7 +23,7 @@ case "$mode" in
       | tee "$OUT/grade-solutions.log" | tail -45
     python3 -m grader grade assignment --report-dir "$OUT/grade-stubs" --tasks dds 2>&1 | tail -4 ;;
   grade-naive)
-    python3 -m grader grade bench/naive --report-dir "$OUT/grade-naive" 2>&1 | tee "$OUT/grade-naive.log" | tail -45 ;;
+    python3 -m grader grade calibration/naive --report-dir "$OUT/grade-naive" 2>&1 | tee "$OUT/grade-naive.log" | tail -45 ;;
   bench)
     python3 -m bench.bench --json "$OUT/bench.json" 2>&1 | grep -v Warning > "$OUT/bench.log"
     tail -60 "$OUT/bench.log" ;;

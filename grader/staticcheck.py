@@ -9,7 +9,7 @@ line uses something outside the rules, why, and what to use instead.
 resolved to a dotted path (``F.linear`` -> ``torch.nn.functional.linear``) and
 must be on ``ALLOWED_PATHS`` (or under ``triton.language``); everything else is
 refused by default. The lists were chosen from what the reference solutions
-(``solutions/``), the tutorial-style kernels (``bench/naive/``) and the stubs
+(``solutions/``), the tutorial-style kernels (``calibration/naive/``) and the stubs
 (``assignment/``) use, plus what an honest first-time Triton student would
 write:
 

@@ -59,7 +59,7 @@ def _utils_imports(path: Path) -> set[str]:
             and n.module == "utils" for a in n.names}
 
 
-@pytest.mark.parametrize("folder", ["solutions", "bench/naive", "assignment"])
+@pytest.mark.parametrize("folder", ["solutions", "calibration/naive", "assignment"])
 def test_kernel_files_use_only_the_students_utils(folder):
     """The grader stages each kernel file next to assignment/utils.py: what a
     kernel file imports from .utils must be there, and utils.py holds only the

@@ -279,7 +279,7 @@ return torch.zeros(args[0].shape[0], args[1].shape[1], dtype=torch.float16)
     'b"x" * (4 << 20)',                               # an endless line
 ], ids=["forged-ok", "deep-nesting", "wrong-types", "wrong-evidence", "huge-line"])
 def test_poisoned_replies_cost_the_task_only(tmp_path, line):
-    naive = (Path(__file__).resolve().parent.parent / "bench" / "naive" / "dds.py").read_text()
+    naive = (Path(__file__).resolve().parent.parent / "calibration" / "naive" / "dds.py").read_text()
     result = _graded_untouched(tmp_path, {"w8a8": _write_reply(line), "dds": naive})
     tasks = {t.task: t for t in result.tasks}
     assert tasks["w8a8"].score == 0

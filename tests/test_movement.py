@@ -1,5 +1,5 @@
 """Data movement counted in the Triton interpreter: exact on kernels whose counts
-are known by hand, telling on the reference against bench/naive, and only
+are known by hand, telling on the reference against calibration/naive, and only
 feedback in the grader (a forged count cannot crash the report or change a score)."""
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def test_the_interpreter_is_restored_even_when_the_kernel_raises():
     assert before == after
 
 
-# ---- The reference against bench/naive, at the rubric's shapes, as the grader names them.
+# ---- The reference against calibration/naive, at the rubric's shapes, as the grader names them.
 
 def _kernel(folder, task: str, tmp_path):
     """``folder``/<task>.py imported as the grader stages it (with the trusted helpers)."""
@@ -177,7 +177,7 @@ WEIGHT = {"w8a8": "qweight_t", "w4a16": "qweight", "dds": "weight_bsr.values"}
 def test_the_naive_kernels_reread_the_weight_more_than_the_reference(task, tmp_path):
     shape = load_rubric().tasks[task].movement_shape
     ref = _counted(_kernel(ROOT / "solutions", task, tmp_path), task, shape)
-    naive = _counted(_kernel(ROOT / "bench" / "naive", task, tmp_path), task, shape)
+    naive = _counted(_kernel(ROOT / "calibration" / "naive", task, tmp_path), task, shape)
     w = WEIGHT[task]
     ref_times, naive_times = (r[w]["read"] / r[w]["minimum"] for r in (ref, naive))
     for r in (ref, naive):

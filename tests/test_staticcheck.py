@@ -22,7 +22,7 @@ from grader.staticcheck import MAX_SOURCE_BYTES, Finding, check_source
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "static"
-LEGIT = [p for d in ("assignment", "solutions", "bench/naive") for p in sorted((ROOT / d).glob("*.py"))
+LEGIT = [p for d in ("assignment", "solutions", "calibration/naive") for p in sorted((ROOT / d).glob("*.py"))
          if p.name in ("w8a8.py", "w4a16.py", "dds.py")]
 
 HEADER = "import torch\nimport triton\nimport triton.language as tl\nimport os\nimport functools\nimport typing\n"

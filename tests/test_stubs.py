@@ -11,7 +11,7 @@
   kernels do: a stub into which either is pasted fails this test.
 - Every stub raises NotImplementedError naming its task and its file.
 - Every stub's scaffold is sound: with the tutorial-style kernel body of
-  bench/naive/ spliced in (the two share the kernel's signature) and the
+  calibration/naive/ spliced in (the two share the kernel's signature) and the
   ``raise`` removed, the stub's wrapper computes the grader's reference.
 """
 
@@ -147,17 +147,17 @@ def test_stub_gives_nothing_away(task):
 @pytest.mark.parametrize("task", TASKS)
 def test_a_pasted_reference_or_tutorial_kernel_is_caught(task):
     """Each solution and each tutorial-style kernel, pasted into a stub, fails the check above."""
-    for tree in ("solutions", "bench/naive"):
+    for tree in ("solutions", "calibration/naive"):
         found = give_aways((ROOT / tree / f"{task}.py").read_text())
         assert any(" calls tl.load" in f for f in found), f"{tree}/{task}.py: {found}"
         assert any(" calls tl.dot" in f or "with @" in f for f in found), f"{tree}/{task}.py: {found}"
         assert any(" calls tl.store" in f for f in found), f"{tree}/{task}.py: {found}"
         assert any("has a loop" in f for f in found), f"{tree}/{task}.py: {found}"
     if task == "w8a8":  # the rounding constant, in both
-        for tree in ("solutions", "bench/naive"):
+        for tree in ("solutions", "calibration/naive"):
             assert any("round-half-to-even" in f for f in give_aways((ROOT / tree / "w8a8.py").read_text()))
     if task == "w4a16":  # the unpacking shift (tutorial) and the fp16 bit trick (reference)
-        assert any("bit 31" in f for f in give_aways((ROOT / "bench/naive/w4a16.py").read_text()))
+        assert any("bit 31" in f for f in give_aways((ROOT / "calibration/naive/w4a16.py").read_text()))
         assert any("fp16 bits" in f for f in give_aways((ROOT / "solutions/w4a16.py").read_text()))
 
 
@@ -200,9 +200,9 @@ def test_stub_raises_not_implemented_naming_task_and_file(task, shape):
 # ------------------------------------------------- the scaffold is sound
 
 def _splice(task: str) -> str:
-    """The stub with bench/naive's kernel body (and module constants) and without its raise."""
+    """The stub with calibration/naive's kernel body (and module constants) and without its raise."""
     stub = (ROOT / "assignment" / f"{task}.py").read_text()
-    naive = (ROOT / "bench" / "naive" / f"{task}.py").read_text()
+    naive = (ROOT / "calibration" / "naive" / f"{task}.py").read_text()
     stub_tree, naive_tree = ast.parse(stub), ast.parse(naive)
 
     def kernel(tree):

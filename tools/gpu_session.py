@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SUBMISSIONS = {"reference": "solutions", "naive": "bench/naive"}
+SUBMISSIONS = {"reference": "solutions", "naive": "calibration/naive"}
 
 
 def _grade(name: str, path: str, out: Path, env: dict | None = None) -> dict:
