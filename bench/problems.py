@@ -1,16 +1,16 @@
 """Random problem instances for the benchmark and the config sweep: the
-grader's own generator (grader/harness/inputs.py), moved to the GPU."""
+grader's own inputs (each task's make_inputs, grader/tasks/), on the GPU."""
 
 from __future__ import annotations
 
 import random
 
-from grader.harness.inputs import make_inputs
+from grader.tasks import get
 
 
 def _problem(task: str, shape, **options):
     """(kernel arguments..., fp16 weight [N, K]) with fresh random values on the GPU."""
-    args, extras = make_inputs(task, shape, options, random.randrange(2**31), "cuda")
+    args, extras = get(task).make_inputs(shape, options, random.randrange(2**31), "cuda")
     return (*args, extras["weight"])
 
 

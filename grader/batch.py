@@ -68,19 +68,6 @@ FORCE_MARKER = ".force-pending"  # in OUT while a --force run has not completed
 _HASH = re.compile(r"[0-9a-f]{6,64}")
 STOP_SIGNALS = tuple(getattr(signal, s) for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s))
 
-CSV_FLAGS = {  # flag column value -> words that mark it in a report's task summaries and flags
-    "not_implemented": "not implemented",
-    "import_error": "could not be imported",
-    "timeout": "time limit exceeded",
-    "crashed": "crashed",
-    "exited_early": "exited early",
-    "no_triton_kernel": "no Triton kernel",
-    "library_matmul": "library matmul",
-    "forbidden_code": "forbidden code",
-    "inputs_modified": "inputs modified",
-    "missing_file": "not found in the submission",
-    "unreadable": "submission unreadable",
-}
 _FLAG_KIND = re.compile(r"[a-z][a-z0-9_]{0,39}")
 CSV_FIELDS_HEAD = ["student", "original_name", "total", "max", "correctness", "bonus", "performance"]
 CSV_FIELDS_TAIL = ["flags", "partial", "seed", "device", "graded_at", "rubric_hash", "error"]
@@ -425,11 +412,15 @@ def load_report(path: Path) -> dict:
         flags = _items(t.get("flags", []), f"tasks[{i}].flags")
         out["tasks"].append({"task": _text(t.get("task"), f"tasks[{i}].task"),
                              "score": _num(t.get("score"), f"tasks[{i}].score"),
-                             "summary": _text(t.get("summary", ""), f"tasks[{i}].summary"),
-                             "flags": [f if isinstance(f, dict) else _text(f, f"tasks[{i}].flags")
-                                       for f in flags]})
-    out["notes"] = [_text(n, "notes") for n in _items(data.get("notes", []), "notes")]
+                             "status": _text(t.get("status", "ok"), f"tasks[{i}].status"),
+                             "flags": [_flag(f, f"tasks[{i}].flags") for f in flags]})
     return out
+
+
+def _flag(value, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise BadReport(f"{what} holds a flag that is not a record")
+    return value
 
 
 def _report_hash(data: dict) -> str | None:
@@ -439,20 +430,14 @@ def _report_hash(data: dict) -> str | None:
 
 
 def _flags(report: dict) -> list[str]:
-    """Flag names for the CSV: the ``kind`` of flag records where a report has
-    them, plus the words of CSV_FLAGS found in its sentences (older reports)."""
-    kinds, text = [], list(report["notes"])
+    """Flag names for the CSV, read from data only: each task's ``status`` kind
+    when it is not "ok" (not_implemented, timeout, ...) and the ``kind`` of its
+    flag records (library_matmul, ...)."""
+    kinds = []
     for task in report["tasks"]:
-        text.append(task["summary"])
-        for f in task["flags"]:
-            kind = f.get("kind") if isinstance(f, dict) else None
-            if isinstance(kind, str) and _FLAG_KIND.fullmatch(kind):
-                kinds.append(kind)
-            elif isinstance(f, str):
-                text.append(f)
-    joined = " ".join(text)
-    kinds += [flag for flag, words in CSV_FLAGS.items() if words in joined]
-    return list(dict.fromkeys(kinds))
+        kinds.append(task["status"])
+        kinds += [f.get("kind") for f in task["flags"]]
+    return list(dict.fromkeys(k for k in kinds if isinstance(k, str) and k != "ok" and _FLAG_KIND.fullmatch(k)))
 
 
 def _row(entry: Entry, report: dict, tasks: list[str]) -> dict:

@@ -1,4 +1,11 @@
-"""Compare a submission's output with the reference and say what differs."""
+"""Compare a submission's output with the reference and say what differs.
+
+The rule, the same for every task (docs/grading.md), with each task's
+tolerance and sanity bound from its module in grader/tasks/:
+
+    |out - ref| <= tol * (|ref| + rms(ref)) [+ slack]    elementwise, against the exact reference
+    ||out - x W^T|| / ||x W^T|| <= sanity                 against the unquantized fp16 layer
+"""
 
 from __future__ import annotations
 
@@ -6,16 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-# |out - ref| <= TOL * (|ref| + rms(ref)), elementwise. W8A8 accumulates
-# exactly, so only the fp16 rounding of the result can differ: one fp16 ulp is
-# <= 2**-10 relative. W4A16 and DDS add fp32 accumulation order and, for a
-# weight dequantized in fp16, one more rounding of each weight: 2e-3 is about
-# four fp16 ulps, ten times less than any real bug (a wrong nibble or block
-# is an O(1) error).
-TOLERANCE = {"w8a8": 1e-3, "w4a16": 2e-3, "dds": 2e-3}
-# Looser check against the unquantized fp16 layer, ||y - x W^T|| / ||x W^T||:
-# int8 rounds to 1/255 of the range, int4 to 1/15 of it.
-SANITY = {"w8a8": 0.05, "w4a16": 0.35, "dds": 0.01}
+from .tasks import get
 
 
 @dataclass
@@ -34,17 +32,14 @@ def _indices(mask: torch.Tensor, limit: int = 5) -> list[tuple[int, ...]]:
 def reference_and_slack(task: str, args):
     """The exact reference on ``args`` and the extra deviation every faithful
     kernel may need there (W8A8: ambiguous roundings; None for the others)."""
-    from .references import REFERENCES, w8a8_rounding_slack
-
-    ref = REFERENCES[task](*args)
-    return ref, (w8a8_rounding_slack(*args) if task == "w8a8" else None)
+    return get(task).reference_and_slack(args)
 
 
 def allowed_error(ref: torch.Tensor, task: str, slack: torch.Tensor | None = None) -> torch.Tensor:
     """Per element, how far an output may be from ``ref`` (float64): the rule of
     docs/grading.md, in one place for the check and the diagnosis."""
     r = ref.double()
-    tol = TOLERANCE[task]
+    tol = get(task).tolerance
     rms = float(r.pow(2).mean().sqrt()) if r.numel() else 0.0
     bound = tol * (r.abs() + rms)
     if slack is not None:
@@ -78,7 +73,7 @@ def check_output(out, ref: torch.Tensor, task: str, expected_shape: tuple[int, i
         n = int(nonfinite.sum())
         return Check(False, f"{n} of {y.numel()} output elements are NaN or Inf, first at "
                             f"{_indices(nonfinite)}", bad=n)
-    tol = TOLERANCE[task]
+    tol = get(task).tolerance
     rms = float(r.pow(2).mean().sqrt()) if r.numel() else 0.0
     err = (y - r).abs()
     bound = allowed_error(r, task, slack)
@@ -106,7 +101,7 @@ def check_sanity(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, task:
         ok = float(out.double().abs().max()) == 0.0 if out.numel() else True
         return Check(ok, "fp16 layer output is all zero" + ("" if ok else "; the kernel's is not"))
     rel = float((out.to(ref.device).double() - ref).norm()) / norm
-    limit = SANITY[task]
+    limit = get(task).sanity
     ok = rel <= limit
     return Check(ok, f"relative error vs the fp16 nn.Linear {rel:.3g} (limit {limit:g})"
                  + ("" if ok else ": the result is not the layer's output"))

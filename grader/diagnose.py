@@ -12,6 +12,11 @@ the trusted side, on the reference's device, and never raises. Each signature
 costs a few tensor operations; the dearest (W8A8's rounding slack, a W4A16 or
 DDS hypothesis) is one matrix product of the reference's size.
 
+The generic signatures (rows or columns never stored, NaN along an edge, a
+wrong scale) live here; each task's own (W4A16's unsigned unpacking, DDS's
+transposed blocks, ...) and their texts live in its module in grader/tasks/,
+run at the stage the task names (``Task.signatures``).
+
 Bug variants that show each signature live in tests/variants/;
 tests/test_variants.py checks that every signature names its bug's cause and
 no other, and that no faithful kernel and no reference solution gets one.
@@ -23,17 +28,17 @@ from dataclasses import dataclass
 
 import torch
 
-from .compare import TOLERANCE, allowed_error, reference_and_slack
-from .references import REFERENCES, unpack_int4, w8a8_rounding_slack
+from .compare import allowed_error
+from .tasks import TASKS, Task, get
 
-# Handout sections the causes point to: headings of handout.md (a test checks them).
+# Handout sections the generic causes point to: headings of handout.md (a test checks them).
 QUANTIZATION = "2. Quantization in one page"
 TRITON = "3. Triton in one page"
-W8A8, W4A16, DDS = "Task 1: W8A8", "Task 2: W4A16", "Task 3: DDS"
 
-# Every cause the grader can print: id -> (text, handout section). The
-# troubleshooting table of handout.md quotes each text (a test checks it).
-CAUSES = {
+# The causes every task can show: id -> (text, handout section; None: the
+# task's). The troubleshooting table of handout.md quotes each text, and each
+# task's own (a test checks it).
+GENERIC_CAUSES = {
     "nothing_stored": ("the output was never stored (all NaN or 0): an empty grid, or a store that is "
                        "masked off", TRITON),
     "rows_not_stored": ("output row(s) {rows} never stored (every value there is wrong, every other row "
@@ -43,42 +48,41 @@ CAUSES = {
     "k_tail_mask": ("a missing K-tail mask: only the last row is NaN, as when the last K tile of x is "
                     "loaded without its mask and reads past the end of x", TRITON),
     "edge_mask": ("NaN only along {where}: a load on a ragged edge without its mask", TRITON),
-    "ties": ("rounding mode: the errors come only from elements where x / s is exactly k + 0.5; round "
-             "half to even (torch.round), not half away from zero", QUANTIZATION),
-    "clamp": ("no clamp: the errors come only from elements where x / s lies outside [-128, 127]; clamp "
-              "before the conversion to int8, which wraps around", W8A8),
     "scale": ("a wrong or missing scale: {how}", None),
-    "unsigned_unpack": ("unsigned int4 unpacking: exactly the error of every negative weight read as "
-                        "q + 16; unpack signed (shift left, then arithmetic shift right)", W4A16),
-    "nibble_order": ("nibble order: weight k = 8r + j is in bits 4j..4j+3 of word r (the lowest k in the "
-                     "lowest nibble); the kernel reads them the other way round", W4A16),
-    "group_scale": ("group-wise scales: each column looks scaled by one scale for all of K; weight k "
-                    "needs scales[k // group_size, n]", W4A16),
-    "transposed_block": ("each 32x32 block is used transposed: values[b][r, c] is W[32i + r, 32j + c]; "
-                         "the dot wants it as [k, n]", DDS),
-    "empty_block_rows": ("the outputs of empty block rows are {how}: a block row with no stored blocks "
-                         "must still write zeros", DDS),
-    "block_loop_tail": ("a missing tail mask in the block loop: only block rows whose number of stored "
-                        "blocks is not a multiple of {step} are wrong", DDS),
 }
-SECTION = {"w8a8": W8A8, "w4a16": W4A16, "dds": DDS}
 
-# A hypothesis "the kernel computed pred" holds when every element is this
-# close to pred, in units of the task's tolerance: a buggy kernel's own fp16
-# and accumulation rounding, nothing more.
-MATCH = 4.0
-BSR = 32
+
+def cause_texts() -> dict[str, tuple[str, str | None]]:
+    """Every cause the grader can print: id -> (text, handout section or None)."""
+    texts = dict(GENERIC_CAUSES)
+    for task in TASKS.values():
+        texts.update(task.causes)
+    return texts
 
 
 @dataclass(frozen=True)
 class Cause:
-    id: str      # a key of CAUSES
+    id: str      # a key of cause_texts()
     line: str    # what the report prints
 
 
-def _cause(task: str, cause_id: str, **fields) -> Cause:
-    text, section = CAUSES[cause_id]
-    section = section or (QUANTIZATION if task == "w8a8" else SECTION[task])
+@dataclass(frozen=True)
+class Failure:
+    """A failed check, as every signature sees it (float64 on the reference's device)."""
+    task: Task
+    y: torch.Tensor        # the kernel's output
+    ref: torch.Tensor      # the exact reference
+    bad: torch.Tensor      # bool: exactly what grader.compare rejects
+    bound: torch.Tensor    # the allowed error per element
+    blank: torch.Tensor    # bool: looks never written (NaN, or 0 where the reference is not)
+    finite: torch.Tensor   # bool
+    args: tuple            # the kernel's arguments
+
+
+def _cause(task: Task, cause_id: str, fields: dict) -> Cause:
+    text, section = {**GENERIC_CAUSES, **task.causes}[cause_id]
+    if section is None:
+        section = (task.scale_section if cause_id == "scale" else None) or task.handout_section
     return Cause(cause_id, f'likely cause: {text.format(**fields)} (handout: "{section}")')
 
 
@@ -95,26 +99,25 @@ def likely_cause(task: str, out, args: tuple, ref: torch.Tensor | None = None) -
 def diagnose(task: str, out, args: tuple, ref: torch.Tensor | None = None) -> Cause | None:
     """The ``Cause`` behind a failed check, or None (no known signature, or nothing failed)."""
     try:
-        return _diagnose(task, out, args, ref)
+        return _diagnose(get(task), out, args, ref)
     except Exception:  # noqa: BLE001 - a hint must never break grading
         return None
 
 
-def _diagnose(task, out, args, ref):
-    if task not in SECTION or not isinstance(out, torch.Tensor) or out.layout != torch.strided:
+def _diagnose(task: Task, out, args, ref):
+    if not isinstance(out, torch.Tensor) or out.layout != torch.strided:
         return None
     if ref is None:
-        ref, slack = reference_and_slack(task, args)
+        ref, slack = task.reference_and_slack(args)
     else:
-        slack = w8a8_rounding_slack(*args) if task == "w8a8" else None
+        slack = task.slack(*args) if task.slack else None
     if out.dim() != 2 or tuple(out.shape) != tuple(ref.shape) or out.numel() == 0:
         return None
     r = ref.double()
     y = out.to(r.device).double()
     finite = torch.isfinite(y)
-    tol = TOLERANCE[task]
     rms = float(r.pow(2).mean().sqrt())
-    bound = allowed_error(r, task, slack)
+    bound = allowed_error(r, task.name, slack)
     bad = ~finite | ((y - r).abs() > bound)  # exactly what grader.compare rejects
     if not bool(bad.any()):
         return None
@@ -122,22 +125,24 @@ def _diagnose(task, out, args, ref):
     # with NaN (torch.use_deterministic_algorithms), 0 or a stale value
     # otherwise; a 0 where the reference is 0 too is no evidence either way.
     blank = ~finite | ((y == 0) & (r != 0))
-    # Most specific first: whole empty block rows, whole rows, the exact
-    # product of a known misreading; then patterns another bug could imitate.
+    f = Failure(task, y, r, bad, bound, blank, finite, args)
+    # Most specific first: the task's layout checks (whole empty block rows),
+    # whole rows, the exact product of a known misreading; then patterns
+    # another bug could imitate.
+    stage = task.signatures.get
     checks = [
-        lambda: _empty_block_rows(y, bad, blank, args, strict=True) if task == "dds" else None,
-        lambda: _blank_rows(task, y, r, bad, blank, finite),
-        lambda: _specific(task, y, r, bad, bound, args),
-        lambda: _empty_block_rows(y, bad, blank, args, strict=False) if task == "dds" else None,
-        lambda: _block_loop_tail(y, bad, finite, args) if task == "dds" else None,
-        lambda: _blank_cols(task, y, r, bad, blank),
-        lambda: _nan_band(task, y, bad, finite),
-        lambda: _scale(task, y, r, finite, rms),
+        *stage("first", ()),
+        _blank_rows,
+        *stage("specific", ()),
+        *stage("late", ()),
+        _blank_cols,
+        _nan_band,
+        lambda f: _scale(f, rms),
     ]
     for check in checks:
-        cause = check()
-        if cause:
-            return cause
+        found = check(f)
+        if found:
+            return _cause(task, *found)
     return None
 
 
@@ -172,187 +177,49 @@ def _unwritten(bad, blank, nonzero, lines):
     return not bool(expected.any()) or float(bad[lines][expected].double().mean()) >= 0.9
 
 
-def _blank_rows(task, y, r, bad, blank, finite):
+def _blank_rows(f: Failure):
     """Whole rows never written, or the last row poisoned by a read past the end of x."""
-    M = y.shape[0]
-    bad_rows = bad.any(1)
-    if not _unwritten(bad, blank, r != 0, bad_rows):
+    M = f.y.shape[0]
+    bad_rows = f.bad.any(1)
+    if not _unwritten(f.bad, f.blank, f.ref != 0, bad_rows):
         return None
     if bool(bad_rows.all()):
-        return _cause(task, "nothing_stored")
+        return "nothing_stored", {}
     rows = bad_rows.nonzero().flatten()
-    if task != "dds" and rows.tolist() == [M - 1] and not bool(finite[M - 1].any()):
+    if f.task.ragged_k and rows.tolist() == [M - 1] and not bool(f.finite[M - 1].any()):
         # A K-tail read past the end of a row only leaves x in the last row;
         # the other rows read their neighbour, which meets a zero weight.
-        return _cause(task, "k_tail_mask")
-    return _cause(task, "rows_not_stored", rows=_span(rows))
+        return "k_tail_mask", {}
+    return "rows_not_stored", {"rows": _span(rows)}
 
 
-def _blank_cols(task, y, r, bad, blank):
-    bad_cols = bad.any(0)
-    if not _unwritten(bad.t(), blank.t(), (r != 0).t(), bad_cols):
+def _blank_cols(f: Failure):
+    bad_cols = f.bad.any(0)
+    if not _unwritten(f.bad.t(), f.blank.t(), (f.ref != 0).t(), bad_cols):
         return None
-    return _cause(task, "cols_not_stored", cols=_span(bad_cols.nonzero().flatten()))
+    return "cols_not_stored", {"cols": _span(bad_cols.nonzero().flatten())}
 
 
-def _nan_band(task, y, bad, finite):
+def _nan_band(f: Failure):
     """NaN, with every failure in a band along the last rows or the last columns."""
-    if bool(finite.all()):
+    if bool(f.finite.all()):
         return None
-    M, N = y.shape
-    first_row = int(bad.any(1).nonzero()[0])
-    first_col = int(bad.any(0).nonzero()[0])
+    M, N = f.y.shape
+    first_row = int(f.bad.any(1).nonzero()[0])
+    first_col = int(f.bad.any(0).nonzero()[0])
     if 0 < first_row and first_row >= M - 64:
         where = f"the last {M - first_row} row(s)"
     elif 0 < first_col and first_col >= N - 64:
         where = f"the last {N - first_col} column(s)"
     else:
         return None
-    return _cause(task, "edge_mask", where=where)
+    return "edge_mask", {"where": where}
 
 
-def _block_counts(y, args):
-    return args[1].crow_indices().to(y.device).diff()
-
-
-def _group_bad(y, bad):
-    """[N // 32] bool: whether the 32 output columns of each block row hold a failure."""
-    return bad.view(y.shape[0], -1, BSR).any(2).any(0)
-
-
-def _empty_block_rows(y, bad, blank, args, strict: bool):
-    """DDS: failures only in the outputs of empty block rows.
-
-    ``strict``: exactly those outputs fail, every one of them (never stored
-    into NaN-filled memory). Otherwise failures anywhere inside them
-    only, as when they hold stale memory with a right 0 here and there.
-    """
-    if y.shape[1] % BSR:
-        return None
-    empty = _block_counts(y, args) == 0
-    group_bad = _group_bad(y, bad)
-    if not bool(group_bad.any()) or bool((group_bad & ~empty).any()):
-        return None
-    groups = y.shape[0], -1, BSR
-    if strict and not (torch.equal(group_bad, empty) and bool(bad.view(groups)[:, empty].all())):
-        return None
-    how = "never stored" if bool(blank.view(groups)[:, empty].all()) else "wrong or never stored"
-    return _cause("dds", "empty_block_rows", how=how)
-
-
-def _block_loop_tail(y, bad, finite, args):
-    """DDS: exactly the block rows whose block count is not a multiple of a step fail.
-
-    Evidence that the count matters, not just which rows hold blocks: a
-    non-empty row with a multiple of ``step`` blocks is right, or the last
-    non-empty row is all NaN (its last step read past the end of the blocks).
-    """
-    if y.shape[1] % BSR:
-        return None
-    count = _block_counts(y, args)
-    group_bad = _group_bad(y, bad)
-    nonempty = (count > 0).nonzero().flatten()
-    if nonempty.numel() == 0:
-        return None
-    last = int(nonempty[-1])
-    last_nan = not bool(finite.view(y.shape[0], -1, BSR)[:, last].any())
-    for step in (2, 4, 8):
-        ragged = count % step != 0
-        evidence = bool(((count > 0) & ~ragged).any()) or (bool(ragged[last]) and last_nan)
-        if evidence and torch.equal(group_bad, ragged):
-            return _cause("dds", "block_loop_tail", step=step)
-    return None
-
-
-# ------------------------------------------------ what the kernel computed
-
-def _matches(y, pred, tol) -> bool:
-    """Whether ``y`` is ``pred`` up to a kernel's rounding (MATCH x the task's tolerance)."""
-    if not bool(torch.isfinite(y).all()):
-        return False
-    rms = float(pred.pow(2).mean().sqrt())
-    return bool(((y - pred).abs() <= MATCH * tol * (pred.abs() + rms)).all())
-
-
-def _specific(task, y, r, bad, bound, args):
-    if task == "w8a8":
-        return _w8a8_rounding(y, r, bad, bound, args) or _w8a8_missing_scale(y, r, args)
-    if task == "w4a16":
-        return _w4a16_weights(y, r, args)
-    return _dds_blocks(y, args)
-
-
-def _w8a8_missing_scale(y, r, args):
-    """The product without one of the two scales (any M, where the pattern fit of ``_scale`` needs rows)."""
-    _, _, input_scale, weight_scale = args
-    tol = TOLERANCE["w8a8"]
-    if _matches(y, r / weight_scale.double().t(), tol):
-        return _cause("w8a8", "scale", how="the weight scale is not applied")
-    if _matches(y, r / input_scale.double(), tol):
-        return _cause("w8a8", "scale", how="the per-token scale is not applied")
-    return None
-
-
-def _w8a8_rounding(y, r, bad, bound, args):
-    """Errors that only the elements of x at exact ties, or outside the int8 range, can explain."""
-    x, qweight_t, input_scale, weight_scale = args
-    t = x.float() / input_scale
-    wq = qweight_t.double().abs()
-    scale = input_scale.double() * weight_scale.double().t()
-    failing = bad & torch.isfinite(y)
-    if not bool(failing.any()) or bool((bad & ~failing).any()):
-        return None
-    err = (y - r).abs()[failing]
-    ties = t == torch.floor(t) + 0.5
-    if bool(ties.any()):
-        step = (ties.double() @ wq) * scale  # one quantization step per tie
-        if bool((err <= (bound + 1.01 * step)[failing]).all()):
-            return _cause("w8a8", "ties")
-    outside = (t <= -128.5) | (t >= 127.5)  # round(t) leaves [-128, 127]
-    if bool(outside.any()):
-        wrapped = (outside.double() @ wq) * scale * 256  # a wrapped int8 is off by up to 256 steps
-        if bool((err <= (bound + 1.01 * wrapped)[failing]).all()):
-            return _cause("w8a8", "clamp")
-    return None
-
-
-def _w4a16_weights(y, r, args):
-    """The product with a plausibly misread weight: unsigned nibbles, reversed nibbles, one scale for all K."""
-    x, qweight, scales = args
-    q = unpack_int4(qweight).double()  # [N, K]
-    N, K = q.shape
-    s = scales.double().repeat_interleave(K // scales.shape[0], dim=0).t()  # [N, K]
-    xd = x.double()
-    tol = TOLERANCE["w4a16"]
-    if _matches(y, r + 16.0 * (xd @ ((q < 0).double() * s).t()), tol):
-        return _cause("w4a16", "unsigned_unpack")
-    flipped = q.reshape(N, K // 8, 8).flip(-1).reshape(N, K)
-    if _matches(y, xd @ (flipped * s).t(), tol):
-        return _cause("w4a16", "nibble_order")
-    unscaled = xd @ q.t()
-    if _matches(y, unscaled, tol):
-        return _cause("w4a16", "scale", how="the scale is not applied")
-    if scales.shape[0] > 1:
-        c = (y * unscaled).sum(0) / unscaled.pow(2).sum(0).clamp_min(1e-300)  # best scale per column
-        if _matches(y, unscaled * c, tol):
-            return _cause("w4a16", "group_scale")
-    return None
-
-
-def _dds_blocks(y, args):
-    """The product with every stored 32x32 block transposed."""
-    x, bsr = args
-    blocks = torch.sparse_bsr_tensor(bsr.crow_indices(), bsr.col_indices(), bsr.values().transpose(1, 2),
-                                     size=bsr.shape, check_invariants=False)
-    pred = x.double() @ blocks.to_dense().double().t()
-    if _matches(y, pred.to(y.device), TOLERANCE["dds"]):
-        return _cause("dds", "transposed_block")
-    return None
-
-
-def _scale(task, y, r, finite, rms):
+def _scale(f: Failure, rms: float):
     """y = ref * f[m, n] with log f[m, n] = a[m] + b[n], f not 1: a wrong or missing scale."""
-    use = finite & (r.abs() > 0.5 * rms)
+    y, r = f.y, f.ref
+    use = f.finite & (r.abs() > 0.5 * rms)
     if not bool(use.any()):
         return None
     ratio = y / torch.where(use, r, torch.ones_like(r))
@@ -372,8 +239,7 @@ def _scale(task, y, r, finite, rms):
     rows = bool((a - a.median()).abs().max() > 0.01)
     cols = bool((b - b.median()).abs().max() > 0.01)
     if cols and not rows:
-        how = ("each output column is off by its own constant factor; check the "
-               + ("weight scale" if task == "w8a8" else "scale's index or group"))
+        how = f"each output column is off by its own constant factor; check the {f.task.column_scale_hint}"
     elif rows and not cols:
         how = "each output row is off by its own constant factor; check the per-token scale"
     elif rows or cols:
@@ -382,4 +248,4 @@ def _scale(task, y, r, finite, rms):
         how = "every output element is off by the same constant factor"
     else:
         return None
-    return _cause(task, "scale", how=how)
+    return "scale", {"how": how}

@@ -1,15 +1,28 @@
-"""Verdicts on what the harness measured. Runs in the trusted grading process only."""
+"""Verdicts on what the harness brought back (grader/runs.py). Trusted side only.
+
+``judge(runs, rubric)`` runs pytest over grader/tests/test_kernels.py, one
+test per rubric entry: each test asks ``verdict()`` for its entry and asserts
+it. pytest-json-report's output is then read back: a test's outcome and its
+recorded verdict are what the scores are made of (grader/scoring.py), so a
+verdict is reached exactly once, inside its test. A test that pytest could not
+run or that broke is that entry's grader error, never a missing line.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
-from dataclasses import dataclass, field
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
-from .compare import check_sanity, check_task_output, reference_and_slack
-from .diagnose import likely_cause
 from .harness.measure import CallResult, Timing
-from .rubric import TestSpec
+from .rubric import Rubric, Settings, TestSpec
+from .runs import Draw, Runs, TaskRun, problem
 from .tracebacks import explain_error, final_exception
+
+TESTS_DIR = Path(__file__).with_name("tests")
 
 
 @dataclass
@@ -21,38 +34,48 @@ class Verdict:
     details: dict = field(default_factory=dict)
 
 
+@dataclass
+class TaskJudgment:
+    """What voids a task as a whole, and its one-line state for the reports."""
+    problems: list[dict]   # problem() records: why the task gets no points
+    status: str            # a kind: ok, not_implemented, missing_file, import_error, timeout, ...
+    summary: str           # the sentence a student reads
+
+
+@dataclass
+class Judgment:
+    tests: dict[str, Verdict]
+    tasks: dict[str, TaskJudgment]
+
+
 def not_run(why: str) -> Verdict:
     return Verdict(False, f"not run: {why}", None)
 
 
-def flag(kind: str, detail: str) -> dict:
-    """A reason that voids a whole task, as data: ``kind`` (stable, for the class
-    CSV and scripts) and ``detail`` (the sentence a student reads)."""
-    return {"kind": kind, "detail": detail}
+# ----------------------------------------------------------------------------- whole tasks
 
-
-def task_flags(results: list[tuple[str, CallResult]]) -> list[dict]:
+def task_flags(calls: list[tuple[str, CallResult]]) -> list[dict]:
     """Reasons that void the whole task, from the worker's own evidence.
 
     The worker could hide such evidence, never invent points with it: these
     flags can only take points away (docs/integrity.md).
     """
     flags = []
-    for name, r in results:
+    for name, r in calls:
         ev = r.evidence
         if ev.get("library_matmuls"):
-            flags.append(flag("library_matmul", f"library matmul: {name} ran PyTorch op(s) "
-                              f"{ev['library_matmuls']} instead of computing the product in Triton"))
+            flags.append(problem("library_matmul", f"library matmul: {name} ran PyTorch op(s) "
+                                 f"{ev['library_matmuls']} instead of computing the product in Triton"))
         if r.status == "ok" and not ev.get("own_launches"):
             foreign = ev.get("foreign_launches") or []
-            flags.append(flag("no_triton_kernel", f"no Triton kernel: {name} launched no Triton kernel of "
-                              "the submission" + (f" (only {foreign})" if foreign else "")))
+            flags.append(problem("no_triton_kernel", f"no Triton kernel: {name} launched no Triton kernel of "
+                                 "the submission" + (f" (only {foreign})" if foreign else "")))
         if ev.get("oversized_ops"):
-            flags.append(flag("computed_outside_triton", f"computed outside Triton: {name} built PyTorch "
-                              f"tensors larger than any input or output: {ev['oversized_ops'][:3]}"))
+            flags.append(problem("computed_outside_triton", f"computed outside Triton: {name} built PyTorch "
+                                 f"tensors larger than any input or output: {ev['oversized_ops'][:3]}"))
         if r.inputs_modified:
-            flags.append(flag("inputs_modified", f"inputs modified: {name} wrote into input(s) "
-                              f"{r.inputs_modified}"))
+            flags.append(problem("inputs_modified", f"inputs modified: {name} wrote into input(s) "
+                                 f"{r.inputs_modified}"))
     seen, unique = set(), []
     for f in flags:  # one line per kind of problem is enough
         if f["kind"] not in seen:
@@ -61,58 +84,71 @@ def task_flags(results: list[tuple[str, CallResult]]) -> list[dict]:
     return unique
 
 
-def judge_call(spec: TestSpec, result: CallResult, args: tuple, extras: dict) -> Verdict:
-    """Correctness of one checked call against the reference on the same inputs."""
-    if result.status == "gone":
-        return Verdict(False, result.message)
-    if result.status == "error":
+def task_problems(run: TaskRun, file: str) -> list[dict]:
+    """Everything that voids the task: forbidden code, memory errors, then the calls' evidence."""
+    found = []
+    if run.static:
+        found.append(problem("forbidden_code", f"forbidden code in {file}: " + "; ".join(run.static[:5])))
+    if run.memcheck_errors:
+        found.append(problem("memory_errors", f"memory errors: compute-sanitizer reported "
+                             f"{run.memcheck_errors} out-of-bounds or invalid accesses (the printed "
+                             "output below names them)"))
+    return found + task_flags(run.calls)
+
+
+def task_state(run: TaskRun, problems: list[dict]) -> tuple[str, str]:
+    """(status kind, summary) of a task: what a student sees first."""
+    if run.missing:
+        return run.missing["kind"], run.missing["detail"]
+    if run.error:
+        return "grader_error", run.error
+    results = [r for _, r in run.calls]
+    errors = [r.message for r in results if r.status == "error"]
+    if errors and len(errors) == len(results) and all("NotImplementedError" in e for e in errors):
+        return "not_implemented", "not implemented (the stub raises NotImplementedError)"
+    if problems:
+        return problems[0]["kind"], "no points: " + problems[0]["detail"].split(":")[0]
+    if run.stopped:
+        return run.stopped["kind"], run.stopped["detail"]
+    if results and len(errors) == len(results):
+        return "raised", "every call raised an exception"
+    return "ok", "ran to completion"
+
+
+# ----------------------------------------------------------------------------- one test
+
+def _draw_verdict(d: Draw) -> Verdict:
+    if d.status == "error":
         # The first line (the report's table) names the exception; the frame follows.
-        return Verdict(False, f"raised {final_exception(result.message)}\n" + explain_error(result.message))
-    if result.status == "unusable":
-        return Verdict(False, result.message)
-    ref_slack = reference_and_slack(spec.task, args)   # computed once: the check and the diagnosis share it
-    tight = check_task_output(result.output, spec.task, args, ref_slack)
-    details = {"max_abs_err": tight.max_abs_err, "max_rel_err": tight.max_rel_err, "bad_elements": tight.bad}
-    if not tight.passed:
-        cause = likely_cause(spec.task, result.output, args, ref_slack[0])
-        return Verdict(False, tight.message + (f"\n{cause}" if cause else ""), details=details)
-    if result.stray_write:
-        return Verdict(False, "wrote outside its output tensor (a store with a missing mask?)",
-                       details=details)
-    sane = check_sanity(result.output, args[0], extras["weight"], spec.task)
-    if not sane.passed:
-        return Verdict(False, sane.message, details=details)
-    return Verdict(True, f"{tight.message}; {sane.message}", 1.0, details)
+        return Verdict(False, f"raised {final_exception(d.message)}\n" + explain_error(d.message))
+    if d.status != "ok" or d.check is None:   # gone, unusable
+        return Verdict(False, d.message)
+    c = d.check
+    details = {"max_abs_err": c.max_abs_err, "max_rel_err": c.max_rel_err, "bad_elements": c.bad}
+    if not c.passed:
+        return Verdict(False, c.message + (f"\n{d.cause}" if d.cause else ""), details=details)
+    if d.stray_write:
+        return Verdict(False, "wrote outside its output tensor (a store with a missing mask?)", details=details)
+    if d.sanity is None or not d.sanity.passed:
+        return Verdict(False, d.sanity.message if d.sanity else "no sanity check", details=details)
+    return Verdict(True, f"{c.message}; {d.sanity.message}", 1.0, details)
 
 
-def floor_parts(task: str, shape, options: dict) -> dict[str, int]:
-    """Fewest bytes each tensor of a call must move, by argument name (inputs.ARG_NAMES)
-    and "output": every input read once, the output written once."""
-    M, N, K = shape
-    if task == "w8a8":
-        return {"x": 2 * M * K, "qweight_t": N * K, "input_scale": 4 * M, "weight_scale": 4 * N,
-                "output": 2 * M * N}
-    if task == "w4a16":
-        groups = K // (options.get("group_size") or K)
-        return {"x": 2 * M * K, "qweight": N * K // 2, "scales": 2 * groups * N, "output": 2 * M * N}
-    nnz = round(options.get("density", 0.25) * (N // 32) * (K // 32))
-    index = 4 if options.get("index_dtype") == "int32" else 8
-    return {"x": 2 * M * K, "weight_bsr.crow_indices": index * (N // 32 + 1),
-            "weight_bsr.col_indices": index * nnz, "weight_bsr.values": nnz * 32 * 32 * 2,
-            "output": 2 * M * N}
-
-
-def dot_flops_floor(task: str, shape, options: dict) -> int:
-    """FLOPs of the product itself: 2 M N K, over the stored blocks only for DDS."""
-    M, N, K = shape
-    if task == "dds":
-        return 2 * M * 32 * 32 * round(options.get("density", 0.25) * (N // 32) * (K // 32))
-    return 2 * M * N * K
-
-
-def memory_floor_bytes(spec: TestSpec) -> int:
-    """Fewest bytes the call must move: every input read once, the output written once."""
-    return sum(floor_parts(spec.task, spec.shape, spec.options).values())
+def correctness_verdict(spec: TestSpec, run: TaskRun) -> Verdict:
+    case = run.cases.get(spec.name)
+    if case is None or not case.draws:
+        why = run.stopped["detail"] if run.stopped else (run.error or "grader error: the case did not run")
+        return Verdict(False, why)
+    for i, draw in enumerate(case.draws):
+        verdict = _draw_verdict(draw)
+        if not verdict.passed:
+            if i:
+                verdict.message = ("the first call passed, the second on fresh inputs failed "
+                                   "(does the kernel keep state between calls?): " + verdict.message)
+            return verdict
+    if case.compile_error:
+        return Verdict(False, "passed in the interpreter, but " + case.compile_error)
+    return verdict
 
 
 def ratio_fraction(spec: TestSpec, ratio: float) -> float:
@@ -120,7 +156,7 @@ def ratio_fraction(spec: TestSpec, ratio: float) -> float:
     return min(1.0, max(0.0, frac))
 
 
-def judge_timing(spec: TestSpec, timing: Timing, bandwidth_gbs: float) -> Verdict:
+def timing_verdict(spec: TestSpec, timing: Timing, bandwidth_gbs: float, settings: Settings) -> Verdict:
     """Score from the ratio of the baseline's per-call time to the kernel's."""
     t = statistics.median(timing.kernel_ms)
     base = statistics.median(timing.baseline_ms)
@@ -130,9 +166,9 @@ def judge_timing(spec: TestSpec, timing: Timing, bandwidth_gbs: float) -> Verdic
                "cuda_graph": timing.graph}
     if timing.wrong:
         return Verdict(False, f"the output of a timed call is wrong: {timing.wrong}", details=details)
-    floor_ms = memory_floor_bytes(spec) / (bandwidth_gbs * 1e9) * 1e3
+    floor_ms = spec.task_spec.minimum_bytes(spec.shape, spec.options) / (bandwidth_gbs * 1e9) * 1e3
     details["memory_floor_ms"] = floor_ms
-    if t < 0.8 * floor_ms:
+    if t < settings.memory_floor_trust * floor_ms:
         return Verdict(False, f"timed at {t * 1e3:.1f} us, below the memory floor of {floor_ms * 1e3:.1f} us "
                               "(bytes that must move / measured bandwidth): the timing is not trusted",
                        details=details)
@@ -145,8 +181,122 @@ def judge_timing(spec: TestSpec, timing: Timing, bandwidth_gbs: float) -> Verdic
     return Verdict(frac > 0, msg, frac, details)
 
 
-def borderline(spec: TestSpec, timing: Timing) -> bool:
-    """Within 3% of a threshold: measure more rounds before the score is fixed."""
-    if not timing.kernel_ms:
-        return False
-    return any(abs(timing.ratio / r - 1) < 0.03 for r in (spec.full_ratio, spec.zero_ratio) if r)
+def performance_verdict(spec: TestSpec, run: TaskRun, runs: Runs, settings: Settings) -> Verdict:
+    if runs.sanitized:
+        return not_run("correctness ran under compute-sanitizer")
+    timed = run.timed.get(spec.name)
+    if timed is None:
+        why = run.untimed or (run.stopped or {}).get("detail") or run.error or "grader error: not timed"
+        return Verdict(False, "not timed: " + why)
+    if timed.error or timed.timing is None:
+        return Verdict(False, timed.error or "grader error: no timing")
+    return timing_verdict(spec, timed.timing, runs.bandwidth_gbs, settings)
+
+
+def verdict(spec: TestSpec, runs: Runs, rubric: Rubric) -> Verdict:
+    """The one verdict of a rubric entry, task problems applied."""
+    run = runs.tasks.get(spec.task)
+    if run is None:
+        return Verdict(False, "grader error: the task did not run")
+    if spec.name in run.not_run:
+        return not_run(run.not_run[spec.name])
+    if run.missing:
+        return Verdict(False, run.missing["detail"])
+    if spec.kind == "correctness":
+        v = correctness_verdict(spec, run)
+    else:
+        v = performance_verdict(spec, run, runs, rubric.settings)
+    if v.fraction is None:
+        return v
+    found = task_problems(run, rubric.tasks[spec.task].file)
+    if found:
+        return Verdict(False, "no points for this task: " + "; ".join(f["detail"] for f in found), 0.0,
+                       v.details)
+    return v
+
+
+# ----------------------------------------------------------------------------- pytest
+
+class Judging:
+    """What the graded pytest tests see (the ``grading`` fixture)."""
+
+    def __init__(self, runs: Runs, rubric: Rubric):
+        self.runs, self.rubric = runs, rubric
+
+    def selected_tests(self) -> list[TestSpec]:
+        """The rubric's entries for the tasks that ran, correctness first."""
+        order = {"correctness": 0, "performance": 1}
+        chosen = [t for t in self.rubric.tests if t.task in self.runs.tasks]
+        return sorted(chosen, key=lambda t: order[t.kind])
+
+    def verdict(self, spec: TestSpec) -> Verdict:
+        return verdict(spec, self.runs, self.rubric)
+
+    @staticmethod
+    def recorded(v: Verdict) -> dict:
+        """A verdict as the graded test records it: JSON data for the report."""
+        return asdict(v)
+
+
+def judge(runs: Runs, rubric: Rubric) -> Judgment:
+    """Every selected rubric entry's verdict, reached in its pytest test, and each task's state."""
+    judging = Judging(runs, rubric)
+    reported = _run_pytest(judging)
+    tests = {}
+    for spec in judging.selected_tests():
+        tests[spec.name] = _from_report(spec, reported.get(spec.name))
+    tasks = {}
+    for name, run in runs.tasks.items():
+        found = task_problems(run, rubric.tasks[name].file)
+        tasks[name] = TaskJudgment(found, *task_state(run, found))
+    return Judgment(tests, tasks)
+
+
+def _from_report(spec: TestSpec, entry: dict | None) -> Verdict:
+    """A test's verdict from pytest-json-report's record of it: its outcome, and the
+    verdict it recorded before asserting it."""
+    if entry is None:
+        return Verdict(False, f"grader error: test {spec.name} did not run under pytest")
+    recorded = {}
+    for prop in entry.get("user_properties", []):
+        if isinstance(prop, dict) and isinstance(prop.get("verdict"), dict):
+            recorded = prop["verdict"]
+    outcome = entry.get("outcome")
+    if not recorded:
+        crash = ((entry.get("call") or entry.get("setup") or {}).get("crash") or {}).get("message", "")
+        return Verdict(False, f"grader error: test {spec.name} {outcome or 'broke'}: {crash}".rstrip(": "))
+    message, details = str(recorded.get("message", "")), recorded.get("details") or {}
+    if outcome == "skipped":
+        return Verdict(False, message, None, details)
+    if outcome == "passed":
+        return Verdict(True, message, float(recorded.get("fraction") or 0.0), details)
+    return Verdict(False, message, 0.0, details)
+
+
+def _run_pytest(judging: Judging) -> dict[str, dict]:
+    """Run grader/tests with the json-report plugin; {test name: its json record}.
+
+    Only this process's own plugin and pytest-json-report are loaded: no
+    conftest.py, no plugin found by entry point or in a folder.
+    """
+    import pytest
+
+    from .pytest_plugin import GradingPlugin
+
+    autoload = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            report = Path(tmp) / "pytest.json"
+            pytest.main([str(TESTS_DIR / "test_kernels.py"), "-q", "-p", "no:cacheprovider",
+                         "--noconftest", "-p", "pytest_jsonreport.plugin", "--no-header", "--tb=no",
+                         "-rN", "--json-report", f"--json-report-file={report}",
+                         "--rootdir", str(TESTS_DIR), "-c", str(TESTS_DIR / "pytest.ini")],
+                        plugins=[GradingPlugin(judging)])
+            data = json.loads(report.read_text()) if report.exists() else {"tests": []}
+    finally:
+        if autoload is None:
+            os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+        else:
+            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = autoload
+    return {t["nodeid"].split("[", 1)[-1][:-1]: t for t in data.get("tests", []) if "[" in t.get("nodeid", "")}

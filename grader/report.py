@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -96,6 +95,10 @@ def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
+def _bonus(task: TaskResult) -> str:
+    return f"+{_fmt(task.bonus)} bonus" if task.bonus else ""
+
+
 def _flag_text(flag) -> str:
     """A flag is a sentence, or a record ``{"kind": ..., "detail": ...}``."""
     if isinstance(flag, dict):
@@ -116,7 +119,7 @@ def terminal_table(result: GradeResult) -> str:
     lines = [table, ""]
     for task in result.tasks:
         lines.append(f"{one_line(task.task, 20):6s} {_fmt(task.score):>6}/{_fmt(task.max_score):<4} "
-                     f"{one_line(task.summary, 200)}")
+                     f"{_bonus(task):9s} {one_line(task.summary, 200)}")
     lines.append("")
     lines.append(f"TOTAL {_fmt(result.score)}/{_fmt(result.max_score)}: " + "; ".join(points_lines(result)))
     lines += [f"note: {one_line(n, 500)}" for n in result.notes]
@@ -143,8 +146,8 @@ def markdown(result: GradeResult, error: str | None = None) -> str:
     md.append("")
     md += [f"- {md_inline(n, 1000)}" for n in result.notes] + ([""] if result.notes else [])
     md += ["## Tasks", "", "| task | points | summary |", "|---|---|---|"]
-    md += [f"| {md_inline(t.title, 80)} | {_fmt(t.score)} / {_fmt(t.max_score)} | {md_inline(t.summary)} |"
-           for t in result.tasks]
+    md += [f"| {md_inline(t.title, 80)} | {_fmt(t.score)} / {_fmt(t.max_score)} {_bonus(t)} | "
+           f"{md_inline(t.summary)} |" for t in result.tasks]
     md += ["", "## Tests", "", "| test | points | status | detail |", "|---|---|---|---|"]
     details = []
     for t in result.tests:
@@ -334,10 +337,11 @@ def error_result(rubric: Rubric, submission: str | Path, reason: str,
     """A zero-score result for a run the grader itself could not finish, so
     that every report format still exists and says why."""
     tasks = [t for t in (tasks or rubric.tasks) if t in rubric.tasks]
+    why = f"not graded: grader error: {one_line(reason, 300)}"
     tests = [TestResult(name=s.name, task=s.task, kind=s.kind, score=0.0, max_score=s.points, status="failed",
-                        message="not graded: grader error", visibility=s.visibility, bonus=s.bonus)
+                        message=why, visibility=s.visibility, bonus=s.bonus)
              for s in rubric.tests if s.task in tasks]
-    task_results = [TaskResult(task=t, title=rubric.tasks[t].title, score=0.0, summary="grader error",
+    task_results = [TaskResult(task=t, title=rubric.tasks[t].title, score=0.0, summary=why, status="grader_error",
                                max_score=sum(r.max_score for r in tests if r.task == t and not r.bonus))
                     for t in tasks]
     everything = sum(r.max_score for r in tests if not r.bonus)
@@ -375,4 +379,3 @@ def remove_reports(report_dir: str | Path) -> None:
         p = Path(report_dir) / name
         if p.is_file() or p.is_symlink():
             p.unlink()
-    shutil.rmtree(Path(report_dir) / "tmp", ignore_errors=True)

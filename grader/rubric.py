@@ -1,4 +1,9 @@
-"""The rubric: tasks, tests, points and thresholds, loaded from a TOML file."""
+"""The rubric: tasks, tests, points and thresholds, loaded from a TOML file.
+
+Which tasks exist, their kernel files, case options and valid shapes come
+from the task registry (grader/tasks/); the rubric says which of them are
+graded, with which tests, points and thresholds.
+"""
 
 from __future__ import annotations
 
@@ -15,15 +20,17 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+
+
+def _registry():
+    """The task registry (grader/tasks/), imported on first use: it needs torch, and
+    reading the settings must not (grader/gradescope.py reads them under a memory limit)."""
+    from . import tasks
+    return tasks
+
 DEFAULT_RUBRIC = Path(__file__).with_name("rubric.toml")
-TASKS = ("w8a8", "w4a16", "dds")
 KINDS = ("correctness", "performance")
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
-CASE_OPTIONS = {
-    "w8a8": {"zero_rows", "ties"},
-    "w4a16": {"zero_rows", "group_size"},
-    "dds": {"zero_rows", "density", "empty_rows", "index_dtype"},
-}
 
 
 class RubricError(ValueError):
@@ -32,13 +39,25 @@ class RubricError(ValueError):
 
 @dataclass(frozen=True)
 class Task:
+    """A ``[tasks.<name>]`` table: a registered task this rubric grades."""
     name: str
     title: str
-    file: str   # the kernel file a submission provides, e.g. "w8a8.py"
-    entry: str  # the function the grader calls, e.g. "w8a8_mm"
     # [M, N, K] of the one call whose data movement the CPU run counts (feedback
     # only, never scored); None: not counted.
     movement_shape: tuple[int, int, int] | None = None
+
+    @property
+    def spec(self):
+        """What the registry knows about the task (a grader.tasks.Task)."""
+        return _registry().get(self.name)
+
+    @property
+    def file(self) -> str:   # the kernel file a submission provides, e.g. "w8a8.py"
+        return self.spec.file
+
+    @property
+    def entry(self) -> str:  # the function the grader calls, e.g. "w8a8_mm"
+        return self.spec.entry
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,11 @@ class TestSpec:
     full_ratio: float | None = None
     zero_ratio: float | None = None
     options: dict = field(default_factory=dict)
+
+    @property
+    def task_spec(self):
+        """The registry's task of this test (a grader.tasks.Task: inputs, reference, tolerance, ...)."""
+        return _registry().get(self.task)
 
     def shape_on(self, device: str) -> tuple[int, int, int] | None:
         """The [M, N, K] this test uses on ``device`` ("cuda" or "cpu"), or None if it does not run there."""
@@ -85,6 +109,13 @@ class Settings:
     # The whole Gradescope run (python -m grader.gradescope) must fit in this
     # many seconds; each task gets an equal share of what is left.
     gradescope_budget_s: float = 480
+    # A timed call faster than this fraction of its memory floor (bytes that
+    # must move / the copy bandwidth measured at the start) is not trusted.
+    memory_floor_trust: float = 0.8
+    # A ratio within this relative margin of full_ratio or zero_ratio is
+    # borderline: up to borderline_rounds more timed rounds fix its score.
+    borderline_margin: float = 0.03
+    borderline_rounds: int = 4
 
 
 @dataclass(frozen=True)
@@ -118,19 +149,15 @@ SETTINGS_SPEC = {  # [settings] key -> (kind, lowest, lowest excluded) | ("choic
     "hidden_points": ("number", 0, False),
     "gradescope_performance": ("choice", None, ("omit", "informational")),
     "gradescope_budget_s": ("number", 0, True),
+    "memory_floor_trust": ("number", 0, False),
+    "borderline_margin": ("number", 0, False),
+    "borderline_rounds": ("int", 0, False),
 }
-TASK_KEYS = ("title", "file", "entry")
-TASK_OPTIONAL_KEYS = ("movement_shape",)
+# [tasks.<name>] keys. ``file`` and ``entry`` belong to the registry; a rubric
+# may repeat them (older rubrics did) but not change them.
+TASK_KEYS = ("title", "movement_shape", "file", "entry")
 TEST_KEYS = {"name", "task", "kind", "points", "shape", "cpu_shape", "visibility", "hidden", "bonus",
              "full_ratio", "zero_ratio"}
-OPTION_SPEC = {  # case option -> (kind, lowest, highest or choices)
-    "zero_rows": ("int", 0, None),
-    "ties": ("bool", None, None),
-    "group_size": ("int", 1, None),
-    "density": ("number", 0, 1),
-    "empty_rows": ("int", 0, None),
-    "index_dtype": ("choice", None, ("int32", "int64")),
-}
 TOP_KEYS = ("schema_version", "settings", "tasks", "tests")
 
 
@@ -267,28 +294,26 @@ def _settings(c: _Checker, raw: dict) -> Settings:
 
 def _task(c: _Checker, name: str, entry) -> Task:
     table, place = ("tasks", name), f"[tasks.{name}]"
-    if name not in TASKS:
-        c.fail(table, None, "", f"unknown task {name!r}; expected one of {', '.join(TASKS)}")
+    registry = _registry()
+    if name not in registry.TASKS:
+        c.fail(table, None, "", f"unknown task {name!r}; the task registry (grader/tasks/) has "
+               f"{', '.join(registry.TASKS)}")
+    spec = registry.get(name)
     c.table(("tasks",), name, "", entry)
-    c.unknown(table, place, entry, TASK_KEYS + TASK_OPTIONAL_KEYS)
-    for key in TASK_KEYS:
-        if key not in entry:
-            c.fail(table, None, place, f"missing {key!r}")
-        c.check(table, key, place, entry[key], "text")
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.py", entry["file"]):
-        c.fail(table, "file", place, f"file must be a .py file name (no folder), got {_shown(entry['file'])}")
-    if not entry["entry"].isidentifier():
-        c.fail(table, "entry", place, f"entry must be a Python function name, got {_shown(entry['entry'])}")
-    movement = _shape(c, table, "movement_shape", place, entry["movement_shape"]) \
-        if "movement_shape" in entry else None
-    if movement is not None and name in ("w4a16", "dds") and movement[2] % (8 if name == "w4a16" else 32):
-        c.fail(table, "movement_shape", place, f"movement_shape: K must be a multiple of "
-               f"{8 if name == 'w4a16' else 32} for {name}, got {_shown(entry['movement_shape'])}")
-    if movement is not None and name == "dds" and movement[1] % 32:
-        c.fail(table, "movement_shape", place, f"movement_shape: N must be a multiple of 32 for dds, "
-               f"got {_shown(entry['movement_shape'])}")
-    return Task(name=name, title=entry["title"], file=entry["file"], entry=entry["entry"],
-                movement_shape=movement)
+    c.unknown(table, place, entry, TASK_KEYS)
+    if "title" in entry:
+        c.check(table, "title", place, entry["title"], "text")
+    for key in ("file", "entry"):   # the registry's: repeating them is fine, changing them is not
+        if key in entry and entry[key] != getattr(spec, key):
+            c.fail(table, key, place, f"{key} of task {name} is {getattr(spec, key)!r} (set in grader/tasks/"
+                   f"{name}.py, the contract with the stubs), got {_shown(entry[key])}; leave {key} out")
+    movement = None
+    if "movement_shape" in entry:
+        movement = _shape(c, table, "movement_shape", place, entry["movement_shape"])
+        problem = spec.shape_problem(movement, spec.defaults({}))
+        if problem:
+            c.fail(table, "movement_shape", place, f"movement_shape: {problem}")
+    return Task(name=name, title=entry.get("title", spec.title), movement_shape=movement)
 
 
 def _test(c: _Checker, entry: dict, index: int, tasks: dict) -> TestSpec:
@@ -303,7 +328,8 @@ def _test(c: _Checker, entry: dict, index: int, tasks: dict) -> TestSpec:
     if not isinstance(task, str) or task not in tasks:
         c.fail(table, "task", where, f"task must be one of {sorted(tasks)} (the [tasks.*] tables), got {_shown(task)}")
     c.check(table, "kind", where, kind, "choice", high=KINDS)
-    c.unknown(table, where, entry, TEST_KEYS | CASE_OPTIONS[task])
+    spec = _registry().get(task)
+    c.unknown(table, where, entry, TEST_KEYS | set(spec.options))
     c.check(table, "points", where, entry["points"], "number", 0)
     for key in ("hidden", "bonus"):
         if key in entry:
@@ -314,8 +340,12 @@ def _test(c: _Checker, entry: dict, index: int, tasks: dict) -> TestSpec:
     cpu_shape = _shape(c, table, "cpu_shape", where, entry["cpu_shape"]) if "cpu_shape" in entry else None
     options = {k: v for k, v in entry.items() if k not in TEST_KEYS}
     for key, value in options.items():
-        kind_, low, high = OPTION_SPEC[key]
-        c.check(table, key, where, value, kind_, low, False, high)
+        option = spec.options[key]
+        c.check(table, key, where, value, option.kind, option.low, False, option.high)
+    for key, value in (("shape", shape), ("cpu_shape", cpu_shape)):
+        problem = value and spec.shape_problem(value, spec.defaults(options))
+        if problem:
+            c.fail(table, key, where, f"{key}: {problem}")
     full, zero = entry.get("full_ratio"), entry.get("zero_ratio")
     for key in ("full_ratio", "zero_ratio"):
         if key in entry:

@@ -1,4 +1,10 @@
-"""Graded results as documented dataclasses, and how points are resolved."""
+"""Graded results as documented dataclasses, and how verdicts become points.
+
+``score(judgment, runs, rubric, ...)`` is the last step of a grade
+(grader/grade.py): each verdict's fraction of its test's points, rounded to
+the rubric's ``points_step``, and the total, bonus capped at the maximum when
+the rubric says so. Rounding and the cap happen here and nowhere else.
+"""
 
 from __future__ import annotations
 
@@ -26,13 +32,17 @@ class TestResult:
 
 @dataclass
 class TaskResult:
-    """One task's totals over the tests that ran here (bonus capped like the
-    total), and why it lost points as a whole (flags) if it did."""
+    """One task's points over the tests that ran here (``bonus`` apart: the cap
+    applies to the total), its state, and why it lost points as a whole (flags)."""
     task: str
     title: str
-    score: float
-    max_score: float
-    summary: str
+    score: float                # points of its scored (not bonus) tests
+    max_score: float            # the most those could give here
+    summary: str                # the state in words
+    status: str = "ok"          # the state as a kind: ok, not_implemented, missing_file, import_error,
+                                # timeout, crashed, exited_early, worker_ended, protocol_error,
+                                # compile_error, raised, grader_error, or the first flag's kind
+    bonus: float = 0.0          # points of its bonus tests
     flags: list[dict] = field(default_factory=list)  # {"kind": ..., "detail": ...}: why the task got no points
     seconds: float = 0.0
     log_tail: str = ""
@@ -116,10 +126,41 @@ def resolve_test(spec: TestSpec, fraction: float | None, message: str, step: flo
 
 
 def totals(rubric: Rubric, tests: list[TestResult]) -> tuple[float, float, float]:
-    """(score, max over tests that ran, max over all tests); bonus adds to score only."""
+    """(score, max over tests that ran, max over all tests); bonus adds to score only,
+    up to the maximum when the rubric caps it."""
     score = sum(t.score for t in tests)
     ran = sum(t.max_score for t in tests if not t.bonus and t.status != "not_run")
     everything = sum(t.max_score for t in tests if not t.bonus)
     if rubric.settings.cap_at_max:
         score = min(score, ran)
     return round(score, 6), ran, everything
+
+
+def score(judgment, runs, rubric: Rubric, **header) -> GradeResult:
+    """The GradeResult of a judged run (grader/judge.py's Judgment, grader/runs.py's
+    Runs); ``header`` holds GradeResult's descriptive fields (submission, started,
+    seconds, device, gpu, versions, notes)."""
+    step = rubric.settings.points_step
+    order = {"correctness": 0, "performance": 1}
+    specs = sorted((t for t in rubric.tests if t.name in judgment.tests), key=lambda t: order[t.kind])
+    tests = []
+    for spec in specs:
+        v = judgment.tests[spec.name]
+        tests.append(resolve_test(spec, v.fraction, v.message, step, v.details))
+    tasks = []
+    for name, run in runs.tasks.items():
+        mine = [r for r in tests if r.task == name]
+        state = judgment.tasks[name]
+        tasks.append(TaskResult(
+            task=name, title=rubric.tasks[name].title,
+            score=round(sum(r.score for r in mine if not r.bonus), 6),
+            max_score=sum(r.max_score for r in mine if not r.bonus and r.status != "not_run"),
+            bonus=round(sum(r.score for r in mine if r.bonus), 6),
+            summary=state.summary, status=state.status, flags=state.problems,
+            seconds=run.seconds, log_tail=run.log[-4000:], kernels=run.kernels, movement=run.movement))
+    total, ran, everything = totals(rubric, tests)
+    return GradeResult(
+        schema_version=SCHEMA_VERSION, seed=runs.seed, rubric=rubric.source, score=total, max_score=ran,
+        max_score_all_tests=everything, partial=ran < everything, hidden_points=rubric.settings.hidden_points,
+        rubric_hash=rubric.hash, gradescope_performance=rubric.settings.gradescope_performance,
+        tasks=tasks, tests=tests, **header)

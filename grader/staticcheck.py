@@ -132,7 +132,14 @@ ALLOWED_MODULES = {
 # Submodules of these may be imported too (``from triton.language.extra import libdevice``).
 MODULE_TREES = ("triton.language",)
 UTILS = "<utils>"  # the path root of names imported from the package's own utils.py (".utils")
-KERNEL_SIBLINGS = {"w8a8", "w4a16", "dds", "layers"}
+
+
+def _kernel_siblings() -> set[str]:
+    """The package's other modules: every task's kernel file, and the layers."""
+    from .tasks import TASKS
+
+    return {Path(t.file).stem for t in TASKS.values()} | {"layers"}
+
 
 # --- what a kernel file may use from them (dotted paths) ---------------------------------
 
@@ -713,7 +720,7 @@ class _Checker:
     def visit_ImportFrom(self, node, in_kernel, scope, level, push, stack):
         if node.level:
             siblings = {node.module or ""} | {a.name for a in node.names}
-            if node.level > 1 or siblings & KERNEL_SIBLINGS:
+            if node.level > 1 or siblings & _kernel_siblings():
                 self.flag(node, "cross-file", f"imports {'.' * node.level}{node.module or ''} "
                           f"({', '.join(a.name for a in node.names)}): each kernel file must stand alone; "
                           "copy what you need into this file")

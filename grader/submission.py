@@ -8,8 +8,9 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from .tasks import TASKS
+
 ROOT = Path(__file__).resolve().parent.parent
-KERNEL_FILES = ("w8a8.py", "w4a16.py", "dds.py")
 # What the graded package gets from the grader, never from the submission.
 TRUSTED_FILES = {"utils.py": ROOT / "assignment" / "utils.py"}
 WORKER_PACKAGE = "_grader_worker"
@@ -28,6 +29,7 @@ class Submission:
     source: str
     files: dict[str, bytes] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    unreadable: bool = False   # the folder or zip itself could not be read (problems says why)
 
 
 def _pick(names: list[str], wanted: str) -> str | None:
@@ -66,7 +68,7 @@ def load_submission(path: str | Path) -> Submission:
         raise SubmissionError(f"{path}: not a folder or a .zip file")
     else:
         raise SubmissionError(f"{path}: no such file or folder")
-    for wanted in KERNEL_FILES:
+    for wanted in (task.file for task in TASKS.values()):
         name = _pick(names, wanted)
         if name is None:
             sub.problems.append(f"{wanted} not found in the submission")

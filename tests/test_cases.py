@@ -9,7 +9,7 @@ multiplied) and the property is checked on the tensors the grader would use.
 import pytest
 import torch
 
-from grader.harness.inputs import make_inputs
+from tests.helpers import make_inputs
 from grader.rubric import load_rubric
 
 RUBRIC = load_rubric()

@@ -192,7 +192,7 @@ def test_cannot_import_solutions_or_the_grader(tmp_path):
     src = "from solutions.w8a8 import w8a8_mm\n"
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
     assert result.score == 0 and "No module named 'solutions'" in _task(result).summary
-    src = "from grader.references import w8a8_reference as w8a8_mm\n"
+    src = "from grader.tasks.w8a8 import reference as w8a8_mm\n"
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
     assert result.score == 0 and "No module named 'grader'" in _task(result).summary
 

@@ -16,10 +16,9 @@ import triton
 import triton.language as tl
 
 from grader.harness.arena import Plan
-from grader.harness.inputs import make_inputs
+from tests.helpers import make_inputs
 from grader.harness.movement import summarize
 from grader.harness.session import WorkerGone, _validate
-from grader.judge import floor_parts
 from grader.report import markdown, write_reports
 from grader.rubric import RubricError, load_rubric, parse_rubric
 from grader.scoring import TaskResult
@@ -197,7 +196,7 @@ def test_the_floor_formula_matches_the_tensors_at_the_rubric_shapes():
         tensors = []
         for a in args:
             tensors += [a] if a.layout == torch.strided else [a.crow_indices(), a.col_indices(), a.values()]
-        floors = floor_parts(name, task.movement_shape, {})
+        floors = task.spec.floor_parts(task.movement_shape, task.spec.defaults({}))
         M, N, _ = task.movement_shape
         assert sum(floors.values()) == sum(t.numel() * t.element_size() for t in tensors) + 2 * M * N
 
@@ -212,8 +211,8 @@ def _with_movement(shape, task="dds", static=True):
 
 def test_movement_shape_is_validated():
     assert parse_rubric(_with_movement([64, 64, 64])).tasks["dds"].movement_shape == (64, 64, 64)
-    for bad, words in (([64, 64], "[M, N, K]"), ([64, 64, "64"], "[M, N, K]"), ([64, 64, 48], "multiple of 32"),
-                       ([64, 40, 64], "multiple of 32")):
+    for bad, words in (([64, 64], "[M, N, K]"), ([64, 64, "64"], "[M, N, K]"), ([64, 64, 48], "multiples of the 32x32 block"),
+                       ([64, 40, 64], "multiples of the 32x32 block")):
         with pytest.raises(RubricError, match=r"tasks\.dds.*movement_shape") as e:
             parse_rubric(_with_movement(bad))
         assert words in str(e.value)

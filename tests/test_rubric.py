@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from grader.rubric import DEFAULT_RUBRIC, SETTINGS_SPEC, RubricError, Settings, load_rubric, rubric_hash
+from grader.rubric import (DEFAULT_RUBRIC, SETTINGS_SPEC, RubricError, Settings, load_rubric, parse_rubric,
+                           rubric_hash, tomllib)
 from tests.fakes import ROOT, rubric_toml
 
 GOOD = rubric_toml(tasks=("w8a8",)).replace("[settings]", "[settings]\npoints_step = 0.25\nextra_allowed_imports = []")
@@ -46,12 +47,14 @@ MISTAKES = [  # (old, new, words the error must hold, text on the line it must n
     ("[settings]", "[settings]\npoint_step = 0.5", "[settings]: unknown key 'point_step'; allowed:", "point_step"),
     ("extra_allowed_imports = []", 'extra_allowed_imports = "numpy"', "extra_allowed_imports must be a list",
      "extra_allowed_imports"),
-    ('title = "w8a8"\n', "", "[tasks.w8a8]: missing 'title'", "[tasks.w8a8]"),
     ('title = "w8a8"', "title = 3", "title must be non-empty text", "title = 3"),
-    ('entry = "w8a8_mm"', 'entry = "w8a8-mm"', "entry must be a Python function name", "entry ="),
-    ('file = "w8a8.py"', 'file = "../w8a8.py"', "file must be a .py file name", "file ="),
+    ('entry = "w8a8_mm"', 'entry = "w8a8-mm"', "entry of task w8a8 is 'w8a8_mm' (set in grader/tasks/w8a8.py",
+     "entry ="),
+    ('file = "w8a8.py"', 'file = "../w8a8.py"', "file of task w8a8 is 'w8a8.py'", "file ="),
+    ("[tasks.w8a8]", "[tasks.w8a8]\nmovement_shape = [4, 4]", "movement_shape must be [M, N, K]", "movement_shape"),
     ("[tasks.w8a8]", "[tasks.w8a8]\nfunction = \"x\"", "unknown key 'function'", "function ="),
-    ("[tasks.w8a8]", "[tasks.w9a9]\ntitle = \"x\"\n[tasks.w8a8]", "unknown task 'w9a9'", "[tasks.w9a9]"),
+    ("[tasks.w8a8]", "[tasks.w9a9]\ntitle = \"x\"\n[tasks.w8a8]", "unknown task 'w9a9'; the task registry "
+     "(grader/tasks/) has w8a8, w4a16, dds", "[tasks.w9a9]"),
     ('name = "w8a8/c1"', 'name = "w8a8/c1"\nhidden = "false"',
      'tests[1] (w8a8/c1): hidden must be true or false, got "false" (text: write it without quotes)', "hidden"),
     ('name = "w8a8/c1"', 'name = "w8a8/c1"\nbonus = "yes"', "bonus must be true or false", "bonus"),
@@ -79,6 +82,30 @@ def test_each_mistake_is_one_line_with_its_line_number(tmp_path, old, new, words
     assert words in message, message
     if line_text:
         assert message.startswith(f"{tmp_path / 'rubric.toml'}:{_line(text, line_text)}: "), message
+
+
+SHAPE_MISTAKES = [  # (task, old, new, words): shapes the task's registry entry refuses
+    ("dds", "shape = [9, 64, 96]", "shape = [9, 64, 100]", "shape: N and K must be multiples of the 32x32 block"),
+    ("dds", "cpu_shape = [4, 96, 64]", "cpu_shape = [4, 90, 64]", "cpu_shape: N and K must be multiples"),
+    ("w4a16", "shape = [3, 64, 128]", "shape = [3, 64, 132]", "shape: K must be a multiple of 8"),
+    ("w4a16", "shape = [3, 64, 128]", "shape = [3, 64, 128]\ngroup_size = 48", "K (128) must be a multiple of "
+     "group_size (48)"),
+    ("dds", "[tasks.dds]", "[tasks.dds]\nmovement_shape = [8, 40, 64]", "movement_shape: N and K must be"),
+]
+
+
+@pytest.mark.parametrize("task, old, new, words", SHAPE_MISTAKES, ids=[m[2][:30] for m in SHAPE_MISTAKES])
+def test_shapes_a_task_cannot_take_are_refused(tmp_path, task, old, new, words):
+    text = _edit(old, new, rubric_toml(tasks=(task,)))
+    assert words in _error(tmp_path, text)
+
+
+def test_file_and_entry_come_from_the_registry():
+    rubric = load_rubric(DEFAULT_RUBRIC)
+    assert {t: (r.file, r.entry) for t, r in rubric.tasks.items()} == {
+        "w8a8": ("w8a8.py", "w8a8_mm"), "w4a16": ("w4a16.py", "w4a16_mm"), "dds": ("dds.py", "dds_mm")}
+    text = _edit('title = "w8a8"\n', "")            # the title too may be left to the registry
+    assert "QuantizedLinear_w8a8" in parse_rubric(tomllib.loads(text)).tasks["w8a8"].title
 
 
 def test_the_command_line_exits_2_with_one_line(tmp_path):

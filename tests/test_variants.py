@@ -35,13 +35,12 @@ import pytest
 import torch
 
 from grader.compare import check_output, check_task_output
-from grader.diagnose import CAUSES, QUANTIZATION, SECTION, TRITON, diagnose, likely_cause
+from grader.diagnose import QUANTIZATION, TRITON, cause_texts, diagnose, likely_cause
 from grader.harness.arena import Arena, Plan
-from grader.harness.inputs import make_inputs
-from grader.references import REFERENCES
 from grader.rubric import load_rubric
 from grader.staticcheck import check_source
-from tests.helpers import DEVICE, needs_gpu
+from grader.tasks import TASKS, get
+from tests.helpers import DEVICE, make_inputs, needs_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ROOT / "tests" / "variants"
@@ -175,7 +174,7 @@ def assert_caught(name, results):
 
 def test_every_bug_has_expectations():
     assert set(BUGGY) == set(BUGS), "every bug variant needs its exposing cases and causes in BUGS"
-    every_case = {c for task in SECTION for c, _, _ in cases(task, "cpu")}
+    every_case = {c for task in TASKS for c, _, _ in cases(task, "cpu")}
     assert {c for cs, _ in BUGS.values() for c in cs} <= every_case
 
 
@@ -230,7 +229,7 @@ def assert_solution_gets_no_cause(task, shapes, tmp):
         assert likely_cause(task, out, args) is None, f"{task}/{case} (seed {SEED})"
 
 
-@pytest.mark.parametrize("task", sorted(SECTION))
+@pytest.mark.parametrize("task", sorted(TASKS))
 def test_reference_solution_gets_no_cause(task, tmp_path):
     assert_solution_gets_no_cause(task, "cpu", tmp_path)
 
@@ -239,10 +238,10 @@ def test_reference_solution_gets_no_cause(task, tmp_path):
 
 def _reference_fp16(task, shape, seed, **options):
     args, _ = make_inputs(task, shape, options, seed, DEVICE)
-    return args, REFERENCES[task](*args).to(torch.float16)
+    return args, get(task).reference(*args).to(torch.float16)
 
 
-@pytest.mark.parametrize("task", sorted(SECTION))
+@pytest.mark.parametrize("task", sorted(TASKS))
 def test_no_cause_for_errors_without_a_signature(task):
     """Wrong outputs with no bug's pattern get no cause: noise, an offset, swapped columns."""
     args, ref = _reference_fp16(task, (33, 64, 128), SEED, **({"density": 0.5} if task == "dds" else {}))
@@ -293,10 +292,10 @@ def test_causes_quote_the_handout():
     """Every cause points to a real handout section, and the troubleshooting table quotes it."""
     handout = (ROOT / "handout.md").read_text()
     headings = {line.lstrip("#").strip() for line in handout.splitlines() if line.startswith("## ")}
-    sections = {QUANTIZATION, TRITON, *SECTION.values()}
+    sections = {QUANTIZATION, TRITON, *(t.handout_section for t in TASKS.values())}
     assert sections <= headings, sorted(sections - headings)
     table = handout[handout.index("## 7. Troubleshooting"):]
-    for cause_id, (text, section) in CAUSES.items():
+    for cause_id, (text, section) in cause_texts().items():
         fixed = text.replace("}", "{").split("{")[::2]  # the text around its {fields}
         quoted = [line for line in table.splitlines() if line.startswith(f"| likely cause: {fixed[0]}")]
         assert quoted, f"{cause_id}: not quoted in the troubleshooting table"
@@ -328,7 +327,7 @@ def test_w8a8_any_division_within_2_ulp_passes(shape):
         out = (acc.float() * input_scale * weight_scale.t()).to(torch.float16)
         check = check_task_output(out, "w8a8", args)
         assert check.passed, f"seed {seed}: {check.message}"
-        ref = REFERENCES["w8a8"](*args)
+        ref = get("w8a8").reference(*args)
         needs_slack |= not check_output(out, ref, "w8a8", tuple(ref.shape)).passed
     if shape == W8A8_DIVISION_SHAPES[-1]:
         assert needs_slack, f"seed {SEED}: no element flipped, the test proves nothing"
@@ -352,6 +351,6 @@ def test_bug_variant_fails_with_its_cause_gpu(name, tmp_path):
 
 
 @needs_gpu
-@pytest.mark.parametrize("task", sorted(SECTION))
+@pytest.mark.parametrize("task", sorted(TASKS))
 def test_reference_solution_gets_no_cause_gpu(task, tmp_path):
     assert_solution_gets_no_cause(task, "cuda", tmp_path)

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..compare import check_task_output
+from ..tasks import get
 from ..worker.graphs import capture
 from .arena import Arena, Plan
-from .inputs import ACTIVATION_ARGS, fresh_activations, make_inputs
 from .session import Session, WorkerGone
 
 MAX_TIMED_BYTES = 6 << 30  # activations + outputs of one timed batch on the GPU
@@ -36,6 +36,7 @@ class CallResult:
     evidence: dict = field(default_factory=dict)
     inputs_modified: list = field(default_factory=list)
     stray_write: bool = False
+    kind: str = ""                   # status gone: WorkerGone.kind (timeout, crashed, ...)
 
 
 def checked_call(session: Session, name: str, args: tuple, out_shape) -> CallResult:
@@ -50,7 +51,7 @@ def checked_call(session: Session, name: str, args: tuple, out_shape) -> CallRes
             return CallResult("error", "the worker could not map its inputs:\n" + mapped.get("error", "?"))
         reply = session.request({"op": "call", "arena": name, "args": specs, "out": out_spec})
     except WorkerGone as e:
-        return CallResult("gone", str(e))
+        return CallResult("gone", str(e), kind=e.kind)
     evidence = reply.get("evidence", {})
     if not reply["ok"]:
         if "returned" in reply:
@@ -96,7 +97,7 @@ def _batch_size(task, shape, inputs, batch_ms: float) -> tuple[int, int]:
     batches so short that one worker round trip weighs on the result.
     """
     args, extras = inputs
-    act = ACTIVATION_ARGS[task]
+    act = get(task).activation_args
     set_bytes = sum(_bytes(a) for i, a in enumerate(args) if i not in act)
     call_bytes = sum(_bytes(args[i]) for i in act) + 2 * shape[0] * shape[1]
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
@@ -130,7 +131,7 @@ def _bytes(t: torch.Tensor) -> int:
 
 
 def timed_batches(session: Session, name: str, task: str, shape, options: dict, seed: int,
-                  rounds: int, batch_ms: float, more_rounds=None) -> Timing:
+                  rounds: int, batch_ms: float, more_rounds=None, extra_rounds: int = 4) -> Timing:
     """Time the worker's kernel against fp16 torch.matmul on the same inputs.
 
     One batch is ``calls`` back-to-back calls: call j gets fresh activations
@@ -138,12 +139,13 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
     activation, times the baseline's batch (a CUDA graph in this process),
     then the worker's batch (the worker's CUDA graph, replayed on command),
     and checks every output of the worker's batch. ``more_rounds(timing)``
-    may ask for extra rounds (scores near a threshold).
+    may ask for up to ``extra_rounds`` more rounds (scores near a threshold).
     """
-    first = make_inputs(task, shape, options, seed + 1, "cuda")
+    spec = get(task)
+    first = spec.make_inputs(shape, options, seed + 1, "cuda")
     calls, nsets = _batch_size(task, shape, first, batch_ms)
-    act = ACTIVATION_ARGS[task]
-    sets = [first] + [make_inputs(task, shape, options, seed + 1 + r, "cuda") for r in range(1, nsets)]
+    act = spec.activation_args
+    sets = [first] + [spec.make_inputs(shape, options, seed + 1 + r, "cuda") for r in range(1, nsets)]
     plan = Plan()
     set_specs = [[plan.arg(a) if i not in act else None for i, a in enumerate(args)] for args, _ in sets]
     private = []   # the harness's own activations of each call, refreshed every round
@@ -162,7 +164,7 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
         raise WorkerGone("the worker could not map the timed inputs:\n" + mapped.get("error", "?"))
     ready = session.request({"op": "prepare", "arena": name, "calls": batch})
     if not ready["ok"]:
-        raise WorkerGone("raised an exception while timed:\n" + ready.get("error", "?"))
+        raise WorkerGone("raised an exception while timed:\n" + ready.get("error", "?"), "raised")
     timing.graph, timing.note = ready.get("graph", False), ready.get("note", "")
     timing.evidence = ready.get("evidence", {})
 
@@ -180,9 +182,9 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
     base_graph = capture(baseline)
     out_specs = [c["out"] for c in batch]
     r = 0
-    while r < rounds or (more_rounds and r < rounds + 4 and more_rounds(timing)):
+    while r < rounds or (more_rounds and r < rounds + extra_rounds and more_rounds(timing)):
         for j, mine in enumerate(private):
-            fresh_activations(task, mine, (seed + 1 + r * calls + j) % 2**62)
+            spec.fresh_activations(mine, (seed + 1 + r * calls + j) % 2**62)
             for i, v in zip(act, views(j)):
                 v.copy_(mine[i])
         arena.reset_outputs(out_specs)

@@ -5,7 +5,7 @@ in an arena, as for a checked call, and asks the worker to run it with its
 loads, stores and dots counted (grader/worker/movement.py). The counts are
 the submission's own claim about itself: they are validated and capped
 (session.py), shown next to the minimum the harness computes
-(judge.floor_parts), and never change a score.
+(the task's ``floor_parts``), and never change a score.
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from __future__ import annotations
 import time
 
 from ..compare import check_task_output
-from ..judge import dot_flops_floor, floor_parts
+from ..tasks import get
 from .arena import Arena, Plan
-from .inputs import ARG_NAMES, make_inputs
 from .session import Session, WorkerGone
 
 TIMEOUT_S = 60   # the counted call's limit (the worker is ended past it; nothing scored follows)
@@ -25,7 +24,7 @@ BSR_PARTS = (("crow", "crow_indices"), ("col", "col_indices"), ("values", "value
 def _names(task: str, specs: list[dict]) -> dict[str, str]:
     """The worker's keys for the call's tensors -> the names the report shows."""
     names = {"out": "output", "scratch": "scratch", "other": "other"}
-    for i, (spec, name) in enumerate(zip(specs, ARG_NAMES[task])):
+    for i, (spec, name) in enumerate(zip(specs, get(task).arg_names)):
         if "tensor" in spec:
             names[str(i)] = name
         else:
@@ -36,7 +35,7 @@ def _names(task: str, specs: list[dict]) -> dict[str, str]:
 def summarize(task: str, shape, options: dict, specs: list[dict], counts: dict) -> dict:
     """The table the report shows, from the worker's validated counts: every input
     in argument order, then the output, scratch and other bytes (those present)."""
-    floors = floor_parts(task, shape, options)
+    floors = get(task).floor_parts(shape, get(task).defaults(options))
     names = _names(task, specs)
     got = {}
     for key, (read, written) in counts.get("tensors", {}).items():
@@ -49,7 +48,7 @@ def summarize(task: str, shape, options: dict, specs: list[dict], counts: dict) 
              for n in ("scratch", "other") if n in got and sum(got[n])]
     return {"shape": list(shape), "tensors": rows, "minimum": sum(floors.values()),
             "moved": sum(r["read"] + r["written"] for r in rows),
-            "flops": counts.get("flops", 0), "min_flops": dot_flops_floor(task, shape, options),
+            "flops": counts.get("flops", 0), "min_flops": get(task).dot_flops(shape, get(task).defaults(options)),
             "programs": counts.get("programs", 0), "launch_count": counts.get("launch_count", 0),
             "launches": counts.get("launches", []), "output_wrong": "", "error": "", "seconds": 0.0}
 
@@ -57,7 +56,7 @@ def summarize(task: str, shape, options: dict, specs: list[dict], counts: dict) 
 def measure(session: Session, name: str, task: str, shape, options: dict, seed: int) -> dict:
     """Count one call's data movement; {"shape", "error"} when that could not be done."""
     started = time.monotonic()
-    args, _ = make_inputs(task, shape, options, seed, session.device)
+    args, _ = get(task).make_inputs(shape, options, seed, session.device)
     plan = Plan()
     specs = [plan.arg(a) for a in args]
     out_spec = plan.output((shape[0], shape[1]))

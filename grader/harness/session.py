@@ -49,7 +49,15 @@ MAX_COUNT = 10 ** 18
 
 
 class WorkerGone(Exception):
-    """The worker died, hung past its deadline, or broke the reply protocol."""
+    """The worker died, hung past its deadline, or broke the reply protocol.
+
+    ``kind`` says which, as data (the reports and the class CSV read it):
+    timeout, crashed, exited_early, worker_ended (the sandbox ended it: a
+    limit), protocol_error (a reply that breaks the rules, or none read)."""
+
+    def __init__(self, reason: str, kind: str = "protocol_error"):
+        super().__init__(reason)
+        self.kind = kind
 
 
 class _TailReader(threading.Thread):
@@ -187,6 +195,7 @@ class Session:
         self.started = time.monotonic()
         self.timed_out = False
         self.exit_reason: str | None = None
+        self.exit_kind = ""
         cmd_r, self._cmd_w = os.pipe()
         self._reply_r, reply_w = os.pipe()
         # GPU arenas travel as file descriptors over this socket (grader/worker/vmm.py).
@@ -245,7 +254,7 @@ class Session:
     def request(self, msg: dict) -> dict:
         """Send one command, return its validated reply; WorkerGone if there is none."""
         if self.exit_reason:
-            raise WorkerGone(self.exit_reason)
+            raise WorkerGone(self.exit_reason, self.exit_kind)
         self.hello  # noqa: B018  (the import's reply comes before any other)
         try:
             os.write(self._cmd_w, (json.dumps(msg) + "\n").encode())
@@ -268,13 +277,13 @@ class Session:
             if left <= 0:
                 self.timed_out = True
                 self._gone(f"time limit exceeded after {time.monotonic() - self.started:.0f} s; "
-                           "the worker was killed")
+                           "the worker was killed", "timeout")
             ready, _, _ = select.select([self._reply_r], [], [], min(left, 1.0))
             if not ready:
                 continue
             chunk = os.read(self._reply_r, 65536)
             if not chunk:
-                self._gone(self._death())
+                self._gone(*self._death())
             self._pending += chunk
             if len(self._pending) > MAX_REPLY_BYTES:
                 self._gone("the worker sent an oversized reply")
@@ -286,24 +295,25 @@ class Session:
         try:
             return _validate(reply)
         except WorkerGone as e:
-            self._gone(str(e))
+            self._gone(str(e), e.kind)
 
-    def _death(self) -> str:
+    def _death(self) -> tuple[str, str]:
+        """(why the worker is gone, its kind) once its reply pipe closed."""
         code = self.proc.wait(timeout=10)
         why = self.proc.reason() if hasattr(self.proc, "reason") else None
         if why:
-            return f"the worker process ended: {why}"
+            return f"the worker process ended: {why}", "worker_ended"
         if code is not None and code < 0:
             try:
-                return f"the process crashed ({signal.Signals(-code).name})"
+                return f"the process crashed ({signal.Signals(-code).name})", "crashed"
             except ValueError:
-                return f"the process crashed (signal {-code})"
-        return f"the process exited early with code {code}"
+                return f"the process crashed (signal {-code})", "crashed"
+        return f"the process exited early with code {code}", "exited_early"
 
-    def _gone(self, reason: str):
-        self.exit_reason = reason
+    def _gone(self, reason: str, kind: str = "protocol_error"):
+        self.exit_reason, self.exit_kind = reason, kind
         self.close()
-        raise WorkerGone(reason)
+        raise WorkerGone(reason, kind)
 
     def log_tail(self) -> str:
         return self._log.text()

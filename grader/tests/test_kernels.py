@@ -1,16 +1,17 @@
-"""The graded tests: one per rubric entry, correctness before performance (a
-task's performance tests need the verdicts of its correctness tests).
+"""The graded tests: one per rubric entry, correctness before performance.
 
-Run by the grader (python -m grader), which hands them the outputs its child
-processes brought back; the judging itself is in grader/judge.py.
+Run by the grader (python -m grader), which hands them what its sandboxed
+workers brought back. Each test reaches its entry's verdict (grader/judge.py),
+records it for the scores, and asserts it: the outcome pytest reports is the
+test's result.
 """
 
 import pytest
 
 
 def test_rubric(spec, grading, record_property):
-    verdict = grading.judge(spec)
-    record_property("fraction", verdict.fraction)
+    verdict = grading.verdict(spec)
+    record_property("verdict", grading.recorded(verdict))
     if verdict.fraction is None:
         pytest.skip(verdict.message)
     assert verdict.passed, verdict.message

@@ -1,0 +1,279 @@
+"""Run a submission's tasks in sandboxed workers and bring back the facts (grader/runs.py).
+
+Per task, two workers start side by side: one for the visible correctness
+cases, one for the hidden ones (the visible worker never sees their shapes).
+Each case is called on two fresh draws; every output is compared with the
+reference here, while the inputs are at hand. The launched kernels are then
+compiled for the GPU (a CPU run's compile check). If every scored case came
+back clean, the visible worker times the performance tests. Last, a CPU run
+counts one call's data movement (feedback only). Nothing here decides a
+test's points: that is the judge's (grader/judge.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+
+import torch
+
+from ..compare import check_sanity, check_task_output
+from ..diagnose import likely_cause
+from ..judge import task_flags
+from ..rubric import Rubric, TestSpec
+from ..runs import CaseRun, Draw, Runs, TaskRun, TimedRun, problem
+from ..staticcheck import check_source
+from ..submission import Submission
+from ..tasks import get
+from ..tracebacks import explain_error
+from . import movement, sandbox
+from .measure import CallResult, checked_call, timed_batches
+from .session import Session, WorkerGone
+
+DRAWS = 2   # fresh draws per correctness case: a kernel that keeps state between calls fails the second
+
+
+def case_seed(master: int, test_name: str) -> int:
+    """A per-test seed the worker can use without learning the master seed."""
+    digest = hashlib.blake2b(f"{master}:{test_name}".encode(), digest_size=7).digest()
+    return int.from_bytes(digest, "little")
+
+
+def runs_here(spec: TestSpec, device: str) -> bool:
+    return spec.shape_on(device) is not None
+
+
+def run_tasks(sub: Submission, rubric: Rubric, device: str, seed: int, tasks: list[str], log=print,
+              sanitizer: str | None = None, budget_s: float | None = None) -> Runs:
+    """Run every task of ``tasks``; a grader failure in one task costs that task only.
+
+    ``sanitizer``: compute-sanitizer's path (GPU): correctness under memcheck,
+    nothing timed. ``budget_s``: the whole run's limit; each task's workers get
+    an equal share of what is left when it starts.
+    """
+    runs = Runs(device=device, seed=seed, tasks={}, sanitized=sanitizer is not None)
+    if device == "cuda":
+        from .timing import copy_bandwidth_gbs
+        runs.bandwidth_gbs = copy_bandwidth_gbs()
+    end = None if budget_s is None else time.monotonic() + budget_s
+    for i, task in enumerate(tasks):
+        run = runs.tasks[task] = TaskRun(task=task)
+        share = None if end is None else max(1.0, (end - time.monotonic()) / (len(tasks) - i))
+        try:
+            _run_task(run, sub, rubric, runs, log, sanitizer, share)
+        except Exception as e:  # a grader bug must cost one task, never the report
+            run.error = f"grader error while grading {task}: {type(e).__name__}: {e}"
+            log(run.error)
+            runs.notes.append(run.error)
+    return runs
+
+
+def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sanitizer, share) -> None:
+    task, device = run.task, runs.device
+    t = rubric.tasks[task]
+    specs = rubric.tests_for(task)
+    for spec in specs:
+        if not runs_here(spec, device):
+            run.not_run[spec.name] = ("needs a CUDA GPU" if spec.kind == "performance"
+                                      else "no CPU shape in the rubric")
+    if t.file not in sub.files:
+        why = "; ".join(p for p in sub.problems if t.file in p) or f"{t.file} not found in the submission"
+        run.missing = problem("unreadable" if sub.unreadable else "missing_file", why)
+        log(f"{task}: {t.file} missing, not graded")
+        return
+    if rubric.settings.static_checks:
+        found = check_source(sub.files[t.file], set(rubric.settings.extra_allowed_imports))
+        # A file that does not parse is reported by its import, with its line.
+        run.static = [str(f) for f in found if f.rule != "syntax"]
+    timeout = rubric.settings.task_timeout_s if device == "cuda" else rubric.settings.cpu_task_timeout_s
+    if share is not None:   # a whole-run budget (Gradescope): this task's share of it
+        timeout = min(timeout, share)
+    correctness = [s for s in specs if s.kind == "correctness" and runs_here(s, device)]
+    performance = [s for s in specs if s.kind == "performance" and runs_here(s, device)]
+    started = time.monotonic()
+    groups = [[s for s in correctness if not s.hidden], [s for s in correctness if s.hidden]]
+    cache = sandbox.task_dir("compile-cache-")   # shared by this task's workers only
+    cache.chmod(0o777)
+    sanitizer = sanitizer if device == "cuda" else None
+    sessions, visible = [], None
+    try:
+        # Both workers start at once: their imports (torch, CUDA) overlap.
+        sessions = [Session(sub, t.file, t.entry, device, time.monotonic() + timeout, writable=[cache],
+                            sanitizer=sanitizer) if group else None for group in groups]
+        for group, session in zip(groups, sessions):
+            if not group:
+                continue
+            log(f"{task}: {len(group)} correctness case(s) in a sandboxed worker ...")
+            _check_import(run, session)
+            for spec in group:
+                run.cases[spec.name] = _correctness(run, session, spec, runs)
+            _compile_check(run, session, group, cache, log)
+            if visible is None:
+                visible = session   # times the performance tests (the hidden one if it is the only one)
+            else:
+                session.close()
+                run.log += session.log_tail()
+        if performance:
+            _performance(run, rubric, performance, visible, timeout, runs, log)
+        _movement(run, t.movement_shape, visible, runs, log)   # last: nothing scored follows it
+    finally:
+        for session in sessions:
+            if session is not None and session is not visible:
+                session.close()
+        if visible is not None:
+            visible.close()
+            run.log = visible.log_tail() + run.log
+        if sanitizer:
+            run.memcheck_errors = sum(s.sanitizer_errors() or 0 for s in sessions if s is not None)
+        shutil.rmtree(cache, ignore_errors=True)
+        run.seconds = time.monotonic() - started
+    log(f"{task}: done in {run.seconds:.1f} s")
+
+
+def _stop(run: TaskRun, kind: str, detail: str) -> None:
+    """The task's workers are of no more use; the first reason is the one reported."""
+    if run.stopped is None:
+        run.stopped = problem(kind, detail)
+
+
+def _check_import(run: TaskRun, session: Session) -> None:
+    """Record why the task's worker is of no use if its kernel file did not import."""
+    try:
+        hello = session.hello
+    except WorkerGone as e:
+        _stop(run, e.kind, str(e))
+        return
+    if not hello["ok"]:
+        _stop(run, "import_error", "the kernel file could not be imported:\n"
+              + explain_error(hello.get("error", "")))
+
+
+def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs) -> CaseRun:
+    """The case on DRAWS fresh draws, stopping at the first that is not clean."""
+    case = CaseRun(spec.name)
+    shape = spec.shape_on(runs.device)
+    seed = case_seed(runs.seed, spec.name)
+    task = get(run.task)
+    for draw in range(DRAWS):
+        if run.stopped:
+            break
+        args, extras = task.make_inputs(shape, spec.options, seed + draw, runs.device)
+        result = checked_call(session, f"case{len(run.calls)}", args, (shape[0], shape[1]))
+        if result.status == "gone":
+            _stop(run, result.kind, result.message)
+        d = _draw(run.task, result, args, extras)
+        result.output = None   # the evidence stays, the tensor goes
+        run.calls.append((spec.name, result))
+        case.draws.append(d)
+        if not d.clean:
+            break
+    return case
+
+
+def _draw(task: str, result: CallResult, args: tuple, extras: dict) -> Draw:
+    """The facts of one checked call: its comparison with the reference, the likely cause."""
+    d = Draw(result.status, result.message, stray_write=result.stray_write)
+    if result.status != "ok":
+        return d
+    ref_slack = get(task).reference_and_slack(args)   # computed once: the check and the diagnosis share it
+    d.check = check_task_output(result.output, task, args, ref_slack)
+    if not d.check.passed:
+        d.cause = likely_cause(task, result.output, args, ref_slack[0])
+        return d
+    d.sanity = check_sanity(result.output, args[0], extras["weight"], task)
+    return d
+
+
+def _compile_check(run: TaskRun, session: Session, group: list, cache, log) -> None:
+    """Compile what the worker launched for the target GPU; a kernel that would not
+    compile or launch there fails this group's cases, as it would on the GPU."""
+    if run.stopped or not any(r.status == "ok" for _, r in run.calls):
+        return
+    left = session.deadline - time.monotonic()
+    if left < 15:
+        return
+    log(f"{run.task}: compiling the launched kernels for the GPU (sm_90) ...")
+    try:
+        reply = session.request({"op": "compile", "budget_s": min(60.0, left - 10), "cache_dir": str(cache)})
+    except WorkerGone as e:
+        _stop(run, e.kind, str(e))
+        return
+    rows = reply.get("compile", [])
+    key = lambda r: (r.get("kernel"), r.get("line"), r.get("status"), r.get("registers"))  # noqa: E731
+    known = {key(r) for r in run.kernels}
+    run.kernels.extend(r for r in rows if key(r) not in known)
+    bad = [r for r in rows if r.get("status") == "error" or r.get("launchable") is False]
+    if not bad:
+        return
+    r = bad[0]
+    why = (f"compile error for the GPU: {r.get('error', '')}" if r.get("status") == "error" else
+           f"would not launch on the GPU: kernel {r.get('kernel')} {r.get('why_not', '')}")
+    for spec in group:
+        run.cases[spec.name].compile_error = why
+    _stop(run, "compile_error", why)
+
+
+def scored_cases_clean(run: TaskRun, rubric: Rubric, device: str) -> bool:
+    """Whether every scored (not bonus) correctness case that runs here came back
+    clean, with nothing that voids the task: only then is performance timed."""
+    for spec in rubric.tests_for(run.task, "correctness"):
+        if spec.bonus or not runs_here(spec, device):
+            continue
+        case = run.cases.get(spec.name)
+        if case is None or case.compile_error or not case.draws or not all(d.clean for d in case.draws) \
+                or len(case.draws) < DRAWS:
+            return False
+    return not run.static and not task_flags(run.calls)
+
+
+def _performance(run: TaskRun, rubric: Rubric, specs: list[TestSpec], session, timeout: float, runs: Runs,
+                 log) -> None:
+    if runs.sanitized:
+        run.untimed = "correctness ran under compute-sanitizer"
+        return
+    if session is None or not scored_cases_clean(run, rubric, runs.device):
+        run.untimed = ("performance counts only for a kernel that passes all of this task's correctness "
+                       "tests")
+        return
+    session.deadline = time.monotonic() + timeout
+    s = rubric.settings
+    for i, spec in enumerate(specs):
+        timed = run.timed[spec.name] = TimedRun(spec.name)
+        if run.stopped:
+            timed.error = "not timed: " + run.stopped["detail"]
+            continue
+        log(f"{run.task}: timing {spec.name} ...")
+        try:
+            timed.timing = timed_batches(session, f"timed{i}", run.task, spec.shape, spec.options,
+                                         case_seed(runs.seed, spec.name), s.timing_rounds, s.timed_batch_ms,
+                                         more_rounds=lambda tm, spec=spec: borderline(spec, tm, s),
+                                         extra_rounds=s.borderline_rounds)
+        except WorkerGone as e:
+            _stop(run, e.kind, str(e))
+            timed.error = f"while timed: {e}"
+            continue
+        run.calls.append((spec.name, CallResult("ok", evidence=timed.timing.evidence)))
+        torch.cuda.empty_cache()
+
+
+def borderline(spec: TestSpec, timing, settings) -> bool:
+    """Within ``borderline_margin`` of a threshold: measure more rounds before the score is fixed."""
+    if not timing.kernel_ms:
+        return False
+    return any(abs(timing.ratio / r - 1) < settings.borderline_margin
+               for r in (spec.full_ratio, spec.zero_ratio) if r)
+
+
+def _movement(run: TaskRun, shape, session, runs: Runs, log) -> None:
+    """Count one call's data movement in the interpreter (CPU runs; feedback only)."""
+    if (runs.device != "cpu" or shape is None or session is None or run.stopped
+            or not any(r.status == "ok" for _, r in run.calls)):
+        return
+    if session.deadline - time.monotonic() < 20:
+        run.movement = {"shape": list(shape), "error": "not counted: the task's time limit is near"}
+        return
+    log(f"{run.task}: counting data movement at {list(shape)} in the interpreter ...")
+    session.deadline = min(session.deadline, time.monotonic() + movement.TIMEOUT_S)
+    run.movement = movement.measure(session, "movement", run.task, shape, {},
+                                    case_seed(runs.seed, f"{run.task}/movement"))

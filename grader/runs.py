@@ -1,0 +1,92 @@
+"""What running a submission brought back: facts for the judge, no verdicts.
+
+The grade is a straight pipeline (grader/grade.py):
+
+    runs     = run_tasks(...)            grader/harness/run.py: workers, inputs, checks, clocks
+    judgment = judge(runs, rubric)       grader/judge.py: one pytest test per rubric entry
+    result   = score(judgment, ...)      grader/scoring.py: points, caps and rounding, once
+
+The harness compares every output with the reference while it still holds the
+inputs (a ``Check`` is a measurement: how far the output is, where, and the
+likely cause); whether that passes a test, and for how many points, is the
+judge's and the scorer's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .compare import Check
+from .harness.measure import CallResult, Timing
+
+
+def problem(kind: str, detail: str) -> dict:
+    """A reason, as data: ``kind`` (stable: the class CSV and scripts read it) and
+    ``detail`` (the sentence a student reads)."""
+    return {"kind": kind, "detail": detail}
+
+
+@dataclass
+class Draw:
+    """One checked call of a correctness case, on one fresh draw of its inputs."""
+    status: str                       # ok | error | unusable | gone (measure.CallResult)
+    message: str = ""                 # the exception, the unusable return, or why the worker is gone
+    check: Check | None = None        # the tight comparison with the exact reference (status ok)
+    sanity: Check | None = None       # the loose one with the unquantized layer (when check passed)
+    cause: str | None = None          # the likely cause of a failed check (grader/diagnose.py)
+    stray_write: bool = False         # a guard byte around the output changed
+
+    @property
+    def clean(self) -> bool:
+        """The call did what the test asks: right output, nowhere else written."""
+        return (self.status == "ok" and self.check is not None and self.check.passed
+                and not self.stray_write and self.sanity is not None and self.sanity.passed)
+
+
+@dataclass
+class CaseRun:
+    """A correctness case: its draws, stopped at the first that is not clean."""
+    name: str
+    draws: list[Draw] = field(default_factory=list)
+    compile_error: str = ""           # it ran in the interpreter, but would not compile or launch on the GPU
+
+
+@dataclass
+class TimedRun:
+    """A performance test: the timing, or why there is none."""
+    name: str
+    timing: Timing | None = None
+    error: str = ""
+
+
+@dataclass
+class TaskRun:
+    """Everything the harness learnt about one task of the submission."""
+    task: str
+    missing: dict | None = None       # problem(): the kernel file is not there (missing_file, unreadable)
+    static: list[str] = field(default_factory=list)   # allowlist findings in the kernel file
+    stopped: dict | None = None       # problem(): why the task's workers were of no more use
+                                      # (import_error, timeout, crashed, exited_early, worker_ended,
+                                      # protocol_error, compile_error)
+    error: str = ""                   # the grader's own failure while running this task
+    not_run: dict[str, str] = field(default_factory=dict)   # test -> why it does not run here
+    cases: dict[str, CaseRun] = field(default_factory=dict)
+    timed: dict[str, TimedRun] = field(default_factory=dict)
+    untimed: str = ""                 # why no performance test was timed
+    calls: list[tuple[str, CallResult]] = field(default_factory=list)  # every call's evidence (outputs dropped)
+    kernels: list = field(default_factory=list)      # compile check rows
+    movement: dict = field(default_factory=dict)     # data movement of one call (CPU; feedback)
+    memcheck_errors: int = 0          # compute-sanitizer (--sanitize)
+    seconds: float = 0.0
+    log: str = ""                     # the tail of what the workers printed
+
+
+@dataclass
+class Runs:
+    """One submission's run: every task's facts and what the whole run measured."""
+    device: str                       # "cuda" or "cpu"
+    seed: int
+    tasks: dict[str, TaskRun]
+    bandwidth_gbs: float = 0.0        # device copy bandwidth, for the memory floor of timed calls
+    sanitized: bool = False           # correctness ran under compute-sanitizer; nothing was timed
+    notes: list[str] = field(default_factory=list)

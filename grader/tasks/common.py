@@ -1,0 +1,48 @@
+"""Helpers the task modules share: realistic activations and per-row scales."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Option
+
+# Every task's inputs can have rows of x set to zero (a padded batch, say).
+ZERO_ROWS = Option("int", 0, None, 0, "rows of x set to 0")
+
+
+def activations(M: int, K: int, zero_rows: int, g: torch.Generator) -> torch.Tensor:
+    """fp16 [M, K] activations: Gaussian, with a few larger entries per row, and
+    ``zero_rows`` rows of zeros."""
+    x = torch.randn(M, K, generator=g)
+    # A few larger entries per row, as real activations have: they set the
+    # per-token scale, so the rest of the row uses fewer int8 levels.
+    spikes = torch.randint(0, K, (M, 2), generator=g)
+    x.scatter_(1, spikes, 8.0 * torch.randn(M, 2, generator=g))
+    if zero_rows:
+        x[torch.randperm(M, generator=g)[:zero_rows]] = 0.0
+    return x.to(torch.float16)
+
+
+def refresh_x(args: dict, g: torch.Generator) -> None:
+    """New Gaussian values for argument 0, the activations x, in place."""
+    x = args[0]
+    x.copy_(torch.randn(x.shape, generator=g, device=x.device, dtype=torch.float32))
+
+
+def row_scale(t: torch.Tensor, qmax: int) -> torch.Tensor:
+    """fp32 [rows, 1]: max |t| of each row / qmax, never 0 (an all-zero row quantizes to 0)."""
+    return (t.abs().amax(dim=1, keepdim=True).float() / qmax).clamp_min(1e-8)
+
+
+# A diagnosis hypothesis "the kernel computed pred" holds when every element is
+# this close to pred, in units of the task's tolerance: a buggy kernel's own
+# fp16 and accumulation rounding, nothing more.
+MATCH = 4.0
+
+
+def matches(y: torch.Tensor, pred: torch.Tensor, tolerance: float) -> bool:
+    """Whether ``y`` is ``pred`` up to a kernel's rounding (MATCH x the task's tolerance)."""
+    if not bool(torch.isfinite(y).all()):
+        return False
+    rms = float(pred.pow(2).mean().sqrt())
+    return bool(((y - pred).abs() <= MATCH * tolerance * (pred.abs() + rms)).all())
