@@ -22,7 +22,7 @@ from .harness import sandbox
 from .harness.session import Session, WorkerGone
 from .judge import Verdict, borderline, flag, judge_call, judge_timing, not_run, task_flags
 from .pytest_plugin import GradingPlugin
-from .rubric import Rubric, TestSpec
+from .rubric import CALIBRATION, Rubric, TestSpec
 from .staticcheck import check_source
 from .tracebacks import explain_error
 from .scoring import SCHEMA_VERSION, GradeResult, TaskResult, resolve_test, totals
@@ -341,6 +341,19 @@ def _sandbox_summary(device: str) -> str:
         return f"unavailable: {e}"
 
 
+def calibration_note(calibrated_on, gpu: str | None) -> str | None:
+    """A one-line warning when the rubric's thresholds were placed on other GPUs
+    than ``gpu`` (the rubric's ``calibrated_on``); None on the CPU (gpu None),
+    for an uncalibrated rubric, or on a GPU it names."""
+    places = [CALIBRATION.fullmatch(entry) for entry in calibrated_on]
+    if gpu is None or not places or any(m["gpu"] == gpu for m in places):
+        return None
+    where = " and ".join(f"{m['gpu']} ({m['date']})" for m in places)
+    return (f"Warning: the performance thresholds were calibrated on {where}, not on this GPU ({gpu}): "
+            "ratios to torch.matmul differ between GPUs, so the performance points may be off "
+            "(a TA re-places them on this GPU with make calibrate).")
+
+
 def _one_grader_per_gpu(device: str, log):
     """Hold this GPU's lock while grading on it (a second grader waits): timings
     from a shared GPU would be wrong for both."""
@@ -381,6 +394,10 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
     notes.append("Triton use is judged from the kernel files (allowlist) and from what the worker "
                  "recorded; no trace from outside the worker exists on this machine, so flagged items "
                  "are for a TA to review.")
+    gpu = torch.cuda.get_device_name() if device == "cuda" else None
+    warning = calibration_note(rubric.settings.calibrated_on, gpu)
+    if warning:
+        notes.append(warning)
     if device == "cuda":
         from .harness.timing import copy_bandwidth_gbs
         state.bandwidth_gbs = copy_bandwidth_gbs()
@@ -425,7 +442,7 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
         schema_version=SCHEMA_VERSION, submission=str(submission),
         started=dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds"),
         seconds=round(time.time() - started, 1), device=device,
-        gpu=torch.cuda.get_device_name() if device == "cuda" else None,
+        gpu=gpu,
         versions={"sandbox": _sandbox_summary(device),
                   "python": platform.python_version(), "torch": torch.__version__,
                   "triton": triton.__version__, "cuda": torch.version.cuda},
