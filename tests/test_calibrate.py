@@ -209,9 +209,12 @@ class FakeGPU:
         self.calls.append(name)
         self.now += self.recorded[who]["wall_s"]
         assert path == gpu_session.SUBMISSIONS[who] and args[0] == "--rubric"
-        if self.error and who == "reference":
+        if self.error == "crash" and who == "reference":
             return {"submission": path, "error": "grader exited 1: CUDA error", "wall_s": 3.0, "tests": {}}
         g = copy.deepcopy(self.recorded[who])
+        if self.error == "untimed" and who == "reference":   # e.g. a correctness test failed on this GPU
+            g["score"] = 60.0
+            g["tests"] = {n: {k: v for k, v in t.items() if k != "ratio"} for n, t in g["tests"].items()}
         for t in g["tests"].values():
             if "ratio" in t:
                 t["ratio"] *= self.scale[(len(self.calls) - 1) % len(self.scale)]
@@ -269,12 +272,14 @@ def test_budget_stops_before_a_grade_that_would_not_fit(tmp_path, monkeypatch, c
     assert json.loads(results.read_text())["calibration"]["state"] == "incomplete"
 
 
-def test_a_reference_that_never_times_exits_1(tmp_path, monkeypatch, capsys):
-    FakeGPU(monkeypatch, tmp_path / "res.json", error=True)
+@pytest.mark.parametrize("error, words", [("crash", "(grader exited 1: CUDA error)"),
+                                          ("untimed", "(its grades scored 60, their notes are in ")])
+def test_a_reference_that_never_times_exits_1(tmp_path, monkeypatch, capsys, error, words):
+    FakeGPU(monkeypatch, tmp_path / "res.json", error=error)
     assert calibrate.main(["--results", str(tmp_path / "res.json"), "--out", str(tmp_path / "r.toml"),
                            "--runs", "1"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "CUDA error" in err
+    assert err.count("\n") == 1 and err.startswith("calibrate: the reference was never timed ") and words in err
     assert not (tmp_path / "r.toml").exists()
 
 
@@ -351,3 +356,22 @@ def test_calibrated_on_is_checked_strictly():
             parse_rubric(data)
     data["settings"]["calibrated_on"] = ["NVIDIA A100-SXM4-80GB, 2026-12-01"]
     assert parse_rubric(data).settings.calibrated_on == ("NVIDIA A100-SXM4-80GB, 2026-12-01",)
+
+
+def test_writing_the_calibrated_rubric_grades_nothing_again(tmp_path, monkeypatch, capsys):
+    """The recorded grades stay valid when only thresholds change: --write after a
+    calibration, and a later run with the written rubric, reuse them."""
+    results, rubric = tmp_path / "res.json", tmp_path / "rubric.toml"
+    rubric.write_text(DEFAULT_RUBRIC.read_text())
+    FakeGPU(monkeypatch, results)
+    assert calibrate.main(["--results", str(results), "--rubric", str(rubric), "--out", str(tmp_path / "r.toml")]) == 0
+    for _ in range(2):
+        again = FakeGPU(monkeypatch, results, done=4)
+        assert calibrate.main(["--results", str(results), "--rubric", str(rubric), "--write"]) == 0
+        assert again.calls == []
+    assert rubric.read_text() == (tmp_path / "r.toml").read_text()
+    moved = rubric.read_text().replace("shape = [1, 4096, 4096]\nfull_ratio", "shape = [2, 4096, 4096]\nfull_ratio")
+    rubric.write_text(moved)   # a timed shape changed: the grades no longer apply
+    regraded = FakeGPU(monkeypatch, results, done=0)
+    assert calibrate.main(["--results", str(results), "--rubric", str(rubric), "--write", "--runs", "1"]) == 0
+    assert regraded.calls == ["reference-0", "naive-0"]

@@ -7,7 +7,8 @@ On a GPU it grades the reference solutions (solutions/) and the tutorial-style
 kernels (calibration/naive/) ``--runs`` times each, alternately, through
 tools/gpu_session.py, and records every grade as it finishes in the
 ``calibration`` entry of a results file (default results/<date>-<gpu>.json).
-Run it again after an interruption and it continues from the recorded grades
+Run it again (after an interruption, or with ``--write``) and it continues
+from the recorded grades while the kernels and the timed cases are the same
 (``--fresh`` grades everything again). With ``--from`` it reads recorded runs
 instead and needs no GPU.
 
@@ -206,6 +207,14 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _shown_path(path: Path) -> str:
+    """``path`` relative to the repository, or its name alone when it lies elsewhere (a device's scratch folder)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return path.name
+
+
 # ----------------------------------------------------------------------------- inputs
 
 class InputError(Exception):
@@ -224,6 +233,14 @@ def read_results(path: str | Path) -> dict:
             or not CALIBRATION.fullmatch(f"{data['gpu']}, {data.get('date')}")):
         raise InputError(f"{path}: not a results file: it needs \"gpu\" and \"date\" (YYYY-MM-DD)")
     return data
+
+
+def _timing_key(rubric: Rubric) -> str:
+    """What of a rubric bears on a ratio: each performance test's shape and case, and the clock's
+    settings; not the thresholds, so that a calibrated rubric still continues from the same grades."""
+    data = [[t.name, list(t.shape), sorted(t.options.items())] for t in rubric.tests if t.kind == "performance"]
+    data.append([rubric.settings.timed_batch_ms, rubric.settings.timing_rounds])
+    return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:12]
 
 
 def _sources(folder: Path) -> str:
@@ -252,7 +269,7 @@ def from_files(paths: list[str]) -> tuple[dict, dict, list[str]]:
     return ratios["reference"], ratios["naive"], list(dict.fromkeys(places))
 
 
-def grade_here(args, rubric_path: Path, log=print) -> tuple[dict, Path]:
+def grade_here(args, rubric: Rubric, rubric_path: Path, log=print) -> tuple[dict, Path]:
     """Grade the reference and the tutorial-style kernels ``args.runs`` times
     each on this GPU, alternately, writing the results file after each grade.
     Returns the results record and its path."""
@@ -263,7 +280,7 @@ def grade_here(args, rubric_path: Path, log=print) -> tuple[dict, Path]:
     if record["gpu"] != head["gpu"]:
         raise InputError(f"{path}: holds runs of {record['gpu']}, not of this GPU ({head['gpu']}); "
                          "pass --results FILE")
-    fingerprint = {"rubric_hash": rubric_hash(rubric_path),
+    fingerprint = {"timing_key": _timing_key(rubric),
                    "sources": {who: _sources(ROOT / gpu_session.SUBMISSIONS[who]) for who in WHO}}
     old = record.get("calibration", {})
     if not args.fresh and all(old.get(k) == v for k, v in fingerprint.items()):
@@ -273,8 +290,8 @@ def grade_here(args, rubric_path: Path, log=print) -> tuple[dict, Path]:
                 "tutorial-style grades recorded (--fresh grades again)")
     else:
         grades = {who: [] for who in WHO}
-    calibration = record["calibration"] = {"state": "incomplete", "runs": args.runs, **fingerprint,
-                                           "grades": grades}
+    calibration = record["calibration"] = {"state": "incomplete", "runs": args.runs, "rubric_hash": rubric.hash,
+                                           **fingerprint, "grades": grades}
     _write(path, json.dumps(record, indent=1) + "\n")
     started = _clock()
     with tempfile.TemporaryDirectory(prefix="calibrate-") as work:
@@ -289,7 +306,7 @@ def grade_here(args, rubric_path: Path, log=print) -> tuple[dict, Path]:
                     return record, path
                 log(f"grading the {LABEL[who]} kernels, run {i + 1} of {args.runs} ...")
                 g = gpu_session.grade_submission(f"{who}-{i}", gpu_session.SUBMISSIONS[who], Path(work),
-                                                 args=("--rubric", str(rubric_path)))
+                                                 args=("--rubric", str(rubric_path.resolve())))
                 grades[who].append(g)
                 _write(path, json.dumps(record, indent=1) + "\n")
                 log(f"  {g['error']}" if "error" in g else f"  score {g['score']:g} in {g['wall_s']:g} s")
@@ -298,6 +315,17 @@ def grade_here(args, rubric_path: Path, log=print) -> tuple[dict, Path]:
 
 
 # ----------------------------------------------------------------------------- command line
+
+def _why_untimed(record: dict | None, path) -> str:
+    graded = (record or {}).get("calibration", {}).get("grades", {}).get("reference", [])
+    errors = [g["error"] for g in graded if "error" in g]
+    if errors:
+        return errors[0]
+    if graded:
+        scores = ", ".join(f"{g['score']:g}" for g in graded)
+        return f"its grades scored {scores}, their notes are in {path}"
+    return "no grade of it finished"
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tools.calibrate", description=__doc__,
@@ -336,7 +364,7 @@ def main(argv=None, log=print) -> int:
             if not torch.cuda.is_available():
                 raise InputError("no CUDA GPU here: calibrating grades on a GPU; --from RESULTS.json places "
                                  "the thresholds from recorded runs")
-            record, path = grade_here(args, rubric_path, log)
+            record, path = grade_here(args, rubric, rubric_path, log)
             runs = {who: gpu_session.recorded_ratios({"calibration": record["calibration"]}, who) for who in WHO}
             reference, naive = runs["reference"], runs["naive"]
             places = [f"{record['gpu']}, {record['date']}"]
@@ -347,9 +375,8 @@ def main(argv=None, log=print) -> int:
         print(f"calibrate: {e}", file=sys.stderr)
         return 2
     if _lowest(r for rs in reference.values() for r in rs) is None:
-        why = next((g["error"] for g in (record or {}).get("calibration", {}).get("grades", {}).get("reference", [])
-                    if "error" in g), "no grade of it finished")
-        print(f"calibrate: the reference was never timed ({why}); thresholds unchanged", file=sys.stderr)
+        print(f"calibrate: the reference was never timed ({_why_untimed(record, path)}); no rubric written",
+              file=sys.stderr)
         return 1
     records = rows(rubric, reference, naive)
     target = rubric_path if args.write else Path(args.out)
@@ -361,7 +388,7 @@ def main(argv=None, log=print) -> int:
     log(f"wrote {target}: {changed} of {2 * len(records)} thresholds changed, calibrated_on = {places}")
     if record is not None:
         record["calibration"] |= {"calibrated_on": places[0], "rule": RULE, "thresholds": records,
-                                  "rubric_written": {"path": str(target), "hash": rubric_hash(text)}}
+                                  "rubric_written": {"path": _shown_path(target), "hash": rubric_hash(text)}}
         _write(path, json.dumps(record, indent=1) + "\n")
         log(f"recorded in {path} (its calibration entry); python -m tools.render_results shows it in "
             "docs/grading.md")
