@@ -375,3 +375,19 @@ def test_writing_the_calibrated_rubric_grades_nothing_again(tmp_path, monkeypatc
     regraded = FakeGPU(monkeypatch, results, done=0)
     assert calibrate.main(["--results", str(results), "--rubric", str(rubric), "--write", "--runs", "1"]) == 0
     assert regraded.calls == ["reference-0", "naive-0"]
+
+
+def test_grade_submission_records_the_report_or_the_error(tmp_path):
+    """The real grader behind make calibrate: on the CPU a small rubric's DDS
+    task grades the reference (performance not run: no ratio); a grade that
+    writes no report is recorded with the grader's last line."""
+    from tests.fakes import rubric_toml
+
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text(rubric_toml(tasks=("dds",)))
+    g = gpu_session.grade_submission("reference-0", "solutions", tmp_path, args=("--rubric", str(rubric)))
+    assert "error" not in g and g["score"] == 4 and (tmp_path / "grade-reference-0.log").exists()
+    assert g["tests"]["dds/perf"]["status"] == "not_run" and "ratio" not in g["tests"]["dds/perf"]
+    assert gpu_session.recorded_ratios({"grades": {"reference": g}}, "reference") == {"dds/perf": [None]}
+    bad = gpu_session.grade_submission("naive-0", str(tmp_path / "nowhere"), tmp_path)
+    assert bad["tests"] == {} and bad["error"].startswith("grader exited 2: no such submission")

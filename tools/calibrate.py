@@ -72,6 +72,10 @@ def _clean(x: float) -> float:
     return float(f"{x:.12g}")
 
 
+def _nearest(x: float) -> int:
+    return math.floor(x + 0.5 + 1e-9)   # halves up, whatever the float noise
+
+
 def _lowest(ratios) -> float | None:
     valid = [r for r in ratios if isinstance(r, (int, float)) and math.isfinite(r) and r > 0]
     return min(valid) if valid else None
@@ -104,13 +108,13 @@ def place(reference, naive, old: tuple[float, float]) -> Placement:
         notes.append(f"reference timed in {timed} of {len(reference)} runs")
     step = STEP
     while True:
-        full = _clean(round(MARGIN * ref / step) * step)
+        full = _clean(_nearest(MARGIN * ref / step) * step)
         if full > 0 and abs(full / ref - MARGIN) <= BAND + 1e-9:
             break
         step /= 5
     if step < STEP:
         notes.append(f"step {_clean(step):g}: the reference is slow here")
-    floor = _clean(round(FLOOR * full / step) * step)
+    floor = _clean(_nearest(FLOOR * full / step) * step)
     cap = _clean(math.floor(HALF * full / step + 1e-9) * step)
     if naive_low is None:
         zero = cap
