@@ -366,8 +366,8 @@ def main(argv=None, log=print) -> int:
             import torch
 
             if not torch.cuda.is_available():
-                raise InputError("no CUDA GPU here: calibrating grades on a GPU; --from RESULTS.json places "
-                                 "the thresholds from recorded runs")
+                raise InputError("no CUDA GPU here: calibration grades on the GPU it is for (--from "
+                                 "RESULTS.json ... places the thresholds from recorded runs)")
             record, path = grade_here(args, rubric, rubric_path, log)
             runs = {who: gpu_session.recorded_ratios({"calibration": record["calibration"]}, who) for who in WHO}
             reference, naive = runs["reference"], runs["naive"]
@@ -399,8 +399,8 @@ def main(argv=None, log=print) -> int:
         if record["calibration"]["state"] != "complete":
             log("not every run was graded: run the same command again to add the rest")
     if not args.write:
-        log(f"grade with it: make grade GRADE_FLAGS=\"--rubric {target}\"; make it the default: "
-            f"make calibrate CALIBRATE_FLAGS=\"... --write\"")
+        log(f"grade with it: make grade GRADE_FLAGS=\"--rubric {target}\"; the same command with --write "
+            f"replaces {rubric_path} instead (recorded grades are reused)")
     return 0
 
 
