@@ -12,10 +12,11 @@ SUBMISSIONS ?= submissions
 BATCH_DIR ?= batch-reports
 SEED ?=
 GRADE_FLAGS ?=
+CALIBRATE_FLAGS ?=
 
 export PYTHON VENV NO_VENV
 
-.PHONY: help setup grade test batch regrade dist gradescope bench clean
+.PHONY: help setup grade test batch regrade dist gradescope bench calibrate clean
 
 help:
 	@echo "make grade                 grade assignment/ (SUBMISSION=path for a folder or .zip)"
@@ -26,6 +27,7 @@ ifneq ($(wildcard solutions),)
 	@echo "make dist                  build the student bundle in dist/ (TA)"
 	@echo "make gradescope            build a Gradescope autograder zip (TA)"
 	@echo "make bench                 GPU benchmark of the reference solutions"
+	@echo "make calibrate             place the performance thresholds on this GPU (TA; CALIBRATE_FLAGS=...)"
 endif
 
 setup:
@@ -58,6 +60,9 @@ gradescope: setup
 
 bench: setup
 	$(PY) -m bench.bench
+
+calibrate: setup
+	$(PY) -m tools.calibrate $(CALIBRATE_FLAGS)
 
 clean:
 	rm -rf $(REPORT_DIR) dist .pytest_cache

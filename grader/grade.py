@@ -21,7 +21,7 @@ import triton
 from .harness import sandbox
 from .harness.run import case_seed, run_tasks  # noqa: F401  (case_seed: the seeds' one home, for tools)
 from .judge import judge
-from .rubric import Rubric
+from .rubric import CALIBRATION, Rubric
 from .scoring import GradeResult, score
 from .submission import Submission, SubmissionError, load_submission
 
@@ -51,6 +51,19 @@ def _sandbox_summary(device: str) -> str:
         return sandbox.backend(gpu=gpu).summary().removeprefix("sandbox ")
     except Exception as e:  # noqa: BLE001
         return f"unavailable: {e}"
+
+
+def calibration_note(calibrated_on, gpu: str | None) -> str | None:
+    """A one-line warning when the rubric's thresholds were placed on other GPUs
+    than ``gpu`` (the rubric's ``calibrated_on``); None on the CPU (gpu None),
+    for an uncalibrated rubric, or on a GPU it names."""
+    places = [CALIBRATION.fullmatch(entry) for entry in calibrated_on]
+    if gpu is None or not places or any(m["gpu"] == gpu for m in places):
+        return None
+    where = " and ".join(f"{m['gpu']} ({m['date']})" for m in places)
+    return (f"Warning: the performance thresholds were calibrated on {where}, not on this GPU ({gpu}): "
+            "ratios to torch.matmul differ between GPUs, so the performance points may be off "
+            "(a TA re-places them on this GPU with make calibrate).")
 
 
 def _one_grader_per_gpu(device: str, log):
@@ -90,6 +103,10 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
     if sanitizer:
         notes.append(f"compute-sanitizer memcheck: {sanitizer}; performance was not timed")
     notes.append(TRITON_NOTE)
+    gpu = torch.cuda.get_device_name() if device == "cuda" else None
+    warning = calibration_note(rubric.settings.calibrated_on, gpu)
+    if warning:
+        notes.append(warning)
     if device != "cuda":
         notes.append(CPU_NOTE)
     with _one_grader_per_gpu(device, log):
@@ -98,7 +115,7 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
     return score(judgment, runs, rubric, submission=str(submission),
                  started=dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds"),
                  seconds=round(time.time() - started, 1), device=device,
-                 gpu=torch.cuda.get_device_name() if device == "cuda" else None,
+                 gpu=gpu,
                  versions={"sandbox": _sandbox_summary(device), "python": platform.python_version(),
                            "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda},
                  notes=notes + runs.notes)

@@ -116,6 +116,9 @@ class Settings:
     # borderline: up to borderline_rounds more timed rounds fix its score.
     borderline_margin: float = 0.03
     borderline_rounds: int = 4
+    # The GPUs the performance thresholds were placed on, "GPU name, YYYY-MM-DD"
+    # each (make calibrate writes it); grading on another GPU adds a warning.
+    calibrated_on: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,9 @@ SETTINGS_SPEC = {  # [settings] key -> (kind, lowest, lowest excluded) | ("choic
     "memory_floor_trust": ("number", 0, False),
     "borderline_margin": ("number", 0, False),
     "borderline_rounds": ("int", 0, False),
+    "calibrated_on": ("calibration", None, False),
 }
+CALIBRATION = re.compile(r"(?P<gpu>\S.*?), (?P<date>\d{4}-\d{2}-\d{2})")  # one calibrated_on entry
 # [tasks.<name>] keys. ``file`` and ``entry`` belong to the registry; a rubric
 # may repeat them (older rubrics did) but not change them.
 TASK_KEYS = ("title", "movement_shape", "file", "entry")
@@ -202,6 +207,9 @@ def _problem(value, kind: str, low=None, low_open=False, high=None) -> str | Non
         ok, want = isinstance(value, list) and all(isinstance(v, str) for v in value), "a list of texts"
     elif kind == "choice":
         ok, want = value in high, "one of " + ", ".join(f'"{c}"' for c in high)
+    elif kind == "calibration":
+        ok = isinstance(value, list) and all(isinstance(v, str) and CALIBRATION.fullmatch(v) for v in value)
+        want = 'a list of "GPU name, YYYY-MM-DD" texts'
     else:  # pragma: no cover
         raise AssertionError(kind)
     if ok:
@@ -217,6 +225,9 @@ def _problem(value, kind: str, low=None, low_open=False, high=None) -> str | Non
     return f"must be {want}, got {_shown(value)} ({_type_word(value)}{hint})"
 
 
+_ASSIGN = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*=""")   # a key = value line's head
+
+
 def _line_index(text: str) -> dict:
     """Where each key is written: {(table, key): line}, ``table`` being () for
     the top level, ("settings",), ("tasks", name) or ("tests", i), and key None
@@ -224,7 +235,6 @@ def _line_index(text: str) -> dict:
     scanned; a key it cannot place (a dotted key, an inline table) has no line."""
     index, table, n_tests = {}, (), 0
     header = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-    assign = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*=""")
     for number, line in enumerate(text.splitlines(), 1):
         m = header.match(line)
         if m:
@@ -235,7 +245,7 @@ def _line_index(text: str) -> dict:
                 table = parts
             index.setdefault((table, None), number)
             continue
-        m = assign.match(line)
+        m = _ASSIGN.match(line)
         if m:
             index.setdefault((table, m.group(1).strip("\"'")), number)
     return index
@@ -287,8 +297,9 @@ def _settings(c: _Checker, raw: dict) -> Settings:
         else:
             c.check(table, key, "[settings]", value, kind, low, extra)
     raw = dict(raw)
-    if "extra_allowed_imports" in raw:
-        raw["extra_allowed_imports"] = tuple(raw["extra_allowed_imports"])
+    for key in ("extra_allowed_imports", "calibrated_on"):
+        if key in raw:
+            raw[key] = tuple(raw[key])
     return Settings(**raw)
 
 
@@ -407,6 +418,84 @@ def load_rubric(path: str | Path = DEFAULT_RUBRIC) -> Rubric:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise RubricError(f"{path}: cannot read rubric: {e}") from e
     return parse_rubric(data, str(path), text, rubric_hash(raw))
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return f"{value:.12g}"
+    if isinstance(value, str):
+        return json.dumps(value)   # ASCII with \uXXXX escapes: a TOML basic string too
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {type(value).__name__}")
+
+
+def _value_end(line: str, start: int) -> int:
+    """Where the value that starts at ``start`` ends: at a comment outside quotes, or the line's end."""
+    quote = None
+    i = start
+    while i < len(line):
+        ch = line[i]
+        if quote:
+            if ch == "\\" and quote == '"':
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            break
+        i += 1
+    return i
+
+
+def set_values(text: str, values: dict) -> str:
+    """``text`` with each ``(table, key): value`` of ``values`` written in, every
+    other byte kept (comments, order, blank lines; a trailing comment keeps its
+    column where it can). ``table`` is as in ``_line_index``: ("settings",),
+    ("tests", i), ... A key the table does not have yet goes after its last key.
+    Only one-line values are replaced; anything else raises ValueError."""
+    lines = text.splitlines(keepends=True)
+    index = _line_index(text)
+    added: dict[int, list[str]] = {}
+    for (table, key), value in values.items():
+        new = _toml_value(value)
+        number = index.get((table, key))
+        if number is None:
+            keys = [n for (t, k), n in index.items() if t == table]
+            if not keys:
+                raise ValueError(f"the rubric has no table {table!r} to put {key} in")
+            added.setdefault(max(keys), []).append(f"{key} = {new}\n")
+            continue
+        line = lines[number - 1]
+        body = line.rstrip("\r\n")
+        start = _ASSIGN.match(body).end()
+        start += len(body[start:]) - len(body[start:].lstrip())
+        end = _value_end(body, start)
+        old = body[start:end].rstrip()
+        try:
+            tomllib.loads(f"v = {old}")
+        except tomllib.TOMLDecodeError:
+            raise ValueError(f"line {number}: {key} is not a one-line value; edit it by hand") from None
+        gap = body[start + len(old):end]
+        if end < len(body):   # a comment follows: keep its column if the new value fits
+            gap = " " * max(1, len(old) + len(gap) - len(new))
+        lines[number - 1] = body[:start] + new + gap + body[end:] + line[len(body):]
+    for number in sorted(added, reverse=True):
+        lines[number:number] = added[number]
+    result = "".join(lines)
+    data = tomllib.loads(result)
+    for (table, key), value in values.items():
+        node = data
+        for part in table:
+            node = node[part]
+        got, want = node.get(key), list(value) if isinstance(value, tuple) else value
+        if not (got == want or (isinstance(want, float) and isinstance(got, (int, float))
+                                and math.isclose(got, want, rel_tol=1e-9))):
+            raise ValueError(f"{key} of {table!r} reads back as {got!r}, not {want!r}; edit it by hand")
+    return result
 
 
 assert set(SETTINGS_SPEC) == {f.name for f in fields(Settings)}, "SETTINGS_SPEC must list every setting"

@@ -72,6 +72,8 @@ MISTAKES = [  # (old, new, words the error must hold, text on the line it must n
     ('name = "w8a8/c1"', 'name = "w8a8/c0" # again', "tests[1] (w8a8/c0): duplicate test name", "# again"),
     ("schema_version = 1", "schema_version = 1\ntitle = \"x\"", "unknown key 'title'", 'title = "x"'),
     ("schema_version = 1", 'schema_version = "1"', 'schema_version must be 1, got "1"', "schema_version"),
+    ("[settings]", '[settings]\ncalibrated_on = ["NVIDIA H200"]',
+     'calibrated_on must be a list of "GPU name, YYYY-MM-DD" texts, got ["NVIDIA H200"]', "calibrated_on"),
 ]
 
 

@@ -4,9 +4,11 @@
     python -m tools.render_results --check  exit 1 if a table is out of date
 
 Each results/<date>-<gpu>.json holds what was measured on one GPU that day:
-``grades`` (tools/gpu_session.py: the reference's and the tutorial-style
-kernels' ratio per performance test), which docs/grading.md puts next to the
-rubric's thresholds; and ``bench``, a list of `make bench` runs
+``grades`` (tools/gpu_session.py) and ``calibration`` (tools/calibrate.py: its
+grades, and the thresholds it placed): docs/grading.md puts the reference's
+and the tutorial-style kernels' ratios next to the rubric's thresholds, shows
+what the placement rule makes of every recorded run, and each calibration's
+table of old and new thresholds; and ``bench``, a list of `make bench` runs
 (bench/bench.py's --json), which docs/performance.md shows as tables, with
 how far later runs stray from the first.
 """
@@ -17,23 +19,26 @@ import json
 import sys
 from pathlib import Path
 
+from tools.gpu_session import recorded_grades, recorded_ratios, short_gpu_name
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "grading.md"
 BEGIN, END = "<!-- thresholds:begin (tools/render_results.py) -->", "<!-- thresholds:end -->"
+CAL_BEGIN, CAL_END = "<!-- calibration:begin (tools/render_results.py) -->", "<!-- calibration:end -->"
 PERF_DOC = ROOT / "docs" / "performance.md"
 PERF_BEGIN, PERF_END = "<!-- bench:begin (tools/render_results.py) -->", "<!-- bench:end -->"
 
 
-def _short(gpu: str) -> str:
-    return next((k for k in ("H100", "H200", "A100", "L40S", "4090") if k in gpu), gpu)
+def _runs() -> list[tuple[Path, dict]]:
+    return [(p, json.loads(p.read_text())) for p in sorted((ROOT / "results").glob("*.json"))]
 
 
 def table() -> str:
     from grader.rubric import load_rubric
 
-    runs = [json.loads(p.read_text()) for p in sorted((ROOT / "results").glob("*.json"))]
+    runs = [r for _, r in _runs()]
     rubric = load_rubric()
-    heads = [f"{_short(r['gpu'])} {r['date']}" for r in runs]
+    heads = [f"{short_gpu_name(r['gpu'])} {r['date']}" for r in runs]
     lines = ["| test | full | zero | reference " + " / ".join(heads) + " | tutorial-style "
              + " / ".join(heads) + " |", "|---|---|---|---|---|"]
     for t in rubric.tests:
@@ -41,16 +46,47 @@ def table() -> str:
             continue
 
         def ratio(run, who):
-            v = run.get("grades", {}).get(who, {}).get("tests", {}).get(t.name, {}).get("ratio")
-            return "-" if v is None else f"{v:.2f}"
+            found = sorted(v for v in recorded_ratios(run, who).get(t.name, []) if v is not None)
+            return "-" if not found else "-".join(dict.fromkeys(f"{v:.2f}" for v in (found[0], found[-1])))
 
         lines.append(f"| {t.name} | {t.full_ratio:g} | {t.zero_ratio:g} | "
                      + " / ".join(ratio(r, "reference") for r in runs) + " | "
                      + " / ".join(ratio(r, "naive") for r in runs) + " |")
-    scores = "; ".join(f"{h}: reference {r['grades']['reference']['score']:g}, tutorial-style "
-                       f"{r['grades']['naive']['score']:g}, reference graded in {r['grades']['reference']['wall_s']:g} s"
-                       for h, r in zip(heads, runs) if "reference" in r.get("grades", {}))
+    def score(run, who):
+        done = [g for g in recorded_grades(run, who) if "score" in g]
+        return "-" if not done else "/".join(f"{g['score']:g}" for g in done)
+
+    scores = "; ".join(f"{h}: reference {score(r, 'reference')}, tutorial-style {score(r, 'naive')}, reference "
+                       f"graded in {next(g['wall_s'] for g in recorded_grades(r, 'reference')):g} s"
+                       for h, r in zip(heads, runs) if recorded_grades(r, "reference"))
     return "\n".join(lines) + f"\n\nScores when recorded (under the thresholds of that run): {scores}.\n"
+
+
+def calibration_tables() -> str:
+    """What the placement rule makes of every recorded run next to the rubric,
+    then the table of each calibration recorded in a results file."""
+    from grader.rubric import load_rubric
+    from tools.calibrate import WHO, rows, table as calibration_table
+
+    runs = _runs()
+    ratios = {who: {} for who in WHO}
+    for _, run in runs:
+        for who in WHO:
+            for test, found in recorded_ratios(run, who).items():
+                ratios[who].setdefault(test, []).extend(found)
+    files = " ".join(str(p.relative_to(ROOT)) for p, _ in runs)
+    out = [f"The rule applied to every recorded run (`make calibrate CALIBRATE_FLAGS=\"--from {files}\"`); "
+           "old: grader/rubric.toml.", "", calibration_table(rows(load_rubric(), *(ratios[w] for w in WHO)), "github"),
+           ""]
+    for p, run in runs:
+        cal = run.get("calibration", {})
+        if "thresholds" not in cal:
+            continue
+        n = {who: len(cal["grades"][who]) for who in WHO}
+        out += [f"Calibrated on {cal['calibrated_on']} (`{p.relative_to(ROOT)}`, {n['reference']} reference and "
+                f"{n['naive']} tutorial-style runs; rubric written: {cal['rubric_written']['hash']}):", "",
+                calibration_table(cal["thresholds"], "github"), ""]
+    return "\n".join(out)
 
 
 def _drift(first: list[dict], later: list[dict]) -> str:
@@ -92,7 +128,7 @@ def _between(text: str, begin: str, end: str, body: str) -> str:
 
 
 def render(text: str) -> str:
-    return _between(text, BEGIN, END, table())
+    return _between(_between(text, BEGIN, END, table()), CAL_BEGIN, CAL_END, calibration_tables())
 
 
 def render_performance(text: str) -> str:
