@@ -20,13 +20,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _grade_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("submission", nargs="?", default=str(ROOT / "assignment"),
-                   help="folder or .zip holding w8a8.py, w4a16.py, dds.py (default: assignment/)")
+                   help="folder or .zip holding the kernel files (default: assignment/)")
     p.add_argument("--report-dir", default="grade-report", help="where the reports go (default: grade-report/)")
     p.add_argument("--rubric", default=None, help="rubric TOML (default: grader/rubric.toml)")
     p.add_argument("--seed", type=int, default=None, help="reuse a seed to reproduce a run")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="force a device (default: cuda when available)")
-    p.add_argument("--tasks", default=None, help="comma-separated subset, e.g. w8a8,dds")
+    p.add_argument("--tasks", default=None, help="comma-separated subset of the rubric's tasks")
     p.add_argument("--sanitize", action="store_true",
                    help="GPU: run the correctness cases under compute-sanitizer memcheck (TA option; slow, "
                         "performance is not timed)")
