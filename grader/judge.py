@@ -121,6 +121,9 @@ def _draw_verdict(d: Draw) -> Verdict:
     if d.status == "error":
         # The first line (the report's table) names the exception; the frame follows.
         return Verdict(False, f"raised {final_exception(d.message)}\n" + explain_error(d.message))
+    if d.status == "gone" and d.kind == "crashed":
+        return Verdict(False, f"{d.message}: a load or store outside its tensors (a missing mask?) can crash "
+                              "the process, in the interpreter as on a GPU")
     if d.status != "ok" or d.check is None:   # gone, unusable
         return Verdict(False, d.message)
     c = d.check
@@ -142,9 +145,11 @@ def correctness_verdict(spec: TestSpec, run: TaskRun) -> Verdict:
     for i, draw in enumerate(case.draws):
         verdict = _draw_verdict(draw)
         if not verdict.passed:
-            if i:
+            if i and draw.status == "ok":   # a wrong answer the second time, not a crash
                 verdict.message = ("the first call passed, the second on fresh inputs failed "
                                    "(does the kernel keep state between calls?): " + verdict.message)
+            elif i:
+                verdict.message = "the first call passed, the second failed: " + verdict.message
             return verdict
     if case.compile_error:
         return Verdict(False, "passed in the interpreter, but " + case.compile_error)

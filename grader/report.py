@@ -117,6 +117,12 @@ def terminal_table(result: GradeResult) -> str:
              t.status, _first_line(t.message)) for t in result.tests]
     table = tabulate(rows, headers=["test", "kind", "points", "status", "detail"], tablefmt="simple")
     lines = [table, ""]
+    causes = [(t.name, line) for t in result.tests if t.status in ("failed", "partial")
+              for line in clean_text(t.message).splitlines() if line.startswith("likely cause:")]
+    for name, line in causes:   # the line that names the bug, whole (the table cuts the detail)
+        lines.append(f"{one_line(name, 60)}: {one_line(line, 400)}")
+    if causes:
+        lines.append("")
     for task in result.tasks:
         lines.append(f"{one_line(task.task, 20):6s} {_fmt(task.score):>6}/{_fmt(task.max_score):<4} "
                      f"{_bonus(task):9s} {one_line(task.summary, 200)}")

@@ -45,6 +45,10 @@ class Task:
     # [M, N, K] of the one call whose data movement the CPU run counts (feedback
     # only, never scored); None: not counted.
     movement_shape: tuple[int, int, int] | None = None
+    # Correctness points of this task's hidden tests that this copy of the
+    # rubric does not hold (the student bundle's; make dist writes it): shown
+    # in the report's arithmetic so that a student's total adds up to the handout's.
+    hidden_points: float = 0.0
 
     @property
     def spec(self):
@@ -98,10 +102,6 @@ class Settings:
     timing_rounds: int = 3
     static_checks: bool = True
     extra_allowed_imports: tuple = ()
-    # Correctness points of hidden tests that this copy of the rubric does not
-    # hold (the student bundle's; make dist writes it): shown in the report's
-    # arithmetic so that a student's total adds up to the handout's.
-    hidden_points: float = 0.0
     # Gradescope runs without a GPU: its results.json leaves the performance
     # tests out ("omit", one line says they are graded on a GPU) or lists them
     # with 0 points ("informational").
@@ -149,7 +149,6 @@ SETTINGS_SPEC = {  # [settings] key -> (kind, lowest, lowest excluded) | ("choic
     "timing_rounds": ("int", 1, False),
     "static_checks": ("bool", None, False),
     "extra_allowed_imports": ("texts", None, False),
-    "hidden_points": ("number", 0, False),
     "gradescope_performance": ("choice", None, ("omit", "informational")),
     "gradescope_budget_s": ("number", 0, True),
     "memory_floor_trust": ("number", 0, False),
@@ -160,7 +159,7 @@ SETTINGS_SPEC = {  # [settings] key -> (kind, lowest, lowest excluded) | ("choic
 CALIBRATION = re.compile(r"(?P<gpu>\S.*?), (?P<date>\d{4}-\d{2}-\d{2})")  # one calibrated_on entry
 # [tasks.<name>] keys. ``file`` and ``entry`` belong to the registry; a rubric
 # may repeat them (older rubrics did) but not change them.
-TASK_KEYS = ("title", "movement_shape", "file", "entry")
+TASK_KEYS = ("title", "movement_shape", "hidden_points", "file", "entry")
 TEST_KEYS = {"name", "task", "kind", "points", "shape", "cpu_shape", "visibility", "hidden", "bonus",
              "full_ratio", "zero_ratio"}
 TOP_KEYS = ("schema_version", "settings", "tasks", "tests")
@@ -314,6 +313,8 @@ def _task(c: _Checker, name: str, entry) -> Task:
     c.unknown(table, place, entry, TASK_KEYS)
     if "title" in entry:
         c.check(table, "title", place, entry["title"], "text")
+    if "hidden_points" in entry:
+        c.check(table, "hidden_points", place, entry["hidden_points"], "number", 0)
     for key in ("file", "entry"):   # the registry's: repeating them is fine, changing them is not
         if key in entry and entry[key] != getattr(spec, key):
             c.fail(table, key, place, f"{key} of task {name} is {getattr(spec, key)!r} (set in grader/tasks/"
@@ -324,7 +325,8 @@ def _task(c: _Checker, name: str, entry) -> Task:
         problem = spec.shape_problem(movement, spec.defaults({}))
         if problem:
             c.fail(table, "movement_shape", place, f"movement_shape: {problem}")
-    return Task(name=name, title=entry.get("title", spec.title), movement_shape=movement)
+    return Task(name=name, title=entry.get("title", spec.title), movement_shape=movement,
+                hidden_points=float(entry.get("hidden_points", 0)))
 
 
 def _test(c: _Checker, entry: dict, index: int, tasks: dict) -> TestSpec:

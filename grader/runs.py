@@ -31,6 +31,7 @@ class Draw:
     """One checked call of a correctness case, on one fresh draw of its inputs."""
     status: str                       # ok | error | unusable | gone (measure.CallResult)
     message: str = ""                 # the exception, the unusable return, or why the worker is gone
+    kind: str = ""                    # status gone: how (timeout, crashed, ...; session.WorkerGone)
     check: Check | None = None        # the tight comparison with the exact reference (status ok)
     sanity: Check | None = None       # the loose one with the unquantized layer (when check passed)
     cause: str | None = None          # the likely cause of a failed check (grader/diagnose.py)

@@ -73,7 +73,7 @@ class GradeResult:
     notes: list[str]
     tasks: list[TaskResult]
     tests: list[TestResult]
-    hidden_points: float = 0.0   # correctness points of hidden tests not in this rubric
+    hidden_points: float = 0.0   # correctness points of the graded tasks' hidden tests not in this rubric
     rubric_hash: str = ""        # sha256 of the rubric file, first 12 hex digits: reports of another rubric stand out
     gradescope_performance: str = "omit"   # results.json: "omit" or "informational" performance tests not run
 
@@ -91,11 +91,13 @@ def points_lines(result: GradeResult) -> list[str]:
     c_got, c_ran = part("correctness", "score"), part("correctness", "max_score")
     c_all = sum(t.max_score for t in result.tests if t.kind == "correctness" and not t.bonus)
     line = f"correctness {fmt(c_got)}/{fmt(c_ran)}"
+    elsewhere = []
     if c_all > c_ran:
-        line += f" (+{fmt(c_all - c_ran)} in tests that do not run here)"
+        elsewhere.append(f"{fmt(c_all - c_ran)} in tests that do not run here")
     if result.hidden_points:
-        line += (f" + {fmt(result.hidden_points)} in hidden tests the TA runs"
-                 f" = {fmt(c_all + result.hidden_points)}")
+        elsewhere.append(f"{fmt(result.hidden_points)} in hidden tests only the TA runs")
+    if elsewhere:
+        line += f" (of {fmt(c_all + result.hidden_points)} in all: {' and '.join(elsewhere)})"
     lines = [line]
     p_all = sum(t.max_score for t in result.tests if t.kind == "performance" and not t.bonus)
     p_ran = part("performance", "max_score")
@@ -161,6 +163,7 @@ def score(judgment, runs, rubric: Rubric, **header) -> GradeResult:
     total, ran, everything = totals(rubric, tests)
     return GradeResult(
         schema_version=SCHEMA_VERSION, seed=runs.seed, rubric=rubric.source, score=total, max_score=ran,
-        max_score_all_tests=everything, partial=ran < everything, hidden_points=rubric.settings.hidden_points,
+        max_score_all_tests=everything, partial=ran < everything,
+        hidden_points=sum(rubric.tasks[name].hidden_points for name in runs.tasks),
         rubric_hash=rubric.hash, gradescope_performance=rubric.settings.gradescope_performance,
         tasks=tasks, tests=tests, **header)

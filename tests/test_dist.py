@@ -104,7 +104,10 @@ def test_public_rubric_filter_keeps_comments_and_totals():
     assert "hidden = true" not in filtered
     public, full = parse_rubric(tomllib.loads(filtered)), parse_rubric(tomllib.loads(text))
     hidden = sum(t.points for t in full.tests if t.hidden and t.kind == "correctness" and not t.bonus)
-    assert hidden > 0 and public.settings.hidden_points == hidden
+    assert hidden > 0 and sum(t.hidden_points for t in public.tasks.values()) == hidden
+    for name, task in public.tasks.items():   # each task carries its own, so a --tasks run adds up too
+        assert task.hidden_points == sum(t.points for t in full.tests_for(name, "correctness")
+                                         if t.hidden and not t.bonus)
     assert {t.name for t in public.tests} == {t.name for t in full.tests if not t.hidden}
 
 

@@ -29,23 +29,26 @@ def test_handout_rubric_and_report_agree_on_the_points():
     assert f"not exceed {correctness + performance:g}" in text
     bundle = parse_rubric(tomllib.loads(public_rubric((ROOT / "grader" / "rubric.toml").read_text())))
     visible = sum(t.points for t in bundle.tests if t.kind == "correctness" and not t.bonus)
-    assert visible + bundle.settings.hidden_points == correctness
+    assert visible + sum(t.hidden_points for t in bundle.tasks.values()) == correctness
 
 
 def test_handout_local_check_script_runs():
     """The script of the handout's "Test your kernel locally" runs: against the
-    reference solutions every error is small, against the stubs it stops at the
-    first NotImplementedError."""
+    reference solutions every error is small, against the stubs each task says
+    it is not implemented (one task at a time: a stub does not stop the others)."""
     import re
 
     text = (ROOT / "handout.md").read_text()
     section = text[text.index("### Test your kernel locally"):]
     script = re.search(r"```python\n(.*?)```", section, re.S)[1]
-    assert 10 <= len(script.strip().splitlines()) <= 15, "keep the script short enough to paste"
+    assert 10 <= len(script.strip().splitlines()) <= 18, "keep the script short enough to paste"
     ran = subprocess.run([sys.executable, "-c", script.replace("from assignment", "from solutions")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr[-2000:]
     errors = dict(line.split() for line in ran.stdout.splitlines())
     assert errors.keys() == {"W8A8", "W4A16", "DDS"} and all(float(e) < 1e-3 for e in errors.values()), errors
     stub = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert stub.returncode != 0 and "NotImplementedError: W8A8" in stub.stderr, stub.stderr[-2000:]
+    assert stub.returncode == 0, stub.stderr[-2000:]
+    said = {line.split()[0]: line for line in stub.stdout.splitlines()}
+    assert said.keys() == {"W8A8", "W4A16", "DDS"}, stub.stdout
+    assert all("not implemented:" in line for line in said.values()), stub.stdout

@@ -21,16 +21,19 @@ SKIP_PARTS = {"__pycache__", ".pytest_cache"}
 
 def public_rubric(text: str) -> str:
     """The rubric without its hidden [[tests]] blocks (comments kept), and with
-    their correctness points as ``hidden_points`` so the student's report adds up."""
-    from grader.rubric import parse_rubric, tomllib
+    each task's hidden correctness points as its ``hidden_points``, so that the
+    student's report adds up."""
+    from grader.rubric import parse_rubric, set_values, tomllib
 
     rubric = parse_rubric(tomllib.loads(text))
-    hidden = {t.name for t in rubric.tests if t.hidden}
-    points = sum(t.points for t in rubric.tests if t.hidden and t.kind == "correctness" and not t.bonus)
     head, *blocks = text.split("\n[[tests]]\n")
-    kept = [b for b in blocks if tomllib.loads(b)["name"] not in hidden]
-    head = head.replace("[settings]\n", f"[settings]\nhidden_points = {points:g}          "
-                        "# correctness points of the hidden tests the TA runs\n", 1)
+    kept = [b for b, t in zip(blocks, rubric.tests) if not t.hidden]
+    points = {}
+    for t in rubric.tests:
+        if t.hidden and t.kind == "correctness" and not t.bonus:
+            points[("tasks", t.task), "hidden_points"] = points.get((("tasks", t.task), "hidden_points"), 0) \
+                + t.points
+    head = set_values(head, {key: float(v) for key, v in points.items()})
     return "\n[[tests]]\n".join([head, *kept]).rstrip("\n") + "\n"
 
 

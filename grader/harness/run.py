@@ -173,7 +173,7 @@ def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs) -> 
 
 def _draw(task: str, result: CallResult, args: tuple, extras: dict) -> Draw:
     """The facts of one checked call: its comparison with the reference, the likely cause."""
-    d = Draw(result.status, result.message, stray_write=result.stray_write)
+    d = Draw(result.status, result.message, result.kind, stray_write=result.stray_write)
     if result.status != "ok":
         return d
     ref_slack = get(task).reference_and_slack(args)   # computed once: the check and the diagnosis share it
