@@ -49,6 +49,8 @@ GENERIC_CAUSES = {
                     "loaded without its mask and reads past the end of x", TRITON),
     "edge_mask": ("NaN only along {where}: a load on a ragged edge without its mask", TRITON),
     "scale": ("a wrong or missing scale: {how}", None),
+    "out_of_bounds": ("kernel {kernel} {what} outside every tensor it was given: a load or store without "
+                      "its mask on a ragged edge, or a wrong stride or offset", TRITON),
 }
 
 
@@ -84,6 +86,20 @@ def _cause(task: Task, cause_id: str, fields: dict) -> Cause:
     if section is None:
         section = (task.scale_section if cause_id == "scale" else None) or task.handout_section
     return Cause(cause_id, f'likely cause: {text.format(**fields)} (handout: "{section}")')
+
+
+def outside_words(outside: dict) -> str:
+    """'loaded 96 bytes and stored 64 bytes' from the bounds check's counts."""
+    parts = [f"{verb} {outside[key]} bytes" for key, verb in (("loads", "loaded"), ("stores", "stored"))
+             if outside.get(key)]
+    return " and ".join(parts)
+
+
+def out_of_bounds(task: str, outside: dict) -> str:
+    """The likely-cause line of a call whose loads or stores left every tensor it knew
+    (the interpreter's bounds check, grader/worker/movement.py)."""
+    return _cause(get(task), "out_of_bounds", {"kernel": outside.get("kernel") or "?",
+                                               "what": outside_words(outside)}).line
 
 
 def likely_cause(task: str, out, args: tuple, ref: torch.Tensor | None = None) -> str | None:

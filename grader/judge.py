@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .harness.measure import CallResult, Timing
 from .rubric import Rubric, Settings, TestSpec
+from .diagnose import outside_words
 from .runs import Draw, Runs, TaskRun, problem
 from .tracebacks import explain_error, final_exception
 
@@ -120,7 +121,11 @@ def task_state(run: TaskRun, problems: list[dict]) -> tuple[str, str]:
 def _draw_verdict(d: Draw) -> Verdict:
     if d.status == "error":
         # The first line (the report's table) names the exception; the frame follows.
-        return Verdict(False, f"raised {final_exception(d.message)}\n" + explain_error(d.message))
+        message = f"raised {final_exception(d.message)}\n" + explain_error(d.message)
+        if d.outside:
+            message += f"\n(before that, kernel {d.outside['kernel']} {outside_words(d.outside)} outside " \
+                       "every tensor it was given: a load or store without its mask?)"
+        return Verdict(False, message)
     if d.status == "gone" and d.kind == "crashed":
         return Verdict(False, f"{d.message}: a load or store outside its tensors (a missing mask?) can crash "
                               "the process, in the interpreter as on a GPU")
@@ -132,6 +137,11 @@ def _draw_verdict(d: Draw) -> Verdict:
         return Verdict(False, c.message + (f"\n{d.cause}" if d.cause else ""), details=details)
     if d.stray_write:
         return Verdict(False, "wrote outside its output tensor (a store with a missing mask?)", details=details)
+    if d.outside:
+        return Verdict(False, f"the output is right, but kernel {d.outside['kernel']} {outside_words(d.outside)} "
+                              "outside every tensor it was given (the interpreter masked those lanes off; on a GPU "
+                              "they read or write another tensor's memory, or fault): a load or store without "
+                              "its mask on a ragged edge?", details=details)
     if d.sanity is None or not d.sanity.passed:
         return Verdict(False, d.sanity.message if d.sanity else "no sanity check", details=details)
     return Verdict(True, f"{c.message}; {d.sanity.message}", 1.0, details)

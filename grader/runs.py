@@ -35,13 +35,15 @@ class Draw:
     check: Check | None = None        # the tight comparison with the exact reference (status ok)
     sanity: Check | None = None       # the loose one with the unquantized layer (when check passed)
     cause: str | None = None          # the likely cause of a failed check (grader/diagnose.py)
-    stray_write: bool = False         # a guard byte around the output changed
+    stray_write: bool = False         # a guard byte around an input changed
+    outside: dict | None = None       # CPU: bytes loaded and stored outside every tensor the call knew
 
     @property
     def clean(self) -> bool:
-        """The call did what the test asks: right output, nowhere else written."""
+        """The call did what the test asks: right output, nothing touched out of bounds."""
         return (self.status == "ok" and self.check is not None and self.check.passed
-                and not self.stray_write and self.sanity is not None and self.sanity.passed)
+                and not self.stray_write and not self.outside
+                and self.sanity is not None and self.sanity.passed)
 
 
 @dataclass

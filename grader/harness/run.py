@@ -19,7 +19,7 @@ import time
 import torch
 
 from ..compare import check_sanity, check_task_output
-from ..diagnose import likely_cause
+from ..diagnose import likely_cause, out_of_bounds
 from ..judge import task_flags
 from ..rubric import Rubric, TestSpec
 from ..runs import CaseRun, Draw, Runs, TaskRun, TimedRun, problem
@@ -174,12 +174,17 @@ def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs) -> 
 def _draw(task: str, result: CallResult, args: tuple, extras: dict) -> Draw:
     """The facts of one checked call: its comparison with the reference, the likely cause."""
     d = Draw(result.status, result.message, result.kind, stray_write=result.stray_write)
+    outside = result.evidence.get("outside") or {}
+    if outside.get("loads") or outside.get("stores"):
+        d.outside = outside
     if result.status != "ok":
         return d
     ref_slack = get(task).reference_and_slack(args)   # computed once: the check and the diagnosis share it
     d.check = check_task_output(result.output, task, args, ref_slack)
     if not d.check.passed:
         d.cause = likely_cause(task, result.output, args, ref_slack[0])
+        if d.cause is None and d.outside:
+            d.cause = out_of_bounds(task, d.outside)
         return d
     d.sanity = check_sanity(result.output, args[0], extras["weight"], task)
     return d

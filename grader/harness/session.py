@@ -79,6 +79,20 @@ class _TailReader(threading.Thread):
         return b"".join(self.tail)[-LOG_TAIL_BYTES:].decode("utf-8", "replace")
 
 
+def _outside(value) -> dict:
+    """The interpreter's bounds check of one call (worker/movement.py ``outside``):
+    bytes loaded and stored outside every known tensor, and the first kernel."""
+    if not isinstance(value, dict) or not isinstance(value.get("kernel", ""), str):
+        raise WorkerGone("the worker sent malformed evidence (field 'outside')")
+    out = {"kernel": value.get("kernel", "")[:200]}
+    for key in ("loads", "stores"):
+        n = value.get(key, 0)
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_COUNT:
+            raise WorkerGone("the worker sent malformed evidence (field 'outside')")
+        out[key] = n
+    return out
+
+
 def _validate(reply) -> dict:
     if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
         raise WorkerGone("the worker sent a malformed reply")
@@ -95,6 +109,8 @@ def _validate(reply) -> dict:
             if not isinstance(value, kind) or isinstance(value, bool):
                 raise WorkerGone(f"the worker sent malformed evidence (field {key!r})")
             ev[key] = [str(v)[:200] for v in value[:10]] if isinstance(value, list) else value
+        if "outside" in clean["evidence"]:
+            ev["outside"] = _outside(clean["evidence"]["outside"])
         clean["evidence"] = ev
     if "compile" in clean:
         clean["compile"] = [_compile_row(r) for r in clean["compile"][:MAX_COMPILE_ROWS]]

@@ -19,6 +19,9 @@ back on REPLY_FD:
     {"op": "movement", "arena": A, "args": [...], "out": spec} -> {"ok": true, "movement": {...}}
 
 ``call`` is a correctness call: the kernel's result is copied into ``out``.
+In the CPU interpreter its loads and stores are also bounds-checked
+(movement.py, ``confine``): a lane outside every tensor the call knows is
+masked off and counted, and the evidence says how many bytes.
 ``prepare`` warms a timed batch up and captures it in a CUDA graph when the
 submission allows it (``run`` then replays it; otherwise it calls eagerly).
 ``movement`` (CPU interpreter only) is a call whose loads, stores and dots
@@ -84,6 +87,7 @@ class Worker:
         args, out = self._call(self.arenas[msg["arena"]], msg)
         self.launches.reset()
         ops = OpRecorder()
+        bounds = self._bounds(args, msg["args"])
         # Deterministic mode fills fresh allocations (torch.empty) with NaN, so
         # output the kernel never stores shows up as NaN, not as stale memory.
         deterministic = torch.are_deterministic_algorithms_enabled()
@@ -94,21 +98,39 @@ class Worker:
             self.sync()
         except BaseException:  # sys.exit() in one case loses that case only
             return {"ok": False, "error": _traceback(),
-                    "evidence": self._evidence(ops, args, out)}
+                    "evidence": self._evidence(ops, args, out, bounds)}
         finally:
             torch.use_deterministic_algorithms(deterministic)
+            if bounds is not None:
+                bounds.restore()
         problem = _unusable(y, out)
         if problem:
-            return {"ok": False, "returned": problem, "evidence": self._evidence(ops, args, out)}
+            return {"ok": False, "returned": problem, "evidence": self._evidence(ops, args, out, bounds)}
         out.copy_(y)
         self.sync()
-        return {"ok": True, "evidence": self._evidence(ops, args, out)}
+        return {"ok": True, "evidence": self._evidence(ops, args, out, bounds)}
 
-    def _evidence(self, ops: OpRecorder, args, out) -> dict:
+    def _bounds(self, args, specs):
+        """The interpreter's bounds check for one call (CPU), installed; None on a GPU
+        or where this Triton's interpreter cannot be instrumented."""
+        if self.device != "cpu":
+            return None
+        bounds = Movement(_named(args, specs), confine=True)
+        try:
+            bounds.install()
+        except Exception:  # noqa: BLE001 - a Triton whose interpreter differs: no bounds check
+            bounds.restore()
+            return None
+        return bounds
+
+    def _evidence(self, ops: OpRecorder, args, out, bounds=None) -> dict:
         sizes = [a.numel() for a in args if isinstance(a, torch.Tensor) and a.layout == torch.strided]
         limit = 2 * max(sizes + [out.numel()])
-        return {"own_launches": self.launches.own(), "foreign_launches": self.launches.foreign()[:10],
-                "library_matmuls": ops.library_matmuls()[:10], "oversized_ops": ops.oversized(limit)[:10]}
+        evidence = {"own_launches": self.launches.own(), "foreign_launches": self.launches.foreign()[:10],
+                    "library_matmuls": ops.library_matmuls()[:10], "oversized_ops": ops.oversized(limit)[:10]}
+        if bounds is not None:
+            evidence["outside"] = bounds.outside()
+        return evidence
 
     def movement(self, msg: dict) -> dict:
         """One call with its data movement counted (in the interpreter only)."""
@@ -116,14 +138,7 @@ class Worker:
             return {"ok": False, "error": "data movement is counted in the Triton interpreter only"}
         arena = self.arenas[msg["arena"]]
         args, out = self._call(arena, msg)
-        named = []
-        for i, (a, spec) in enumerate(zip(args, msg["args"])):
-            if "tensor" in spec:
-                named.append((str(i), *tensor_range(a)))
-            else:
-                parts = (("crow", a.crow_indices()), ("col", a.col_indices()), ("values", a.values()))
-                named += [(f"{i}.{name}", *tensor_range(p)) for name, p in parts]
-        counter = Movement(named)
+        counter = Movement(_named(args, msg["args"]))
         try:
             counter.install()
         except Exception as e:  # a Triton whose interpreter differs: no counts, said so
@@ -182,6 +197,19 @@ class Worker:
             batch()
         self.sync()
         return {"ok": True}
+
+
+def _named(args, specs) -> list[tuple[str, int, int]]:
+    """(key, first byte, past the last byte) of a call's input tensors: "0", "1",
+    ... by argument, a BSR argument's parts as "<i>.crow", "<i>.col", "<i>.values"."""
+    named = []
+    for i, (a, spec) in enumerate(zip(args, specs)):
+        if "tensor" in spec:
+            named.append((str(i), *tensor_range(a)))
+        else:
+            parts = (("crow", a.crow_indices()), ("col", a.col_indices()), ("values", a.values()))
+            named += [(f"{i}.{name}", *tensor_range(p)) for name, p in parts]
+    return named
 
 
 def _unusable(y, out: torch.Tensor) -> str | None:

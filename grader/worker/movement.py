@@ -4,6 +4,10 @@
         y = kernel_wrapper(...)
     m.report(output=y)                   # plain JSON
 
+    with Movement(named_ranges, confine=True) as m:   # a checked call's bounds check
+        y = kernel_wrapper(...)
+    m.outside()                          # bytes loaded and stored outside every known tensor
+
 While installed, every launch is counted: its grid, the bytes each
 ``tl.load`` and ``tl.store`` touched (one element per lane whose mask is
 true: masked-off lanes are not counted), atomics as one read and one write
@@ -12,6 +16,13 @@ launches (``Autotuner._bench``) are not counted. Bytes are attributed by
 address: to the named ranges the caller gives (the call's inputs), to the
 returned output, to other tensors the launches were given ("scratch"), or
 to nothing known ("other").
+
+With ``confine``, a lane whose element lies outside every known tensor (the
+named ranges and the storages the launches were given) is masked off before
+the interpreter touches memory, and counted: an out-of-bounds load or store
+(a missing mask, a wrong stride) becomes a count the harness can name instead
+of a read of whatever lies there, or a crash of the interpreter. A GPU would
+fault on it, or read and write another tensor.
 
 The counts come from the interpreter's builder (``InterpreterBuilder``:
 ``create_masked_load``, ``create_masked_store``, the atomics, ``create_dot``;
@@ -69,6 +80,15 @@ class _Ranges:
         self.ends = np.insert(self.ends, i, np.uint64(end))
         self.keys.insert(i, key)
 
+    def inside(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
+        """bool per address: whether its ``nbytes`` lie within one range."""
+        if not self.keys:
+            return np.zeros(addr.shape, dtype=bool)
+        idx = np.searchsorted(self.starts, addr, side="right").astype(np.int64) - 1
+        ok = idx >= 0
+        ok[ok] = addr[ok] + np.uint64(nbytes) <= self.ends[idx[ok]]
+        return ok
+
     def count(self, addr: np.ndarray, nbytes: int, into: dict) -> None:
         """Add ``nbytes`` per address in ``addr`` to ``into[key]`` (key None: no range)."""
         if addr.size == 0:
@@ -93,8 +113,11 @@ class _Ranges:
 class Movement:
     """Counts loads, stores and dots of every interpreted launch while installed."""
 
-    def __init__(self, named: list[tuple[str, int, int]]):
-        """``named``: (key, first byte, past the last byte) of each tensor to name."""
+    def __init__(self, named: list[tuple[str, int, int]], confine: bool = False):
+        """``named``: (key, first byte, past the last byte) of each tensor to name;
+        ``confine``: mask off and count the lanes outside every known tensor."""
+        self.confine = confine
+        self.first_outside = ""  # the kernel of the first out-of-bounds access
         self.ranges = _Ranges()
         for key, start, end in named:
             self.ranges.add(start, end, key)
@@ -111,32 +134,48 @@ class Movement:
         self._paused = 0         # inside an autotuner's benchmark: its trial launches are not the call's
 
     # ----------------------------------------------------------------- counting
-    def _count(self, ptrs, mask, into: dict, n_access: int = 1) -> int:
+    def _count(self, ptrs, mask, into: dict):
+        """(bytes the live lanes touch, the mask to use instead of ``mask`` or None)."""
         ty = ptrs.get_element_ty()
-        nbytes = max(1, ty.primitive_bitwidth // 8) * n_access
+        nbytes = max(1, ty.primitive_bitwidth // 8)
         data = np.asarray(ptrs.data)
-        if mask is None:
-            addr = data.reshape(-1)
-        else:
-            m = np.broadcast_to(np.asarray(mask.data, dtype=bool), data.shape)
-            addr = data[m]
-        addr = addr.astype(np.uint64, copy=False)
+        live = None if mask is None else np.broadcast_to(np.asarray(mask.data, dtype=bool), data.shape)
+        addr = (data.reshape(-1) if live is None else data[live]).astype(np.uint64, copy=False)
         self.ranges.count(addr, nbytes, into)
-        return int(addr.size) * nbytes
+        confined = None
+        if self.confine and addr.size:
+            inside = self.ranges.inside(data.astype(np.uint64, copy=False), nbytes)
+            wanted = inside if live is None else inside | ~live
+            if not wanted.all():
+                if not self.first_outside and self._current is not None:
+                    self.first_outside = self._current["kernel"]
+                confined = inside if live is None else inside & live
+        return int(addr.size) * nbytes, confined
+
+    def _masked(self, mask, confined, shape):
+        """A mask handle with only the lanes ``confined`` keeps (an interpreter TensorHandle)."""
+        import triton.language as tl
+        import triton.runtime.interpreter as interp
+
+        dtype = mask.dtype if mask is not None else tl.int1
+        return interp.TensorHandle(np.ascontiguousarray(np.broadcast_to(confined, shape)), dtype)
 
     def _load(self, ptrs, mask):
+        """Count a load; the mask to load with (``mask`` unless lanes were confined)."""
         if self._paused:
-            return
-        moved = self._count(ptrs, mask, self.read)
+            return mask
+        moved, confined = self._count(ptrs, mask, self.read)
         if self._current is not None:
             self._current["loaded"] += moved
+        return mask if confined is None else self._masked(mask, confined, np.shape(ptrs.data))
 
     def _store(self, ptrs, mask):
         if self._paused:
-            return
-        moved = self._count(ptrs, mask, self.written)
+            return mask
+        moved, confined = self._count(ptrs, mask, self.written)
         if self._current is not None:
             self._current["stored"] += moved
+        return mask if confined is None else self._masked(mask, confined, np.shape(ptrs.data))
 
     def _dot(self, a, b):
         if self._paused:
@@ -163,16 +202,16 @@ class Movement:
         orig_bench = A._bench
 
         def masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
-            me._load(ptrs, mask)
+            mask = me._load(ptrs, mask)
             return orig["create_masked_load"](self, ptrs, mask, other, cache_policy, is_volatile)
 
         def masked_store(self, ptrs, value, mask, cache_policy):
-            me._store(ptrs, mask)
+            mask = me._store(ptrs, mask)
             return orig["create_masked_store"](self, ptrs, value, mask, cache_policy)
 
         def atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
             me._load(ptr, mask)
-            me._store(ptr, mask)
+            mask = me._store(ptr, mask)
             return orig["create_atomic_rmw"](self, rmwOp, ptr, val, mask, sem, scope)
 
         def atomic_cas(self, ptr, cmp, val, sem, scope):
@@ -259,6 +298,12 @@ class Movement:
             self.launches.append(row)
 
     # ------------------------------------------------------------------- result
+    def outside(self) -> dict:
+        """Bytes the live lanes loaded and stored outside every known tensor, and
+        the first kernel that did (all zero and "" for a kernel that stays inside)."""
+        return {"loads": int(self.read.get(None, 0)), "stores": int(self.written.get(None, 0)),
+                "kernel": self.first_outside[:MAX_TEXT]}
+
     def report(self, output=None) -> dict:
         """Totals as plain JSON. Byte keys: the named ranges' keys, "out" (the
         storage of ``output``), "scratch" (other tensors the launches got),
