@@ -114,20 +114,19 @@ def _add(up: Upload, fmt: str, s: Student, score: float) -> None:
         up.rows.append([s.name, s.canvas_id, s.sid, "", "", _fmt(score)])
 
 
-def _repeated(candidates: list[tuple[Student, dict]]) -> set[str]:
-    """Keys (email, SID, Canvas id) that appear for more than one row."""
-    seen: dict[str, set[int]] = {}
-    for s, row in candidates:
-        for k in (f"e:{s.email.casefold()}" if s.email else "", f"s:{s.sid}" if s.sid else "",
-                  f"c:{s.canvas_id}" if s.canvas_id else ""):
-            if k:
-                seen.setdefault(k, set()).add(id(row))
-    return {k for k, rows in seen.items() if len(rows) > 1}
-
-
 def _keys(s: Student) -> set[str]:
+    """What identifies a student in an upload: email, SID, Canvas user id."""
     return {k for k in (f"e:{s.email.casefold()}" if s.email else "", f"s:{s.sid}" if s.sid else "",
                         f"c:{s.canvas_id}" if s.canvas_id else "") if k}
+
+
+def _repeated(candidates: list[tuple[Student, dict]]) -> set[str]:
+    """Keys that appear for more than one row of class.csv."""
+    rows_of: dict[str, set[int]] = {}
+    for s, row in candidates:
+        for k in _keys(s):
+            rows_of.setdefault(k, set()).add(id(row))
+    return {k for k, rows in rows_of.items() if len(rows) > 1}
 
 
 def gradebook(rows: list[dict], fmt: str, score: str = "total", assignment: str = "Triton kernels") -> Upload:

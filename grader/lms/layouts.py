@@ -123,6 +123,15 @@ def student_id(name: str, is_file: bool = True) -> str:
     return f"{safe[: ID_CHARS - 9].rstrip('._-') or 'student'}-{_digest(name)}"
 
 
+def _label(name: str, user: str) -> str:
+    """A folder-safe id from a platform's name and its unique user id: the
+    user id keeps it unique, so the name is only made safe and short."""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", ascii_name).strip("._-")
+    safe = safe[: max(0, ID_CHARS - len(user) - 1)].rstrip("._-")
+    return f"{safe}_{user}" if safe else user
+
+
 def _text(value) -> str:
     """A metadata value as bounded one-line text ('' for None, lists, mappings)."""
     if value is None or isinstance(value, (dict, list, tuple, set, bytes)):
@@ -228,9 +237,7 @@ def read_gradescope_metadata(path: Path) -> dict:
     if len(raw) > METADATA_BYTES:
         raise LayoutError(f"{path}: larger than {METADATA_BYTES >> 20} MB")
     try:
-        # The C version of yaml.SafeLoader where PyYAML has it (faster on a large class);
-        # both build plain dicts, lists and scalars only.
-        data = yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+        data = yaml.safe_load(raw)  # plain dicts, lists and scalars only: no tag builds an object
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         line = f" (line {where.line + 1})" if where is not None else ""
@@ -342,7 +349,7 @@ def _read_canvas(folder: Path, warn) -> list[Entry]:
     entries = []
     for user, g in groups.items():
         anonymous = user.startswith("anon_")
-        label = user if anonymous else f"{g['name']}_{user}".lstrip("_")
+        label = user if anonymous else _label(g["name"], user)
         entry = Entry(student_id(label, is_file=False), folder.absolute(), g["prefix"],
                       people=(Person(name=_text(g["name"])),) if g["name"] else (), late=g["late"],
                       layout="canvas", lms_id="" if anonymous else user)
@@ -369,7 +376,7 @@ def _read_moodle(folder: Path, warn) -> list[Entry]:
             g["files"].append((m.group("file"), p))
     entries = []
     for user, g in groups.items():
-        entry = Entry(student_id(f"{g['name']}_{user}", is_file=False), folder.absolute(), g["prefix"],
+        entry = Entry(student_id(_label(g["name"], user), is_file=False), folder.absolute(), g["prefix"],
                       people=(Person(name=_text(g["name"])),), layout="moodle", lms_id=user)
         if len(g["folders"]) == 1 and not g["files"]:
             inner = g["folders"][0]
@@ -448,9 +455,11 @@ def stage_files(entries: list[Entry], staged: Path) -> list[Entry]:
     out = []
     for e in entries:
         if e.stage:
-            staged.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            staged.mkdir(parents=True, exist_ok=True)
             d = staged / e.sid
-            d.mkdir(mode=DIR_MODE)
+            d.mkdir()
+            for folder in (staged, d):
+                os.chmod(folder, DIR_MODE)
             for kernel, src in e.loose:
                 _copy_capped(src, d / kernel)
             e = replace(e, path=d)

@@ -86,16 +86,17 @@ def apply_roster(entries: list[Entry], roster: Roster) -> tuple[list[Entry], lis
     used: set[int] = set()
     out = []
     for e in entries:
-        people = []
+        people, applied = [], set()
         for p in e.people:
             m = roster.find_person(p)
             if m is not None:
-                used.add(id(m))
+                applied.add(id(m))
             people.append(_merge(p, m.person) if m else p)
         ids = {e.sid, e.original, e.lms_id} | ({e.original.rsplit(".", 1)[0]} if "." in e.original else set())
         m = roster.find_keys(ids - {""})
-        if m is not None and id(m) not in used:
-            used.add(id(m))
+        if m is not None and id(m) not in applied:  # one submission, or several: bob/ and bob.zip
+            applied.add(id(m))
             people = [_merge(people[0], m.person), *people[1:]] if people else [m.person]
+        used |= applied
         out.append(replace(e, people=tuple(people)))
     return out, [m for m in roster.members if id(m) not in used]
