@@ -1,12 +1,16 @@
-"""Grade a whole class: one folder or .zip per student, each in its own process.
+"""Grade a whole class: one submission per student, each in its own process.
 
 Layout of the output folder:
 
     OUT/students/<id>/report.md, report.json, results.json   one per student
     OUT/class.csv, OUT/summary.md                            rebuilt from the reports
+    OUT/staged/<id>/        kernel files that came loose (Canvas, Moodle), graded from here
+    OUT/roster.csv, OUT/batch.json   the roster and a --layout given, reused by later runs
 
-``<id>`` is the submission's file name made safe for a folder name (see
-``student_id``); class.csv keeps the original name. A student's folder appears
+Where the submissions are and whose they are is grader/lms/ (layouts.py:
+plain, Gradescope export, Canvas and Moodle downloads; roster.py).
+``<id>`` is a folder-safe id (``student_id``); class.csv keeps the original
+name, the submitters' names, emails and SIDs. A student's folder appears
 (atomic rename) only once all three reports exist, so an interruption (Ctrl-C,
 SIGTERM, power loss) leaves only complete folders and the next run picks up
 where it stopped; --force regrades. When grading a student fails (the grade
@@ -20,14 +24,15 @@ than that marker, so old and new grades never mix. ``--student ID`` regrades
 one student and rebuilds the class files. Each report records the hash of
 the rubric it was made under (``rubric_hash``); reports made under another
 rubric are listed at the end. Entries of the submissions folder that are
-neither a folder nor a .zip (late_days.txt, .DS_Store) are skipped with a
-warning.
+not submissions (late_days.txt, .DS_Store) are skipped with a warning.
 
 Each grade process runs in its own session with its output in a file (no
 pipes for an escaped process to hold). The batch is the child subreaper of
 everything it starts (Linux), so when a student is done, timed out or
 interrupted, every process left from that student's grading, including ones
-that started a new session or double-forked, is killed and reaped.
+that started a new session or double-forked, is killed and reaped. With
+--gpus (grader/gpus.py) one grade process per GPU runs at a time, and a
+token in each one's environment tells whose leftovers are whose.
 """
 
 from __future__ import annotations
@@ -53,7 +58,6 @@ from tabulate import tabulate
 from tqdm import tqdm
 
 from .gpus import GpuSpecError, Stopped, run_parallel, visible_gpus
-
 from .lms.csvio import DIR_MODE, FILE_MODE, CsvError, to_csv
 from .lms.csvio import cell as _cell
 from .lms.csvio import write_atomic as _write_atomic

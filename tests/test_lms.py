@@ -61,6 +61,19 @@ if "fake: escape" in text:
     (log / f"left-{p.pid}").touch()
 m = re.search(r"fake: correctness=([0-9.]+) performance=([0-9.]+)", text)
 c, p = (float(m.group(1)), float(m.group(2))) if m else (0.0, 0.0)
+if "fake: helper" in text:  # a helper that leaves this process's tree at once (double fork) must live on
+    pidfile = log / f"helper-{sub.name}"
+    if os.fork() == 0:
+        h = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # fake-lms-leftover"])
+        pidfile.write_text(str(h.pid))
+        os._exit(0)
+    os.wait()
+    helper = int(pidfile.read_text())
+    time.sleep(2.5)
+    try:
+        os.kill(helper, 0)
+    except ProcessLookupError:
+        c, p = 0.0, 0.0  # another student's clean-up killed it
 time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
 
 from grader.report import write_reports
@@ -525,6 +538,23 @@ def test_a_hang_on_one_gpu_costs_only_that_student(tmp_path, fake):
     assert len(left) == 2 and not any(_alive(pid) for pid in left)
 
 
+def test_a_student_clean_up_leaves_other_gpus_processes_alone(tmp_path, fake):
+    """While one GPU's student runs a helper that left its tree (reparented to
+    the batch), the other GPU's students finish and are cleaned up: the helper
+    lives on until its own student is done, then dies with it."""
+    rubric, log = fake
+    folder = _many(tmp_path, 5)
+    (folder / "s00" / "w8a8.py").write_text("# fake: helper\n# fake: correctness=50 performance=25\n")
+    assert batch.run_batch(str(folder), str(tmp_path / "out"), rubric, gpus="0,1") == 0
+    rows = _rows(tmp_path / "out")
+    assert rows["s00"]["total"] == "75.0", rows["s00"]
+    runs = _runs(log)
+    gpu_of_s00 = next(gpu for name, gpu, _, _ in runs if name == "s00")
+    assert sum(1 for _, gpu, _, _ in runs if gpu != gpu_of_s00) >= 2  # others were cleaned up meanwhile
+    helper = int((log / "helper-s00").read_text())
+    assert not _alive(helper)
+
+
 PARALLEL_BATCH = """
 import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -563,3 +593,30 @@ def test_a_stop_signal_stops_every_gpu_cleanly_and_resume_finishes(tmp_path, fak
     assert sum(r["flags"] == "not_graded" for r in rows.values()) == 6 - len(done)
     assert batch.run_batch(str(folder), str(out), rubric, gpus="0,1") == 0
     assert all(r["flags"] == "" for r in _rows(out).values())
+
+
+# ---------------------------------------------------------------------------- the real grader
+
+def test_real_grader_reads_staged_canvas_files(tmp_path):
+    """The staged folder is what the grader's loader expects: it finds dds.py
+    there (the kernel is judged, not reported missing)."""
+    from tests.fakes import rubric_toml
+    folder = tmp_path / "canvas"
+    folder.mkdir()
+    (folder / "doejane_LATE_31_7001_dds-1.py").write_text("def dds_mm(x, w):\n    return x\n")
+    rubric_path = tmp_path / "rubric.toml"
+    rubric_path.write_text(rubric_toml(tasks=("dds",), timeout_s=60))
+    out = tmp_path / "out"
+    assert batch.run_batch(str(folder), str(out), load_rubric(rubric_path)) == 0
+    row = _rows_any(out)["doejane_31"]
+    flags = row["flags"].split(";")
+    assert "missing_file" not in flags and "late" in flags and float(row["total"]) == 0, row
+    report = json.loads((out / "students" / "doejane_31" / "report.json").read_text())
+    assert report["submission"] == str(out / "staged" / "doejane_31")
+    assert "not found" not in json.dumps(report["tasks"]) + json.dumps(report["notes"])  # dds.py was judged
+
+
+def _rows_any(out: Path) -> dict:
+    """class.csv's rows by id, whatever the rubric's tasks."""
+    _, rows = _csv(out / "class.csv")
+    return {r["id"]: r for r in rows}

@@ -38,17 +38,23 @@ def cell(value):
     return value
 
 
+def read_capped(path: Path, limit: int, what: str, error: type[Exception] = CsvError) -> bytes:
+    """The bytes of a file that may be at most ``limit`` bytes; ``error`` says why not."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)
+    except OSError as e:
+        raise error(f"{what} {path}: cannot read it ({e.strerror})") from None
+    if len(raw) > limit:
+        raise error(f"{what} {path}: larger than {limit >> 20} MB")
+    return raw
+
+
 def read_rows(path: str | Path, what: str) -> tuple[list[str], list[dict]]:
     """(header as written, rows keyed by lower-cased stripped header names) of a
     CSV file; a byte-order mark is dropped. Raises CsvError saying what is wrong."""
     path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CSV_BYTES + 1)
-    except OSError as e:
-        raise CsvError(f"{what} {path}: cannot read it ({e.strerror})") from None
-    if len(raw) > MAX_CSV_BYTES:
-        raise CsvError(f"{what} {path}: larger than {MAX_CSV_BYTES >> 20} MB")
+    raw = read_capped(path, MAX_CSV_BYTES, what)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:

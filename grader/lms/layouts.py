@@ -43,7 +43,7 @@ from pathlib import Path
 
 from ..report import one_line
 from ..submission import KERNEL_FILES, MAX_FILE_BYTES
-from .csvio import DIR_MODE, FILE_MODE
+from .csvio import DIR_MODE, FILE_MODE, read_capped
 
 ID_CHARS = 64                    # longest student id (folder name)
 TEXT_CHARS = 200                 # longest name, email or SID kept
@@ -229,13 +229,7 @@ def read_gradescope_metadata(path: Path) -> dict:
         import yaml
     except ImportError:
         raise LayoutError("reading a Gradescope export needs PyYAML: pip install -r requirements.txt") from None
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(METADATA_BYTES + 1)
-    except OSError as e:
-        raise LayoutError(f"{path}: cannot read it ({e.strerror})") from None
-    if len(raw) > METADATA_BYTES:
-        raise LayoutError(f"{path}: larger than {METADATA_BYTES >> 20} MB")
+    raw = read_capped(path, METADATA_BYTES, "Gradescope's", LayoutError)
     try:
         data = yaml.safe_load(raw)  # plain dicts, lists and scalars only: no tag builds an object
     except yaml.YAMLError as e:
