@@ -52,7 +52,7 @@ batch: setup
 	$(PY) -m grader batch $(SUBMISSIONS) --out $(BATCH_DIR) $(GRADE_FLAGS)
 
 regrade: setup
-	@test -n "$(STUDENT)" || { echo "usage: make regrade STUDENT=id (the student column of class.csv, or the file name)"; exit 2; }
+	@test -n "$(STUDENT)" || { echo "usage: make regrade STUDENT=id (the id column of class.csv, the file name, an email or a SID)"; exit 2; }
 	$(PY) -m grader batch $(SUBMISSIONS) --out $(BATCH_DIR) --student "$(STUDENT)" $(GRADE_FLAGS)
 
 gradebook: setup

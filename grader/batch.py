@@ -688,11 +688,11 @@ def discover(folder: Path, out: Path, layout: str | None = None, roster: str | N
     """(entries to grade, roster members without a submission, lines to print)
     for a submissions folder: the layout read, loose files staged in
     OUT/staged, names and emails from the roster. Raises LayoutError or CsvError."""
+    loaded, line = _load_roster(out, roster)  # a bad roster stops the batch before anything is staged
     layout, remembered = _choose_layout(out, layout)
     found = read_layout(folder, layout, warn=_warning)
     entries = stage_files(found.entries, out / "staged")
     lines = [f"layout: {found.layout}{remembered or f' ({found.how})'}; submissions in {found.root}"]
-    loaded, line = _load_roster(out, roster)
     not_submitted = []
     if loaded is not None:
         entries, not_submitted = apply_roster(entries, loaded)

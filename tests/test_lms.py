@@ -195,6 +195,9 @@ def test_each_layout_is_detected_and_can_be_forced(tmp_path):
 def test_gradescope_export_through_the_batch(tmp_path, fake, capsys):
     rubric, _ = fake
     export = _sample(tmp_path, "gradescope_export")
+    lone = export / "assignment_4242_export" / "submission_270099"
+    (lone / "w8a8.py").unlink()  # this student uploaded a zip
+    _zip(lone / "mine.zip", {"kernels/w8a8.py": "# fake: correctness=1 performance=1\n"})
     out = tmp_path / "out"
     assert batch.run_batch(str(export), str(out), rubric) == 0
     printed = capsys.readouterr()
@@ -211,7 +214,7 @@ def test_gradescope_export_through_the_batch(tmp_path, fake, capsys):
     group = rows["submission_270002"]
     assert group["name"] == "Alan Turing; Grace Hopper" and group["email"] == "alan@example.edu; grace@example.edu"
     assert rows["submission_270003"]["name"].startswith("'=HYPERLINK")  # never a formula
-    assert rows["submission_270099"]["name"] == "" and rows["submission_270099"]["total"] == "80.0"
+    assert rows["submission_270099"]["name"] == "" and rows["submission_270099"]["total"] == "2.0"
     assert not (out / "students" / "escape").exists() and not (tmp_path / "escape").exists()
 
 
@@ -341,11 +344,15 @@ def test_roster_from_a_canvas_gradebook_export(tmp_path):
     assert [m.key for m in missing] == ["1791"]
 
 
-def test_a_roster_without_an_identifying_column_is_refused(tmp_path):
+def test_a_roster_without_an_identifying_column_is_refused(tmp_path, fake, capsys):
     bad = tmp_path / "r.csv"
     bad.write_text("Name,Section\nAda,1\n")
     with pytest.raises(CsvError, match="expected a header with an id, email or sid column"):
         roster.load_roster(bad)
+    assert batch.run_batch(str(_plain(tmp_path)), str(tmp_path / "out"), fake[0], roster=str(bad)) == 2
+    err = _errors(capsys)
+    assert len(err) == 1 and "expected a header with an id, email or sid column" in err[0], err
+    assert not (tmp_path / "out" / "class.csv").exists()
     bad.write_bytes(b"id,name\n\xff\xfe,x\n")
     with pytest.raises(CsvError, match="not UTF-8"):
         roster.load_roster(bad)

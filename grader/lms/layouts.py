@@ -22,7 +22,8 @@ Canvas and Moodle submissions whose kernel files are loose are staged: the
 kernel files (``w8a8.py``, ``w4a16.py``, ``dds.py``, under those names) are
 copied into ``OUT/staged/<id>/``, at most MAX_FILE_BYTES + 1 bytes each (the
 grader then reports a larger file as too large). Nothing else is copied, so
-no name from a student or a platform becomes a path.
+no name from a student or a platform becomes a path. A student's folder
+(Gradescope, Moodle) holding one .zip and no .py file is graded as that zip.
 
 Every name and metadata value is untrusted: ids are made folder-safe by
 ``student_id``, text is cleaned and bounded, and a YAML key names a folder
@@ -211,6 +212,14 @@ def find_entries(folder: Path, on_skip=None) -> list[Entry]:
     return unique_ids(entries)
 
 
+def _folder_or_zip(folder: Path) -> Path:
+    """What to grade of a student's folder on a platform: the folder, or the
+    one .zip in it when it holds no .py file (the student uploaded a zip)."""
+    zips = [p for p in folder.iterdir() if p.is_file() and not p.is_symlink() and p.name.lower().endswith(".zip")]
+    has_py = next(folder.rglob("*.py"), None) is not None
+    return (zips[0] if len(zips) == 1 and not has_py else folder).absolute()
+
+
 # ----------------------------------------------------------------------------- gradescope
 
 def _gradescope_root(folder: Path) -> Path | None:
@@ -265,13 +274,13 @@ def _read_gradescope(root: Path, warn) -> list[Entry]:
             continue
         match = re.fullmatch(r"submission_(\d+)", name)
         record = record if isinstance(record, dict) else {}
-        entries.append(Entry(student_id(name, is_file=False), folders[name].absolute(), name,
+        entries.append(Entry(student_id(name, is_file=False), _folder_or_zip(folders[name]), name,
                              people=_submitters(record), submitted_at=_text(record.get(":created_at")),
                              layout="gradescope", lms_id=match.group(1) if match else ""))
     listed = {e.original for e in entries}
     for name in sorted(set(folders) - listed):
         warn(f"folder {one_line(name, 80)!r} is not in {GRADESCOPE_METADATA}: graded without names")
-        entries.append(Entry(student_id(name, is_file=False), folders[name].absolute(), name,
+        entries.append(Entry(student_id(name, is_file=False), _folder_or_zip(folders[name]), name,
                              layout="gradescope"))
     for p in _listing(root):
         if not p.is_dir() and p.name != GRADESCOPE_METADATA and not _hidden(p):
@@ -373,11 +382,7 @@ def _read_moodle(folder: Path, warn) -> list[Entry]:
         entry = Entry(student_id(_label(g["name"], user), is_file=False), folder.absolute(), g["prefix"],
                       people=(Person(name=_text(g["name"])),), layout="moodle", lms_id=user)
         if len(g["folders"]) == 1 and not g["files"]:
-            inner = g["folders"][0]
-            zips = [p for p in inner.iterdir() if p.is_file() and p.name.lower().endswith(".zip")]
-            has_py = any(p.suffix == ".py" for p in inner.rglob("*.py"))
-            entry = replace(entry, path=(zips[0] if len(zips) == 1 and not has_py else inner).absolute())
-            entries.append(entry)
+            entries.append(replace(entry, path=_folder_or_zip(g["folders"][0])))
             continue
         files = list(g["files"])
         for inner in g["folders"]:
