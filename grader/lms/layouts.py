@@ -59,7 +59,7 @@ CANVAS_FILE = re.compile(r"(?P<name>\w*?)_(?:(?P<late>LATE)_)?(?P<user>\d+)_(?P<
 CANVAS_ANON = re.compile(r"(?:(?P<late>LATE)_)?(?P<user>anon_[A-Za-z0-9]+)_(?P<attachment>\d+)_(?P<file>.+)",
                          re.IGNORECASE)
 MOODLE = re.compile(r"(?P<name>.+?)_(?P<user>\d+)_assignsubmission_(?P<plugin>[a-z0-9]+)_(?P<file>.*)")
-RESUBMITTED = re.compile(r"(?P<stem>.+)-\d+(?P<ext>\.[A-Za-z0-9]+)")  # Canvas: w8a8-1.py
+RESUBMITTED = re.compile(r"(?P<stem>.+)-(?P<n>\d+)(?P<ext>\.[A-Za-z0-9]+)")  # Canvas: w8a8-1.py
 
 
 class LayoutError(ValueError):
@@ -168,7 +168,7 @@ def _listing(folder: Path) -> list[Path]:
     return paths
 
 
-def unique_ids(entries: list[Entry], is_file=None) -> list[Entry]:
+def unique_ids(entries: list[Entry]) -> list[Entry]:
     """Give entries whose ids collide (``bob/`` and ``bob.zip``) a hash of
     their original name each, whatever their order, and mark them duplicate."""
     counts = Counter(e.sid for e in entries)
@@ -319,8 +319,7 @@ def _pick_files(files: list[tuple[str, Path]], warn, sid: str) -> tuple[tuple[st
     for filename, path in files:
         kernel = _kernel_name(filename)
         if kernel is not None:
-            m = RESUBMITTED.fullmatch(filename)
-            number = int(re.search(r"-(\d+)\.[^.]+$", filename).group(1)) if m and filename != kernel else 0
+            number = 0 if filename == kernel else int(RESUBMITTED.fullmatch(filename).group("n"))
             chosen[kernel].append((number, filename, path))
     picked = []
     for kernel in KERNEL_FILES:
