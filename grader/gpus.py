@@ -15,6 +15,7 @@ import os
 import queue
 import re
 import threading
+import time
 from typing import Callable
 
 _TOKEN = re.compile(r"\d+|(?:GPU|MIG)-[A-Za-z0-9][A-Za-z0-9/-]{0,100}")
@@ -71,38 +72,56 @@ def run_parallel(items: list, slots: list[str], work: Callable, done: Callable) 
     (from the slot's thread). On KeyboardInterrupt (the batch's stop signals)
     ``stop`` is set, every slot finishes cleaning up its item (``work`` raises
     Stopped), and the interrupt is raised again."""
+    if not slots:
+        return
     todo: queue.Queue = queue.Queue()
     for item in items:
         todo.put(item)
     stop = threading.Event()
+    running = [0]                      # slots whose thread has not ended
+    count_lock = threading.Lock()
 
     def slot_loop(slot: str) -> None:
-        while not stop.is_set():
-            try:
-                item = todo.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                status = work(item, slot, stop)
-            except Stopped:
-                return
-            except Exception as e:  # noqa: BLE001 - the batch's own failure costs this item only
-                status = f"batch error: {type(e).__name__}: {e}"
-            done(item, status)
+        try:
+            while not stop.is_set():
+                try:
+                    item = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    status = work(item, slot, stop)
+                except Stopped:
+                    return
+                except Exception as e:  # noqa: BLE001 - the batch's own failure costs this item only
+                    status = f"batch error: {type(e).__name__}: {e}"
+                done(item, status)
+        finally:
+            with count_lock:
+                running[0] -= 1
 
-    threads = [threading.Thread(target=slot_loop, args=(s,), name=f"gpu-{s}", daemon=True) for s in slots]
-    for t in threads:
-        t.start()
+    def slots_running() -> bool:
+        with count_lock:
+            return running[0] > 0
+
+    # The main thread polls a counter instead of Thread.join: a signal that interrupts
+    # join() can mark a running thread as stopped (CPython 3.11, bpo-45274's fix).
     try:
-        while any(t.is_alive() for t in threads):
-            for t in threads:
-                t.join(0.1)
+        for s in slots:
+            with count_lock:
+                running[0] += 1
+            try:
+                threading.Thread(target=slot_loop, args=(s,), name=f"gpu-{s}", daemon=True).start()
+            except Exception:  # not started (an interrupt can only come once it has: it will count down)
+                with count_lock:
+                    running[0] -= 1
+                raise
+        while slots_running():
+            time.sleep(0.05)
     except KeyboardInterrupt:
         stop.set()
-        while any(t.is_alive() for t in threads):
+        while slots_running():
             try:
-                for t in threads:
-                    t.join(0.1)
+                time.sleep(0.05)
             except KeyboardInterrupt:  # a second Ctrl-C: the slots are already stopping
                 continue
         raise
