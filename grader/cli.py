@@ -110,7 +110,8 @@ def main(argv=None) -> int:
     b.add_argument("--student", default=None, metavar="ID",
                    help="regrade only this student (id from class.csv, the submission's file name, an email "
                         "or a SID)")
-    b.add_argument("--layout", default=None, choices=["auto", "plain", "gradescope", "canvas", "moodle"],
+    from .lms.layouts import LAYOUTS
+    b.add_argument("--layout", default=None, choices=["auto", *LAYOUTS],
                    help="how the folder is laid out (default: detected; a layout given is remembered in OUT)")
     b.add_argument("--roster", default=None, metavar="CSV",
                    help="names, emails and SIDs by id (kept in OUT for later runs); see README")
