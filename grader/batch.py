@@ -59,11 +59,9 @@ from tqdm import tqdm
 
 from .gpus import GpuSpecError, Stopped, run_parallel, visible_gpus
 from .lms.csvio import DIR_MODE, FILE_MODE, CsvError, to_csv
-from .lms.csvio import cell as _cell
 from .lms.csvio import write_atomic as _write_atomic
-from .lms.layouts import (LAYOUTS, Entry, LayoutError, find_entries, mark_same_person,  # noqa: F401
-                          read_layout, stage_files, student_id)
-from .lms.roster import apply_roster, load_roster
+from .lms.intake import discover, select
+from .lms.layouts import Entry, LayoutError, find_entries, student_id  # noqa: F401 - find_entries, student_id: API
 from .report import REPORT_FILES, error_result, escape_name, one_line, write_reports
 from .rubric import Rubric, rubric_hash
 
@@ -645,68 +643,6 @@ def _usage_error(line: str) -> int:
     return 2
 
 
-SETTINGS = "batch.json"   # in OUT: a layout given with --layout, reused by later runs of the same OUT
-ROSTER_COPY = "roster.csv"  # in OUT: the roster last given with --roster, reused by later runs
-
-
-def _settings(out: Path) -> dict:
-    try:
-        data = json.loads((out / SETTINGS).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _choose_layout(out: Path, layout: str | None) -> tuple[str, str]:
-    """(layout to read, note): --layout wins and is remembered; without it, the remembered one."""
-    if layout is not None:
-        settings = {k: v for k, v in _settings(out).items() if k != "layout"}
-        if layout != "auto":
-            settings["layout"] = layout
-        _write_atomic(out / SETTINGS, json.dumps(settings) + "\n")
-        return layout, ""
-    remembered = _settings(out).get("layout")
-    if isinstance(remembered, str) and remembered in LAYOUTS:
-        return remembered, " (given with --layout earlier; --layout auto detects again)"
-    return "auto", ""
-
-
-def _load_roster(out: Path, roster: str | None):
-    """The roster given (copied into OUT for later runs), else the copy of an earlier run, else None."""
-    copy = out / ROSTER_COPY
-    if roster is not None:
-        loaded = load_roster(roster)
-        _write_atomic(copy, Path(roster).read_bytes().decode("utf-8-sig"))
-        return loaded, f"roster: {escape_name(roster)} ({len(loaded.members)} students; kept as {copy})"
-    if copy.is_file():
-        loaded = load_roster(copy)
-        return loaded, f"roster: {copy} (from an earlier run; --roster FILE replaces it)"
-    return None, ""
-
-
-def discover(folder: Path, out: Path, layout: str | None = None, roster: str | None = None):
-    """(entries to grade, roster members without a submission, lines to print)
-    for a submissions folder: the layout read, loose files staged in
-    OUT/staged, names and emails from the roster. Raises LayoutError or CsvError."""
-    loaded, line = _load_roster(out, roster)  # a bad roster stops the batch before anything is staged
-    layout, remembered = _choose_layout(out, layout)
-    found = read_layout(folder, layout, warn=_warning)
-    entries = stage_files(found.entries, out / "staged")
-    lines = [f"layout: {found.layout}{remembered or f' ({found.how})'}; submissions in {found.root}"]
-    not_submitted = []
-    if loaded is not None:
-        entries, not_submitted = apply_roster(entries, loaded)
-        entries = mark_same_person(entries)
-        lines.append(line)
-    return entries, not_submitted, lines
-
-
-def _select(entries: list[Entry], student: str) -> list[Entry]:
-    """The entries a TA means by ``student``: its id, else its file name, else its email, SID or platform id."""
-    return ([e for e in entries if e.sid == student] or [e for e in entries if e.original == student]
-            or [e for e in entries if student in e.keys() or student.casefold() in e.keys()])
-
-
 def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
               timeout_s: float | None = None, student: str | None = None, layout: str | None = None,
               roster: str | None = None, gpus: str | None = None) -> int:
@@ -738,7 +674,7 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
     for stale in students.glob(".*-*"):  # an interrupted run's temporary folders
         shutil.rmtree(stale, ignore_errors=True)
     try:
-        entries, not_submitted, lines = discover(folder, out, layout, roster)
+        entries, not_submitted, lines = discover(folder, out, layout, roster, warn=_warning)
     except (LayoutError, CsvError) as e:
         return _usage_error(str(e))
     for line in lines:
@@ -748,7 +684,7 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
     timeout_s = timeout_s or 3 * max(rubric.settings.task_timeout_s, rubric.settings.cpu_task_timeout_s) + 300
     pending = None
     if student is not None:
-        todo = _select(entries, student)
+        todo = select(entries, student)
         if len(todo) != 1:
             found = (f"{len(todo)} submissions match {student!r} ({', '.join(e.sid for e in todo[:10])})"
                      if todo else f"no submission {student!r} in {folder}")
