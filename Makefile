@@ -13,10 +13,13 @@ BATCH_DIR ?= batch-reports
 SEED ?=
 GRADE_FLAGS ?=
 CALIBRATE_FLAGS ?=
+FORMAT ?= gradescope
+ASSIGNMENT ?=
+GRADESCOPE_SCORES ?=
 
 export PYTHON VENV NO_VENV
 
-.PHONY: help setup grade test batch regrade dist gradescope bench calibrate clean
+.PHONY: help setup grade test batch regrade gradebook merge dist gradescope bench calibrate clean
 
 help:
 	@echo "make grade                 grade assignment/ (SUBMISSION=path for a folder or .zip)"
@@ -24,6 +27,8 @@ ifneq ($(wildcard solutions),)
 	@echo "make test                  the project's own test suite"
 	@echo "make batch SUBMISSIONS=dir grade a whole class (TA)"
 	@echo "make regrade STUDENT=id    regrade one student of the batch, rebuild class.csv (TA)"
+	@echo "make gradebook FORMAT=f    class.csv as a gradescope or canvas upload file (TA)"
+	@echo "make merge GRADESCOPE_SCORES=csv  Gradescope's correctness + the batch's GPU performance (TA)"
 	@echo "make dist                  build the student bundle in dist/ (TA)"
 	@echo "make gradescope            build a Gradescope autograder zip (TA)"
 	@echo "make bench                 GPU benchmark of the reference solutions"
@@ -49,8 +54,15 @@ batch: setup
 	$(PY) -m grader batch $(SUBMISSIONS) --out $(BATCH_DIR) $(GRADE_FLAGS)
 
 regrade: setup
-	@test -n "$(STUDENT)" || { echo "usage: make regrade STUDENT=id (the student column of class.csv, or the file name)"; exit 2; }
+	@test -n "$(STUDENT)" || { echo "usage: make regrade STUDENT=id (the id column of class.csv, the file name, an email or a SID)"; exit 2; }
 	$(PY) -m grader batch $(SUBMISSIONS) --out $(BATCH_DIR) --student "$(STUDENT)" $(GRADE_FLAGS)
+
+gradebook: setup
+	$(PY) -m grader gradebook $(BATCH_DIR)/class.csv --format $(FORMAT) $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)")
+
+merge: setup
+	@test -n "$(GRADESCOPE_SCORES)" || { echo "usage: make merge GRADESCOPE_SCORES=file.csv [FORMAT=gradescope|canvas] (Gradescope's Download Grades CSV of the assignment)"; exit 2; }
+	$(PY) -m grader merge "$(GRADESCOPE_SCORES)" $(BATCH_DIR)/class.csv --format $(FORMAT) $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)")
 
 dist: setup
 	$(PY) -m tools.dist dist

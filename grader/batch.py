@@ -1,12 +1,16 @@
-"""Grade a whole class: one folder or .zip per student, each in its own process.
+"""Grade a whole class: one submission per student, each in its own process.
 
 Layout of the output folder:
 
     OUT/students/<id>/report.md, report.json, results.json   one per student
     OUT/class.csv, OUT/summary.md                            rebuilt from the reports
+    OUT/staged/<id>/        kernel files that came loose (Canvas, Moodle), graded from here
+    OUT/roster.csv, OUT/batch.json   the roster and a --layout given, reused by later runs
 
-``<id>`` is the submission's file name made safe for a folder name (see
-``student_id``); class.csv keeps the original name. A student's folder appears
+Where the submissions are and whose they are is grader/lms/ (layouts.py:
+plain, Gradescope export, Canvas and Moodle downloads; roster.py).
+``<id>`` is a folder-safe id (``student_id``); class.csv keeps the original
+name, the submitters' names, emails and SIDs. A student's folder appears
 (atomic rename) only once all three reports exist, so an interruption (Ctrl-C,
 SIGTERM, power loss) leaves only complete folders and the next run picks up
 where it stopped; --force regrades. When grading a student fails (the grade
@@ -20,23 +24,21 @@ than that marker, so old and new grades never mix. ``--student ID`` regrades
 one student and rebuilds the class files. Each report records the hash of
 the rubric it was made under (``rubric_hash``); reports made under another
 rubric are listed at the end. Entries of the submissions folder that are
-neither a folder nor a .zip (late_days.txt, .DS_Store) are skipped with a
-warning.
+not submissions (late_days.txt, .DS_Store) are skipped with a warning.
 
 Each grade process runs in its own session with its output in a file (no
 pipes for an escaped process to hold). The batch is the child subreaper of
 everything it starts (Linux), so when a student is done, timed out or
 interrupted, every process left from that student's grading, including ones
-that started a new session or double-forked, is killed and reaped.
+that started a new session or double-forked, is killed and reaped. With
+--gpus (grader/gpus.py) one grade process per GPU runs at a time, and a
+token in each one's environment tells whose leftovers are whose.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import ctypes
-import hashlib
-import io
 import json
 import math
 import os
@@ -49,19 +51,21 @@ import sys
 import tempfile
 import threading
 import time
-import unicodedata
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from tabulate import tabulate
 from tqdm import tqdm
 
+from .gpus import GpuSpecError, Stopped, run_parallel, visible_gpus
+from .lms.csvio import DIR_MODE, FILE_MODE, CsvError, to_csv
+from .lms.csvio import write_atomic as _write_atomic
+from .lms.intake import discover, select
+from .lms.layouts import Entry, LayoutError, find_entries, student_id  # noqa: F401 - find_entries, student_id: API
 from .report import REPORT_FILES, error_result, escape_name, one_line, write_reports
 from .rubric import Rubric, rubric_hash
 
 ROOT = Path(__file__).resolve().parent.parent
-ID_CHARS = 64                    # longest student id (folder name)
 REPORT_JSON_BYTES = 8 << 20      # largest report.json the batch reads
 MAX_ITEMS = 10_000               # most tests, tasks, flags or notes read from one report
 FORCE_MARKER = ".force-pending"  # in OUT while a --force run has not completed
@@ -69,74 +73,10 @@ _HASH = re.compile(r"[0-9a-f]{6,64}")
 STOP_SIGNALS = tuple(getattr(signal, s) for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s))
 
 _FLAG_KIND = re.compile(r"[a-z][a-z0-9_]{0,39}")
-CSV_FIELDS_HEAD = ["student", "original_name", "total", "max", "correctness", "bonus", "performance"]
-CSV_FIELDS_TAIL = ["flags", "partial", "seed", "device", "graded_at", "rubric_hash", "error"]
-
-
-# ----------------------------------------------------------------------------- students
-
-@dataclass(frozen=True)
-class Entry:
-    """One submission: its folder-safe id, its path, its file name as found."""
-    sid: str
-    path: Path
-    original: str
-    duplicate: bool = False  # another submission's name cleans to the same id
-
-
-def _digest(data: str) -> str:
-    return hashlib.blake2b(os.fsencode(data), digest_size=4).hexdigest()
-
-
-def student_id(name: str, is_file: bool = True) -> str:
-    """A folder-safe id for a file or folder name: ASCII letters, digits,
-    ``._-``, no leading dot or dash, at most ID_CHARS characters; a file's
-    extension (``.zip``) is dropped. A name that had to change gets a short
-    hash of its original bytes, so that cleaning alone never merges two names."""
-    stem = name.rsplit(".", 1)[0] if is_file and "." in name.lstrip(".") else name
-    ascii_stem = unicodedata.normalize("NFKD", stem).encode("ascii", "ignore").decode()
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", ascii_stem).lstrip("._-")
-    if safe == stem and 0 < len(safe) <= ID_CHARS:
-        return safe
-    return f"{safe[: ID_CHARS - 9].rstrip('._-') or 'student'}-{_digest(name)}"
-
-
-def _not_a_submission(p: Path) -> str | None:
-    """Why ``p`` is not a student's submission (a folder or a .zip), or None."""
-    if p.name.startswith((".", "__")):
-        return "a hidden or system entry"
-    if p.is_dir():
-        return None
-    if p.is_file():
-        return None if p.name.lower().endswith(".zip") else "not a folder or a .zip"
-    return "not a folder or a file"
-
-
-def find_entries(folder: Path, on_skip=None) -> list[Entry]:
-    """Every student folder or .zip in ``folder``, sorted by name, each with a
-    unique id. Names that clean to the same id (``bob/`` and ``bob.zip``) all
-    get a hash of their full name instead, whatever their order, and are
-    marked duplicate. Anything else (``late_days.txt``, ``.DS_Store``) is
-    passed to ``on_skip(path, why)`` and left out."""
-    paths = []
-    for p in sorted(folder.iterdir(), key=lambda p: os.fsencode(p.name)):
-        why = _not_a_submission(p)
-        if why is None:
-            paths.append(p)
-        elif on_skip is not None:
-            on_skip(p, why)
-    base = [student_id(p.name, p.is_file()) for p in paths]
-    counts = Counter(base)
-    entries, used = [], set()
-    for p, sid in zip(paths, base):
-        duplicate = counts[sid] > 1  # e.g. bob/ and bob.zip: neither may take the plain id
-        n = 0
-        while duplicate and n == 0 or sid in used:
-            sid = f"{sid[: ID_CHARS - 9]}-{_digest(p.name + ('#' * n))}"
-            n += 1
-        used.add(sid)
-        entries.append(Entry(sid, p.absolute(), p.name, duplicate))
-    return entries
+# class.csv's columns, in this order, the rubric's tasks between head and tail (README.md documents each).
+CSV_FIELDS_HEAD = ["id", "name", "email", "sid", "total", "max", "correctness", "bonus", "performance"]
+CSV_FIELDS_TAIL = ["flags", "submitted_at", "graded_at", "rubric_hash", "device", "partial", "seed",
+                   "layout", "lms_id", "original_name", "error"]
 
 
 # ----------------------------------------------------------------------------- processes
@@ -196,8 +136,12 @@ def _stop(signum, frame):
 
 @contextlib.contextmanager
 def _signals_deferred(reraise: bool = True):
-    """Run the block to its end whatever stop signal arrives, then act on it."""
+    """Run the block to its end whatever stop signal arrives, then act on it.
+    (Only the main thread is ever interrupted: elsewhere this does nothing.)"""
     global _deferring
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     _deferring += 1
     try:
         yield
@@ -210,30 +154,69 @@ def _signals_deferred(reraise: bool = True):
                 raise KeyboardInterrupt(signum)
 
 
-def _kill_tree(proc: subprocess.Popen | None, before: set[int]) -> None:
+# A parallel batch (--gpus) grades several students at once. Each grade process
+# carries its slot's token in its environment (TOKEN_VAR), so that a student's
+# clean-up kills only the leftovers of that student (or of nobody), never
+# another student's processes; grade processes in flight are never leftovers.
+TOKEN_VAR = "GRADER_BATCH_TOKEN"
+_spawn_lock = threading.Lock()  # no grade process is half-started while leftovers are counted
+_live: dict[int, str] = {}      # pid of each grade process in flight -> its token
+_STOPPED = "stopped"
+
+
+def _environ_token(pid: int):
+    """The batch token in a process's environment: the token, None if it has
+    none, False if its environment cannot be read (not ours to decide)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read(1 << 20)
+    except OSError:
+        return False
+    prefix = TOKEN_VAR.encode() + b"="
+    for item in data.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode("ascii", "replace")
+    return None
+
+
+def _owned_by(token: str):
+    """Whether a leftover child belongs to the slot with ``token``: it carries
+    that token, or none at all; never a grade process in flight."""
+    def owned(pid: int) -> bool:
+        if pid in _live:
+            return False
+        found = _environ_token(pid)
+        return found is None or found == token
+    return owned
+
+
+def _kill_tree(proc: subprocess.Popen | None, before: set[int], owned=None) -> None:
     """Kill ``proc``'s process group, then every child of ours that was not
     there ``before`` (descendants that escaped the group are reparented to us
-    as their parents die), round after round until none is left; reap them all."""
+    as their parents die) and that ``owned`` accepts (all, when None), round
+    after round until none is left; reap them all."""
     if proc is not None:
         if proc.returncode is None:  # not reaped yet, so its group id is still its own
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     for _ in range(10_000):
-        kids = _children() - before
+        with _spawn_lock:
+            kids = {k for k in _children() - before if owned is None or owned(k)}
+            for pid in kids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
         if not kids:
             return
-        for pid in kids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
         for pid in kids:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
 
 
-def _wait_unreaped(proc: subprocess.Popen, timeout_s: float) -> int | None:
+def _wait_unreaped(proc: subprocess.Popen, timeout_s: float, stop: threading.Event | None = None):
     """Wait for ``proc`` to exit without reaping it, so its process-group id
-    cannot be reused before _kill_tree kills the group; None on timeout."""
+    cannot be reused before _kill_tree kills the group; None on timeout,
+    _STOPPED when ``stop`` is set first."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -244,6 +227,8 @@ def _wait_unreaped(proc: subprocess.Popen, timeout_s: float) -> int | None:
             return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
         if time.monotonic() >= deadline:
             return None
+        if stop is not None and stop.is_set():
+            return _STOPPED
         time.sleep(0.05)
 
 
@@ -270,23 +255,45 @@ def _last_line(text: str) -> str:
     return one_line(lines[-1], 300) if lines else ""
 
 
-def _grade_one(entry: Entry, students: Path, rubric: Rubric, timeout_s: float) -> str:
+@dataclass(frozen=True)
+class Slot:
+    """Where a parallel batch runs a grade process: its GPU, the batch's stop
+    event, and the batch's children from before it started."""
+    gpu: str
+    stop: threading.Event
+    before: frozenset
+
+
+def _grade_one(entry: Entry, students: Path, rubric: Rubric, timeout_s: float, slot: Slot | None = None) -> str:
     """Grade one student in a child process and install their report folder;
-    return 'ok' or the reason for the grader error written in its place."""
+    return 'ok' or the reason for the grader error written in its place.
+    With a ``slot`` (a parallel batch) the child sees only the slot's GPU, and
+    Stopped is raised, with nothing installed, if the batch stops meanwhile."""
     work = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.sid}-", dir=students))
     reports, log = work / "reports", work / "grade.log"
-    before = _children()
+    env, owned, token = None, None, ""
+    if slot is not None:
+        token = f"{entry.sid}-{os.urandom(6).hex()}"
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=slot.gpu, **{TOKEN_VAR: token})
+        owned = _owned_by(token)
+    before = set(slot.before) if slot is not None else _children()
     try:
         proc = None
         try:
-            with open(log, "wb") as out:
-                proc = subprocess.Popen(grade_command(entry.path, reports, rubric), cwd=ROOT,
+            with open(log, "wb") as out, _spawn_lock:
+                proc = subprocess.Popen(grade_command(entry.path, reports, rubric), cwd=ROOT, env=env,
                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         start_new_session=True)
-            rc = _wait_unreaped(proc, timeout_s)
+                if slot is not None:
+                    _live[proc.pid] = token
+            rc = _wait_unreaped(proc, timeout_s, slot.stop if slot is not None else None)
         finally:
             with _signals_deferred():
-                _kill_tree(proc, before)
+                _kill_tree(proc, before, owned)
+                if proc is not None and _live.get(proc.pid) == token:
+                    del _live[proc.pid]
+        if rc == _STOPPED:
+            raise Stopped(entry.sid)
         if rc is None:
             reason = f"grading took longer than {timeout_s:g} s; it was stopped"
         elif rc != 0:
@@ -328,11 +335,11 @@ def _install(reports: Path, final: Path, work: Path) -> None:
     renames only: at every moment ``final`` is the old complete folder, absent,
     or the new complete folder. Readable by the owner's group (course staff)."""
     staged = work / "final"
-    staged.mkdir(mode=0o750)
+    staged.mkdir(mode=DIR_MODE)
     for name in REPORT_FILES:
         os.replace(reports / name, staged / name)
-        os.chmod(staged / name, 0o640)
-    os.chmod(staged, 0o750)
+        os.chmod(staged / name, FILE_MODE)
+    os.chmod(staged, DIR_MODE)
     if final.exists() or final.is_symlink():
         os.replace(final, work / "old")
     os.replace(staged, final)
@@ -440,58 +447,56 @@ def _flags(report: dict) -> list[str]:
     return list(dict.fromkeys(k for k in kinds if isinstance(k, str) and k != "ok" and _FLAG_KIND.fullmatch(k)))
 
 
+def _people(entry_or_people, field: str) -> str:
+    """One class.csv cell for a field of every submitter ("; " between group members)."""
+    people = getattr(entry_or_people, "people", entry_or_people)
+    return "; ".join(getattr(p, field).replace(";", ",") for p in people) if any(
+        getattr(p, field) for p in people) else ""
+
+
+def _identity(entry: Entry) -> dict:
+    """The columns that say whose submission a row is."""
+    extra = [f for f, on in (("duplicate", entry.duplicate), ("late", entry.late)) if on]
+    return {"id": entry.sid, "name": _people(entry, "name"), "email": _people(entry, "email"),
+            "sid": _people(entry, "sid"), "layout": entry.layout, "lms_id": entry.lms_id,
+            "original_name": escape_name(entry.original), "submitted_at": entry.submitted_at, "_extra": extra}
+
+
+def _with_flags(row: dict, flags: list[str]) -> dict:
+    row["flags"] = ";".join(dict.fromkeys(flags + row.pop("_extra")))
+    return row
+
+
 def _row(entry: Entry, report: dict, tasks: list[str]) -> dict:
-    row = {"student": entry.sid, "original_name": escape_name(entry.original), "_graded": True,
-           "total": report["score"], "max": report["max_score"]}
+    row = _identity(entry) | {"_graded": True, "total": report["score"], "max": report["max_score"]}
     for kind in ("correctness", "performance"):  # without bonus: bonus has its own column
         row[kind] = sum(t["score"] for t in report["tests"] if t["kind"] == kind and not t["bonus"])
     row["bonus"] = sum(t["score"] for t in report["tests"] if t["bonus"])
     for task in report["tasks"]:
         if task["task"] in tasks:
             row[task["task"]] = task["score"]
-    flags = _flags(report) + (["duplicate"] if entry.duplicate else [])
-    row.update(flags=";".join(flags), partial=report["partial"], seed=report["seed"],
-               device=report["gpu"] or "cpu", graded_at=report["started"], rubric_hash=report["rubric_hash"])
-    return row
+    row.update(partial=report["partial"], seed=report["seed"], device=report["gpu"] or "cpu",
+               graded_at=report["started"], rubric_hash=report["rubric_hash"])
+    return _with_flags(row, _flags(report))
 
 
 def _error_row(entry: Entry, error: str, max_score=None) -> dict:
-    flags = "grader_error" + (";duplicate" if entry.duplicate else "")
-    return {"student": entry.sid, "original_name": escape_name(entry.original), "total": 0,
-            "max": max_score if max_score is not None else "", "flags": flags, "error": error}
+    row = _identity(entry) | {"total": 0, "max": max_score if max_score is not None else "", "error": error}
+    return _with_flags(row, ["grader_error"])
 
 
-def _cell(value):
-    """A CSV cell: text cleaned, bounded, and never read as a spreadsheet formula."""
-    if isinstance(value, str):
-        value = one_line(value, 500)
-        if value[:1] in ("=", "+", "-", "@", "|", "%"):
-            value = "'" + value
-    return value
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def write_class_files(out: Path, entries: list[Entry], tasks: list[str], current_hash: str = "") -> list[dict]:
+def write_class_files(out: Path, entries: list[Entry], tasks: list[str], current_hash: str = "",
+                      not_submitted=()) -> list[dict]:
     """Rebuild class.csv and summary.md from whatever reports exist now. A
     report that cannot be used becomes that student's grader_error row.
-    ``current_hash``: the rubric now in use, to list reports made under another."""
+    ``current_hash``: the rubric now in use, to list reports made under another.
+    ``not_submitted``: roster members (grader.lms.roster.Member) without a
+    submission, one ``no_submission`` row each."""
     rows = []
     for entry in entries:
         path = out / "students" / entry.sid / "report.json"
         if not (path.exists() or path.is_symlink()):
-            rows.append({"student": entry.sid, "original_name": escape_name(entry.original),
-                         "flags": "not_graded"})
+            rows.append(_with_flags(_identity(entry), ["not_graded"]))
             continue
         try:
             report = load_report(path)
@@ -503,12 +508,11 @@ def write_class_files(out: Path, entries: list[Entry], tasks: list[str], current
                         {"rubric_hash": report["rubric_hash"]})
         else:
             rows.append(_row(entry, report, tasks))
+    for m in not_submitted:
+        rows.append({"id": m.key, "name": _people([m.person], "name"), "email": _people([m.person], "email"),
+                     "sid": _people([m.person], "sid"), "flags": "no_submission"})
     fields = [*CSV_FIELDS_HEAD, *tasks, *CSV_FIELDS_TAIL]
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows({k: _cell(v) for k, v in r.items()} for r in rows)
-    _write_atomic(out / "class.csv", buf.getvalue())
+    _write_atomic(out / "class.csv", to_csv(fields, [[r.get(f, "") for f in fields] for r in rows]))
     _write_atomic(out / "summary.md", summary_table(rows, tasks, current_hash) + "\n")
     return rows
 
@@ -517,7 +521,7 @@ def other_rubric_line(rows: list[dict], current_hash: str) -> str:
     """One line naming the students whose report was made under another rubric ('' if none)."""
     if not current_hash:
         return ""
-    old = [r["student"] for r in rows if r.get("rubric_hash") and r["rubric_hash"] != current_hash]
+    old = [r["id"] for r in rows if r.get("rubric_hash") and r["rubric_hash"] != current_hash]
     if not old:
         return ""
     names = ", ".join(old[:20]) + (", ..." if len(old) > 20 else "")
@@ -527,7 +531,8 @@ def other_rubric_line(rows: list[dict], current_hash: str) -> str:
 
 def summary_table(rows: list[dict], tasks: list[str], current_hash: str = "") -> str:
     graded = [r for r in rows if r.get("_graded")]
-    lines = [f"{len(graded)} of {len(rows)} submissions graded", ""]
+    submissions = [r for r in rows if "no_submission" not in r.get("flags", "")]
+    lines = [f"{len(graded)} of {len(submissions)} submissions graded", ""]
     stats = []
     for col in ["total", "correctness", "bonus", "performance", *tasks]:
         vals = [float(r[col]) for r in graded if col in r]
@@ -541,10 +546,10 @@ def summary_table(rows: list[dict], tasks: list[str], current_hash: str = "") ->
             buckets[max(0, min(9, int(10 * float(r["total"]) / top)))] += 1
         lines += ["", "distribution of totals (% of max):"]
         lines += [f"  {10 * i:3d}-{10 * i + 10:3d}%  {'#' * n} {n}" for i, n in enumerate(buckets)]
-    flagged = [(r["student"], r["flags"]) for r in rows if r.get("flags")]
+    flagged = [(r["id"] or r["email"] or r["sid"], r["flags"]) for r in rows if r.get("flags")]
     if flagged:
         lines += ["", "flags:"] + [f"  {sid}: {f}" for sid, f in flagged]
-    errors = [(r["student"], r["error"]) for r in rows if r.get("error")]
+    errors = [(r["id"], r["error"]) for r in rows if r.get("error")]
     if errors:
         lines += ["", "grader errors (retried on the next run):"]
         lines += [f"  {sid}: {one_line(e, 200)}" for sid, e in errors]
@@ -614,43 +619,62 @@ def _current_hash(rubric: Rubric) -> str:
     return rubric_hash(source) if source.is_file() else ""
 
 
-def _skip_warning(path: Path, why: str) -> None:
-    print(f"warning: skipped {escape_name(path.name)}: {why}, not a submission", file=sys.stderr)
+def _warning(line: str) -> None:
+    print(f"warning: {escape_name(line)}", file=sys.stderr)
+
+
+def _usage_error(line: str) -> int:
+    print(escape_name(line), file=sys.stderr)
+    return 2
 
 
 def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
-              timeout_s: float | None = None, student: str | None = None) -> int:
+              timeout_s: float | None = None, student: str | None = None, layout: str | None = None,
+              roster: str | None = None, gpus: str | None = None) -> int:
     """Grade every submission in ``submissions`` not yet graded (all of them
-    with ``force``; only ``student``, by id or original name, when given) and
-    rebuild the class files. Returns the exit status."""
+    with ``force``; only ``student``, by id, file name, email or SID, when
+    given) and rebuild the class files. ``layout``: auto (detect), plain,
+    gradescope, canvas or moodle; ``roster``: a CSV of names, emails and SIDs;
+    ``gpus``: grade on several GPUs at once ("all" or a list). Returns the exit status."""
     folder, out = Path(submissions), Path(out).absolute()  # grade processes run in ROOT
     if not folder.is_dir():
-        print(f"{escape_name(str(folder))}: not a folder of submissions", file=sys.stderr)
-        return 2
+        hint = "; unzip it first" if folder.is_file() and folder.name.lower().endswith(".zip") else ""
+        return _usage_error(f"{folder}: not a folder of submissions{hint}")
+    try:
+        slots = visible_gpus(gpus) if gpus else []
+    except GpuSpecError as e:
+        return _usage_error(str(e))
     _warn_if_not_isolated()
     students = out / "students"
     try:
         students.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(PermissionError):
+            os.chmod(students, DIR_MODE)  # ids name students: not for other users of the machine
         probe = tempfile.mkstemp(dir=students, prefix=".probe-")
         os.close(probe[0])
         os.unlink(probe[1])
     except OSError as e:
-        print(f"cannot write to {escape_name(str(students))}: {e.strerror}; user id {os.getuid()} "
-              "needs write access to it", file=sys.stderr)
-        return 2
+        return _usage_error(f"cannot write to {students}: {e.strerror}; user id {os.getuid()} needs write "
+                            "access to it")
     for stale in students.glob(".*-*"):  # an interrupted run's temporary folders
         shutil.rmtree(stale, ignore_errors=True)
-    entries = find_entries(folder, on_skip=_skip_warning)
+    try:
+        entries, not_submitted, lines = discover(folder, out, layout, roster, warn=_warning)
+    except (LayoutError, CsvError) as e:
+        return _usage_error(str(e))
+    for line in lines:
+        print(line)
     tasks = list(rubric.tasks)
     digest = _current_hash(rubric)
     timeout_s = timeout_s or 3 * max(rubric.settings.task_timeout_s, rubric.settings.cpu_task_timeout_s) + 300
     pending = None
     if student is not None:
-        todo = [e for e in entries if e.sid == student] or [e for e in entries if e.original == student]
+        todo = select(entries, student)
         if len(todo) != 1:
-            print(f"no submission {escape_name(student)!r} in {escape_name(str(folder))} (give its id, the "
-                  "student column of class.csv, or its file name)", file=sys.stderr)
-            return 2
+            found = (f"{len(todo)} submissions match {student!r} ({', '.join(e.sid for e in todo[:10])})"
+                     if todo else f"no submission {student!r} in {folder}")
+            return _usage_error(f"{found}: give its id (the id column of class.csv), its file name, or its "
+                                "email or SID")
         print(f"regrading {todo[0].sid}")
     else:
         if force:
@@ -661,20 +685,25 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
         if pending and not force:
             print(f"an interrupted --force run (started {pending[1]}) is resumed: reports older than it "
                   "are regraded")
-        print(f"{len(entries)} submissions, {len(entries) - len(todo)} already graded, {len(todo)} to grade")
+        print(f"{len(entries)} submissions, {len(entries) - len(todo)} already graded, {len(todo)} to grade"
+              + (f", on {len(slots)} GPUs ({', '.join(slots)})" if slots else ""))
     main_thread = threading.current_thread() is threading.main_thread()
     handlers = {s: signal.signal(s, _stop) for s in STOP_SIGNALS  # what the caller ignores stays ignored
                 if main_thread and signal.getsignal(s) not in (signal.SIG_IGN, None)}
     was_subreaper = _set_subreaper(True)
+    before = _children() if slots else None  # a serial batch's clean-up is per student (_grade_one)
     stopped_by = None
     try:
-        for entry in tqdm(todo, unit="student", dynamic_ncols=True):
-            try:
-                status = _grade_one(entry, students, rubric, timeout_s)
-            except Exception as e:  # the batch's own failure (disk full...): this student only
-                status = f"batch error: {type(e).__name__}: {e}"
-            if status != "ok":
-                tqdm.write(f"{entry.sid}: grader error: {one_line(status, 300)}")
+        if slots:
+            _grade_parallel(todo, students, rubric, timeout_s, slots, before)
+        else:
+            for entry in tqdm(todo, unit="student", dynamic_ncols=True):
+                try:
+                    status = _grade_one(entry, students, rubric, timeout_s)
+                except Exception as e:  # the batch's own failure (disk full...): this student only
+                    status = f"batch error: {type(e).__name__}: {e}"
+                if status != "ok":
+                    tqdm.write(f"{entry.sid}: grader error: {one_line(status, 300)}")
         if pending:  # every student is now graded after the --force run began
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(out / FORCE_MARKER)
@@ -683,10 +712,33 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
         print("\ninterrupted: finished students are kept; run the same command again to resume")
     finally:
         with _signals_deferred(reraise=False):
-            rows = write_class_files(out, entries, tasks, digest)
+            if before is not None:  # anything a grade process left that no student's clean-up claimed
+                _kill_tree(None, before)
+            rows = write_class_files(out, entries, tasks, digest, not_submitted)
             _set_subreaper(was_subreaper)
             for s, h in handlers.items():
                 signal.signal(s, h)
     print(summary_table(rows, tasks, digest))
     print(f"\nclass CSV: {out / 'class.csv'}; per-student reports: {students}/<id>/")
     return 128 + int(stopped_by) if stopped_by else 0
+
+
+def _grade_parallel(todo: list[Entry], students: Path, rubric: Rubric, timeout_s: float, slots: list[str],
+                    before: set[int]) -> None:
+    """Grade ``todo`` with one grade process per GPU of ``slots`` at a time."""
+    bar = tqdm(total=len(todo), unit="student", dynamic_ncols=True)
+    lock = threading.Lock()
+    frozen = frozenset(before)
+
+    def work(entry: Entry, gpu: str, stop: threading.Event) -> str:
+        return _grade_one(entry, students, rubric, timeout_s, Slot(gpu, stop, frozen))
+
+    def done(entry: Entry, status: str) -> None:
+        with lock:
+            if status != "ok":
+                bar.write(f"{entry.sid}: grader error: {one_line(status, 300)}")
+            bar.update(1)
+    try:
+        run_parallel(todo, slots, work, done)
+    finally:
+        bar.close()

@@ -1,10 +1,14 @@
-"""Command line: python -m grader [grade] [SUBMISSION] [options] | python -m grader batch DIR.
+"""Command line: python -m grader [grade] [SUBMISSION] [options] | python -m grader batch DIR
+| python -m grader gradebook CLASS_CSV | python -m grader merge GRADESCOPE_CSV CLASS_CSV.
 
 Exit status of ``grade``: 0 when a report was written, whatever the
 submission did (a bad submission is a score, not an error); 1 when the grader
 itself failed (a grader-error report is still written); 2 for a usage error
 (no such submission, unknown task, bad rubric, unwritable report folder), with
-one line on stderr and no report.
+one line on stderr and no report. ``batch``: 0, or 128 + the signal that
+stopped it, or 2 for a usage error. ``gradebook`` and ``merge``: 0 when every
+graded student is in the upload file, 1 when some were left out (listed), 2
+for a usage error.
 """
 
 from __future__ import annotations
@@ -49,6 +53,49 @@ def _die_with_parent(ppid: int) -> None:
         os._exit(1)
 
 
+def _gradebook_args(sub) -> None:
+    from .lms.gradebook import FORMATS, SCORES
+    g = sub.add_parser("gradebook", help="class.csv as a gradebook upload file (TA)")
+    g.add_argument("class_csv", help="the class.csv of a batch")
+    g.add_argument("--score", choices=SCORES, default="total", help="which score to upload (default: total)")
+    m = sub.add_parser("merge", help="Gradescope's correctness scores + a GPU batch's performance, one upload "
+                                     "file (TA)")
+    m.add_argument("gradescope_csv", help="Gradescope's Download Grades CSV of the assignment")
+    m.add_argument("class_csv", help="the class.csv of the GPU batch")
+    for p in (g, m):
+        p.add_argument("--format", choices=FORMATS, required=True, help="the platform to upload to")
+        p.add_argument("--assignment", default="Triton kernels",
+                       help="Canvas: the assignment column, as in Canvas's export: 'Title (assignment id)'")
+        p.add_argument("--output", "-o", default=None,
+                       help="the upload file (default: beside class.csv, gradebook-<format>.csv or "
+                            "merged-<format>.csv)")
+
+
+def _gradebook(args) -> int:
+    from .lms import gradebook as gb
+    from .lms.csvio import CsvError
+    class_csv = Path(args.class_csv)
+    default = f"{'merged' if args.command == 'merge' else 'gradebook'}-{args.format}.csv"
+    out = Path(args.output) if args.output else class_csv.parent / default
+    try:
+        rows = gb.read_class_csv(class_csv)
+        if args.command == "merge":
+            upload = gb.merge(gb.read_gradescope_scores(args.gradescope_csv), rows, args.format, args.assignment)
+        else:
+            upload = gb.gradebook(rows, args.format, args.score, args.assignment)
+        gb.write_upload(upload, out)
+    except CsvError as e:
+        print(e, file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"cannot write {out}: {e.strerror}; user id {os.getuid()} needs write access to its folder",
+              file=sys.stderr)
+        return 2
+    for line in gb.report_lines(upload, out):
+        print(line)
+    return 1 if upload.left_out else 0
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
@@ -61,10 +108,21 @@ def main(argv=None) -> int:
     b.add_argument("--force", action="store_true", help="regrade students that already have a result")
     b.add_argument("--timeout", type=float, default=None, help="wall-clock limit per student, seconds")
     b.add_argument("--student", default=None, metavar="ID",
-                   help="regrade only this student (id from class.csv, or the submission's file name)")
-    if not argv or argv[0] not in ("grade", "batch", "-h", "--help"):
+                   help="regrade only this student (id from class.csv, the submission's file name, an email "
+                        "or a SID)")
+    from .lms.layouts import LAYOUTS
+    b.add_argument("--layout", default=None, choices=["auto", *LAYOUTS],
+                   help="how the folder is laid out (default: detected; a layout given is remembered in OUT)")
+    b.add_argument("--roster", default=None, metavar="CSV",
+                   help="names, emails and SIDs by id (kept in OUT for later runs); see README")
+    b.add_argument("--gpus", default=None, metavar="LIST",
+                   help="grade on several GPUs at once, one student per GPU: 'all' or e.g. 0,1,2,3")
+    _gradebook_args(sub)
+    if not argv or argv[0] not in ("grade", "batch", "gradebook", "merge", "-h", "--help"):
         argv.insert(0, "grade")
     args = parser.parse_args(argv)
+    if args.command in ("gradebook", "merge"):
+        return _gradebook(args)
     if getattr(args, "die_with_parent", None) and sys.platform.startswith("linux"):
         _die_with_parent(args.die_with_parent)
 
@@ -81,7 +139,7 @@ def main(argv=None) -> int:
     if args.command == "batch":
         from .batch import run_batch
         return run_batch(args.submissions, args.out, rubric, force=args.force, timeout_s=args.timeout,
-                         student=args.student)
+                         student=args.student, layout=args.layout, roster=args.roster, gpus=args.gpus)
 
     from .grade import grade
     from .report import remove_reports, terminal_table, write_reports

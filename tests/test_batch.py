@@ -131,7 +131,7 @@ def _survivors(pids: Path) -> list[str]:
 
 
 def _rows(out: Path) -> dict:
-    return {r["student"]: r for r in csv.DictReader((out / "class.csv").open(encoding="utf-8"))}
+    return {r["id"]: r for r in csv.DictReader((out / "class.csv").open(encoding="utf-8"))}
 
 
 def _complete(out: Path) -> None:
@@ -345,7 +345,7 @@ def test_class_files_survive_any_report_json(tmp_path):
     (out / "students" / "link" / "report.json").symlink_to("/dev/zero")  # never followed
     entries.append(batch.Entry("link", tmp_path / "link", "link"))
     entries.append(batch.Entry("absent", tmp_path / "absent", "absent"))
-    rows = {r["student"]: r for r in write_class_files(out, entries, ["w8a8"])}
+    rows = {r["id"]: r for r in write_class_files(out, entries, ["w8a8"])}
     for sid in [*HOSTILE_REPORTS, "link"]:
         assert rows[sid]["flags"] == "grader_error" and rows[sid]["error"].startswith("report.json unusable"), sid
     assert rows["good"]["total"] == 3 and rows["good"]["w8a8"] == 3 and rows["absent"]["flags"] == "not_graded"
@@ -561,10 +561,10 @@ def _kill_and_resume(subs, out, rubric_path, tmp):
         assert (out / "students" / sid / "report.json").read_bytes() == data
 
     rows = list(csv.DictReader((out / "class.csv").open()))
-    assert sorted(r["student"] for r in rows) == sorted(EXPECTED)
+    assert sorted(r["id"] for r in rows) == sorted(EXPECTED)
     for r in rows:
-        assert float(r.get("correctness") or 0) == EXPECTED[r["student"]], r  # perf points need a GPU
-        if r["student"] in EXPECTED_FLAGS:
-            assert EXPECTED_FLAGS[r["student"]] in r["flags"], r
+        assert float(r.get("correctness") or 0) == EXPECTED[r["id"]], r  # perf points need a GPU
+        if r["id"] in EXPECTED_FLAGS:
+            assert EXPECTED_FLAGS[r["id"]] in r["flags"], r
     assert f"{len(EXPECTED)} of {len(EXPECTED)} submissions graded" in (out / "summary.md").read_text()
     _complete(out)  # no half-written leftovers

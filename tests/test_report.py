@@ -125,6 +125,12 @@ def test_undecodable_submission_name_writes_every_report(tmp_path):
     assert json.loads((out / "report.json").read_text())["submission"] == name
 
 
+def test_the_reproduce_hint_names_the_submission_that_was_graded():
+    md = markdown(_result("x", submission="/subs/alice smith.zip"))
+    assert "make grade SUBMISSION='/subs/alice smith.zip' SEED=5" in md  # not the stubs of assignment/
+    assert "SUBMISSION=<your folder> SEED=5" in gradescope(_result("x"))["output"]
+
+
 def test_grader_error_result_in_every_format(tmp_path):
     r = rubric(tasks=("w8a8",))
     out = write_reports(error_result(r, "subs/x", "boom " + INJECTION), tmp_path / "r", error="boom " + INJECTION)
