@@ -111,6 +111,7 @@ def _sample(tmp_path: Path, name: str) -> Path:
 
 
 def _zip(path: Path, members: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)   # git keeps no empty folder of the samples
     with zipfile.ZipFile(path, "w") as zf:
         for name, text in members.items():
             zf.writestr(name, text)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..report import one_line
-from ..submission import KERNEL_FILES, MAX_FILE_BYTES
+from ..submission import MAX_FILE_BYTES, kernel_files
 from .csvio import DIR_MODE, FILE_MODE, read_capped
 
 ID_CHARS = 64                    # longest student id (folder name)
@@ -304,11 +304,11 @@ def _moodle_match(p: Path):
 def _kernel_name(filename: str) -> str | None:
     """The kernel file a platform's file name stands for (Canvas renames a
     re-upload ``w8a8-1.py``), or None."""
-    if filename in KERNEL_FILES:
+    if filename in kernel_files():
         return filename
     m = RESUBMITTED.fullmatch(filename)
     name = m.group("stem") + m.group("ext") if m else None
-    return name if name in KERNEL_FILES else None
+    return name if name in kernel_files() else None
 
 
 def _pick_files(files: list[tuple[str, Path]], warn, sid: str) -> tuple[tuple[str, Path], ...]:
@@ -322,7 +322,7 @@ def _pick_files(files: list[tuple[str, Path]], warn, sid: str) -> tuple[tuple[st
             number = 0 if filename == kernel else int(RESUBMITTED.fullmatch(filename).group("n"))
             chosen[kernel].append((number, filename, path))
     picked = []
-    for kernel in KERNEL_FILES:
+    for kernel in kernel_files():
         if chosen[kernel]:
             number, filename, path = max(chosen[kernel], key=lambda c: c[0])
             if len(chosen[kernel]) > 1:
