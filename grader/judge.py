@@ -74,6 +74,11 @@ def task_flags(calls: list[tuple[str, CallResult]]) -> list[dict]:
         if ev.get("oversized_ops"):
             flags.append(problem("computed_outside_triton", f"computed outside Triton: {name} built PyTorch "
                                  f"tensors larger than any input or output: {ev['oversized_ops'][:3]}"))
+        if r.work_limit and ev.get("torch_elements", 0) > r.work_limit:
+            flags.append(problem("computed_outside_triton", f"computed outside Triton: in {name} PyTorch ops "
+                                 f"computed {ev['torch_elements']} elements, more than the activations and the "
+                                 f"output hold ({r.work_limit}): the product must be computed by the Triton "
+                                 "kernel (handout, section 5, rule 1)"))
         if r.inputs_modified:
             flags.append(problem("inputs_modified", f"inputs modified: {name} wrote into input(s) "
                                  f"{r.inputs_modified}"))
@@ -94,6 +99,9 @@ def task_problems(run: TaskRun, file: str) -> list[dict]:
         found.append(problem("memory_errors", f"memory errors: compute-sanitizer reported "
                              f"{run.memcheck_errors} out-of-bounds or invalid accesses (the printed "
                              "output below names them)"))
+    elif run.memcheck_silent:
+        found.append(problem("memory_errors", "memory errors not ruled out: compute-sanitizer printed no "
+                             "summary for a worker (it was ended before it could)"))
     return found + task_flags(run.calls)
 
 
@@ -150,7 +158,8 @@ def _draw_verdict(d: Draw) -> Verdict:
 def correctness_verdict(spec: TestSpec, run: TaskRun) -> Verdict:
     case = run.cases.get(spec.name)
     if case is None or not case.draws:
-        why = run.stopped["detail"] if run.stopped else (run.error or "grader error: the case did not run")
+        stopped = run.hidden_stopped if spec.hidden else run.stopped
+        why = stopped["detail"] if stopped else (run.error or "grader error: the case did not run")
         return Verdict(False, why)
     for i, draw in enumerate(case.draws):
         verdict = _draw_verdict(draw)

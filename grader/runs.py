@@ -68,20 +68,24 @@ class TaskRun:
     task: str
     missing: dict | None = None       # problem(): the kernel file is not there (missing_file, unreadable)
     static: list[str] = field(default_factory=list)   # allowlist findings in the kernel file
-    stopped: dict | None = None       # problem(): why the task's workers were of no more use
+    stopped: dict | None = None       # problem(): why the task's (visible) worker was of no more use
                                       # (import_error, timeout, crashed, exited_early, worker_ended,
                                       # protocol_error, compile_error)
+    hidden_stopped: dict | None = None  # the same for the worker of the hidden tests: shown only in
+                                        # those tests' own messages, never in the task's summary
     error: str = ""                   # the grader's own failure while running this task
     not_run: dict[str, str] = field(default_factory=dict)   # test -> why it does not run here
     cases: dict[str, CaseRun] = field(default_factory=dict)
     timed: dict[str, TimedRun] = field(default_factory=dict)
     untimed: str = ""                 # why no performance test was timed
-    calls: list[tuple[str, CallResult]] = field(default_factory=list)  # every call's evidence (outputs dropped)
+    calls: list[tuple[str, CallResult]] = field(default_factory=list)  # every call's evidence (outputs
+                                      # dropped), named by test ("a hidden test" for the hidden ones)
     kernels: list = field(default_factory=list)      # compile check rows
     movement: dict = field(default_factory=dict)     # data movement of one call (CPU; feedback)
-    memcheck_errors: int = 0          # compute-sanitizer (--sanitize)
+    memcheck_errors: int = 0          # compute-sanitizer (--sanitize): errors it reported
+    memcheck_silent: bool = False     # a worker under compute-sanitizer left no summary
     seconds: float = 0.0
-    log: str = ""                     # the tail of what the workers printed
+    log: str = ""                     # the tail of what the visible worker printed (never the hidden one's)
 
 
 @dataclass

@@ -49,6 +49,16 @@ def _safe_member(name: str) -> bool:
     return not p.is_absolute() and ".." not in p.parts and "__MACOSX" not in p.parts
 
 
+def _read_member(zf: zipfile.ZipFile, name: str) -> bytes:
+    """A zip member's bytes, never more than MAX_FILE_BYTES of them whatever its
+    header says (a member can declare 100 bytes and inflate to gigabytes)."""
+    with zf.open(name) as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise OSError(f"it inflates past {MAX_FILE_BYTES // 1024} KiB")
+    return data
+
+
 def load_submission(path: str | Path) -> Submission:
     path = Path(path)
     sub = Submission(source=str(path))
@@ -67,7 +77,7 @@ def load_submission(path: str | Path) -> Submission:
         if unsafe:
             sub.problems.append(f"ignored zip entries with unsafe paths: {unsafe[:5]}")
         names = [n for n in infos if _safe_member(n) and n.endswith(".py")]
-        read = lambda n: zf.read(n)  # noqa: E731
+        read = lambda n: _read_member(zf, n)  # noqa: E731
         size = lambda n: infos[n].file_size  # noqa: E731
     elif path.exists():
         raise SubmissionError(f"{path}: not a folder or a .zip file")

@@ -158,7 +158,7 @@ def test_writes_land_only_in_scratch(b, task):
         open("in-scratch.txt", "w").write("ok")
     """
     try:
-        rc, out, _ = _run(b, task, code, *map(str, targets))
+        rc, out, _ = _run(b, task, code, *map(str, targets), scratch_bytes=None)   # the host folder: seen here
         assert rc == 0, out
         leaked = [str(p) for p in targets if p.exists()]
         assert not leaked, f"the child wrote outside scratch: {leaked}\n{out}"
@@ -336,6 +336,31 @@ def test_kill_from_a_signal_handler(b, task):
     assert p.reason() == "killed"
 
 
+def test_bwrap_writable_places_are_bounded_tmpfs(b, task):
+    """With bwrap, scratch and the temporary folders are memory-backed and sized:
+    many files (each under the file size limit) cannot fill the host's disk,
+    and the host's scratch folder never sees them."""
+    if b.name != "bwrap" or not sandbox._bwrap_sizes(b.tool):
+        pytest.skip(f"{b.name}: scratch is the host folder (bounded per file only)")
+    rc, out, _ = _run(b, task, """
+        import os
+        for where in (".", "/tmp", "/dev/shm"):
+            written = 0
+            try:
+                for i in range(400):
+                    with open(os.path.join(where, f"f{i}"), "wb") as f:
+                        f.write(b"x" * (1 << 20))
+                    written += 1
+            except OSError as e:
+                print("FULL", where, written, e.errno)
+    """, scratch_bytes=4 << 20)
+    assert rc == 0, out
+    full = {line.split()[1]: int(line.split()[2]) for line in out.splitlines() if line.startswith("FULL")}
+    assert full.keys() == {".", "/tmp", "/dev/shm"}, out     # each fills up
+    assert full["."] <= 4 and full["/tmp"] <= 256 and full["/dev/shm"] <= 256, out
+    assert not any((task / "scratch").iterdir())            # nothing reached the host folder
+
+
 # -- 3. a separate, unprivileged user ----------------------------------------------------------
 
 
@@ -364,7 +389,7 @@ def test_child_runs_as_an_unprivileged_user(b, task):
             print("SETUID OK")
         except OSError:
             print("SETUID DENIED")
-    """, str(secret), readonly=[secret])
+    """, str(secret), readonly=[secret], scratch_bytes=None)
     assert rc == 0, out
     assert f"IDS {b.uid} {b.uid} {b.gid} " in out, out
     groups = out.split("IDS ")[1].splitlines()[0].split(" ", 3)[3]
@@ -498,13 +523,13 @@ def test_file_size_limit(b, task):
         with open("big.bin", "wb") as f:
             f.write(b"x" * (3 << 20))
         print("WROTE")
-    """, file_bytes=1 << 20)
+    """, file_bytes=1 << 20, scratch_bytes=None)
     assert rc == 1 and "WROTE" not in out, out
     assert p.reason(out) == "file size limit (1 MiB)"
     assert (task / "scratch" / "big.bin").stat().st_size <= 1 << 20
     # a program that does not ignore SIGXFSZ (Python does) dies of it, unless it is a PID
     # namespace's init (unshare), which the kernel spares: then the write fails as above
-    jail = Jail(scratch=task / "scratch", env={"PATH": "/usr/bin:/bin"}, file_bytes=1 << 20)
+    jail = Jail(scratch=task / "scratch", env={"PATH": "/usr/bin:/bin"}, file_bytes=1 << 20, scratch_bytes=None)
     q = spawn(["/bin/sh", "-c", "exec head -c 3000000 /dev/zero > big2.bin"], jail, backend_=b,
               stderr=subprocess.PIPE)
     log = q._proc.stderr.read().decode()

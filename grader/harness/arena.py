@@ -1,11 +1,15 @@
 """Shared buffers the harness owns and the worker maps: inputs in, outputs out.
 
-On the CPU an arena is a file in the worker's scratch folder that both
-processes map (``torch.from_file(shared=True)``); on a GPU it is one CUDA
-allocation whose file descriptor the worker receives and maps
-(``grader/worker/vmm.py``; it works across users, unlike CUDA IPC). The harness keeps its own
-private copy of every input, so whatever the worker writes into the arena can
-only spoil its own outputs, never the references they are checked against.
+On the CPU an arena is an anonymous shared-memory file (``memfd_create``,
+sealed against shrinking and growing) that both processes map: the worker
+receives its descriptor over the session's socket, never a path, so it cannot
+point the harness at another file (a symlink or a FIFO where the arena would
+be), and cannot truncate it under the harness's mapping. On a GPU it is one
+CUDA allocation whose descriptor the worker receives and maps
+(``grader/worker/vmm.py``; it works across users, unlike CUDA IPC). The
+harness keeps its own private copy of every input, so whatever the worker
+writes into the arena can only spoil its own outputs, never the references
+they are checked against.
 
 Every tensor is surrounded by guard bytes (0xFF: NaN in fp16/fp32, -1 in the
 integer types). A kernel that reads past the end of an input reads NaN
@@ -15,9 +19,12 @@ output changes a guard, which the harness sees.
 
 from __future__ import annotations
 
+import fcntl
+import mmap
 import os
+import socket
+import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -79,20 +86,39 @@ class Plan:
                 "shape": list(shape), "stride": stride}
 
 
+def _shared_file(name: str, nbytes: int) -> int:
+    """A descriptor of ``nbytes`` of anonymous shared memory, sealed at that size.
+
+    memfd_create (Linux) has no path at all; elsewhere (a student's laptop) an
+    unlinked file in a folder only this user can enter stands in, unsealed."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(fd, nbytes)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        return fd
+    folder = tempfile.mkdtemp(prefix="arena-")
+    try:
+        fd, path = tempfile.mkstemp(dir=folder)
+        os.unlink(path)
+    finally:
+        os.rmdir(folder)
+    os.ftruncate(fd, nbytes)
+    return fd
+
+
 class Arena:
     """The allocated buffer of a ``Plan``, inputs copied in, guards set."""
 
-    def __init__(self, plan: Plan, device: str, folder: Path | None = None, name: str = "arena"):
+    def __init__(self, plan: Plan, device: str, name: str = "arena"):
         self.plan, self.device = plan, device
         nbytes = _round_up(plan.size, 16)
         if device == "cpu":
-            self.path = Path(folder) / f"{name}.bin"
-            with open(self.path, "wb") as f:
-                f.truncate(nbytes)
-            os.chmod(self.path, 0o666)  # the worker may run as another user
-            self.buf = torch.from_file(str(self.path), shared=True, size=nbytes, dtype=torch.uint8)
+            self.fd = _shared_file(name, nbytes)
+            os.fchmod(self.fd, 0o666)   # the worker may run as another user; it gets the descriptor only
+            self._map = mmap.mmap(self.fd, nbytes)
+            self.buf = torch.frombuffer(self._map, dtype=torch.uint8)
         else:
-            self.path = None
+            self.fd = None
             self.shared = vmm.Shared(nbytes)
             self.buf = self.shared.tensor
         self.buf.fill_(CANARY)
@@ -102,12 +128,23 @@ class Arena:
             torch.cuda.synchronize()
 
     def handle(self) -> dict:
-        """What the worker needs to map this arena (trusted data for the worker).
+        """What the worker needs to map this arena (trusted data for the worker);
+        the memory itself travels as a descriptor first (``send``)."""
+        return {"kind": "fd" if self.fd is not None else "vmm", "nbytes": self.buf.numel()}
 
-        A GPU arena's memory itself travels as a descriptor: ``Session.map``."""
-        if self.path is not None:
-            return {"kind": "file", "path": str(self.path), "nbytes": self.buf.numel()}
-        return {"kind": "vmm", "nbytes": self.buf.numel()}
+    def send(self, sock: socket.socket) -> None:
+        """Send this arena's descriptor over a Unix socket (the worker maps it)."""
+        if self.fd is not None:
+            socket.send_fds(sock, [b"a"], [self.fd])
+        else:
+            self.shared.send(sock)
+
+    def __del__(self):   # the mapping goes with the last view of ``buf``
+        if getattr(self, "fd", None) is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
 
     def view(self, spec: dict) -> torch.Tensor:
         return view(self.buf, spec)

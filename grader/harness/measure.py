@@ -37,6 +37,9 @@ class CallResult:
     inputs_modified: list = field(default_factory=list)
     stray_write: bool = False
     kind: str = ""                   # status gone: WorkerGone.kind (timeout, crashed, ...)
+    # The most elements PyTorch compute ops may produce in the call (the harness's
+    # figure: the activations and the output once); 0: not judged.
+    work_limit: int = 0
 
 
 def checked_call(session: Session, name: str, args: tuple, out_shape) -> CallResult:
@@ -44,7 +47,7 @@ def checked_call(session: Session, name: str, args: tuple, out_shape) -> CallRes
     plan = Plan()
     specs = [plan.arg(a) for a in args]
     out_spec = plan.output(out_shape)
-    arena = Arena(plan, session.device, session.scratch, name)
+    arena = Arena(plan, session.device, name)
     try:
         mapped = session.map(name, arena)
         if not mapped["ok"]:
@@ -175,9 +178,9 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
     def views(j):
         return [arena.view(batch[j]["args"][i]["tensor"]) for i in act]
 
-    def baseline():
+    def baseline():   # on the harness's private activations: nothing the worker can write
         for j in range(calls):
-            base_out[j].copy_(torch.matmul(views(j)[0], weights[j % nsets]))
+            base_out[j].copy_(torch.matmul(private[j][act[0]], weights[j % nsets]))
 
     base_graph = capture(baseline)
     out_specs = [c["out"] for c in batch]

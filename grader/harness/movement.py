@@ -60,7 +60,7 @@ def measure(session: Session, name: str, task: str, shape, options: dict, seed: 
     plan = Plan()
     specs = [plan.arg(a) for a in args]
     out_spec = plan.output((shape[0], shape[1]))
-    arena = Arena(plan, session.device, session.scratch, name)
+    arena = Arena(plan, session.device, name)
     failed = {"shape": list(shape), "error": ""}
     try:
         mapped = session.map(name, arena)

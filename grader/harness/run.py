@@ -13,7 +13,6 @@ test's points: that is the judge's (grader/judge.py).
 from __future__ import annotations
 
 import hashlib
-import shutil
 import time
 
 import torch
@@ -27,7 +26,7 @@ from ..staticcheck import check_source
 from ..submission import Submission
 from ..tasks import get
 from ..tracebacks import explain_error
-from . import movement, sandbox
+from . import movement
 from .measure import CallResult, checked_call, timed_batches
 from .session import Session, WorkerGone
 
@@ -93,28 +92,34 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
     performance = [s for s in specs if s.kind == "performance" and runs_here(s, device)]
     started = time.monotonic()
     groups = [[s for s in correctness if not s.hidden], [s for s in correctness if s.hidden]]
-    cache = sandbox.task_dir("compile-cache-")   # shared by this task's workers only
-    cache.chmod(0o777)
     sanitizer = sanitizer if device == "cuda" else None
     sessions, visible = [], None
     try:
         # Both workers start at once: their imports (torch, CUDA) overlap.
-        sessions = [Session(sub, t.file, t.entry, device, time.monotonic() + timeout, writable=[cache],
-                            sanitizer=sanitizer) if group else None for group in groups]
-        for group, session in zip(groups, sessions):
+        # The workers share nothing writable (no compile cache either): what the hidden
+        # one learns cannot reach the visible one.
+        sessions = [Session(sub, t.file, t.entry, device, time.monotonic() + timeout, sanitizer=sanitizer)
+                    if group else None for group in groups]
+        for hidden, (group, session) in enumerate(zip(groups, sessions)):
             if not group:
                 continue
+            # What the hidden tests' worker shows (its output, how it ended, the kernels it
+            # compiled) reaches only those tests' own messages: their shapes stay unknown.
             log(f"{task}: {len(group)} correctness case(s) in a sandboxed worker ...")
-            _check_import(run, session)
+            _check_import(run, session, bool(hidden))
             for spec in group:
                 run.cases[spec.name] = _correctness(run, session, spec, runs)
-            _compile_check(run, session, group, cache, log)
-            if visible is None:
-                visible = session   # times the performance tests (the hidden one if it is the only one)
+            _compile_check(run, session, group, log, bool(hidden))
+            if not hidden:
+                visible = session   # times the performance tests
             else:
                 session.close()
-                run.log += session.log_tail()
         if performance:
+            # No visible cases: a fresh worker times the kernel (the hidden one has seen their shapes).
+            if visible is None:
+                visible = Session(sub, t.file, t.entry, device, time.monotonic() + timeout)
+                sessions.append(visible)
+                _check_import(run, visible, False)
             _performance(run, rubric, performance, visible, timeout, runs, log)
         _movement(run, t.movement_shape, visible, runs, log)   # last: nothing scored follows it
     finally:
@@ -125,28 +130,35 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
             visible.close()
             run.log = visible.log_tail() + run.log
         if sanitizer:
-            run.memcheck_errors = sum(s.sanitizer_errors() or 0 for s in sessions if s is not None)
-        shutil.rmtree(cache, ignore_errors=True)
+            counts = [s.sanitizer_errors() for s in sessions if s is not None]
+            run.memcheck_errors = sum(c or 0 for c in counts)
+            run.memcheck_silent = None in counts
         run.seconds = time.monotonic() - started
     log(f"{task}: done in {run.seconds:.1f} s")
 
 
-def _stop(run: TaskRun, kind: str, detail: str) -> None:
-    """The task's workers are of no more use; the first reason is the one reported."""
-    if run.stopped is None:
+def _stop(run: TaskRun, kind: str, detail: str, hidden: bool = False) -> None:
+    """A worker is of no more use; the first reason is the one reported."""
+    if hidden:
+        run.hidden_stopped = run.hidden_stopped or problem(kind, detail)
+    elif run.stopped is None:
         run.stopped = problem(kind, detail)
 
 
-def _check_import(run: TaskRun, session: Session) -> None:
-    """Record why the task's worker is of no use if its kernel file did not import."""
+def _stopped(run: TaskRun, hidden: bool) -> dict | None:
+    return run.hidden_stopped if hidden else run.stopped
+
+
+def _check_import(run: TaskRun, session: Session, hidden: bool) -> None:
+    """Record why the worker is of no use if the kernel file did not import."""
     try:
         hello = session.hello
     except WorkerGone as e:
-        _stop(run, e.kind, str(e))
+        _stop(run, e.kind, str(e), hidden)
         return
     if not hello["ok"]:
         _stop(run, "import_error", "the kernel file could not be imported:\n"
-              + explain_error(hello.get("error", "")))
+              + explain_error(hello.get("error", "")), hidden)
 
 
 def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs) -> CaseRun:
@@ -156,15 +168,17 @@ def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs) -> 
     seed = case_seed(runs.seed, spec.name)
     task = get(run.task)
     for draw in range(DRAWS):
-        if run.stopped:
+        if _stopped(run, spec.hidden):
             break
         args, extras = task.make_inputs(shape, spec.options, seed + draw, runs.device)
         result = checked_call(session, f"case{len(run.calls)}", args, (shape[0], shape[1]))
+        # A wrapper may prepare (a cast, a pad): about the activations and the output once.
+        result.work_limit = shape[0] * shape[1] + sum(args[i].numel() for i in task.activation_args)
         if result.status == "gone":
-            _stop(run, result.kind, result.message)
+            _stop(run, result.kind, result.message, spec.hidden)
         d = _draw(run.task, result, args, extras)
         result.output = None   # the evidence stays, the tensor goes
-        run.calls.append((spec.name, result))
+        run.calls.append(("a hidden test" if spec.hidden else spec.name, result))
         case.draws.append(d)
         if not d.clean:
             break
@@ -190,24 +204,24 @@ def _draw(task: str, result: CallResult, args: tuple, extras: dict) -> Draw:
     return d
 
 
-def _compile_check(run: TaskRun, session: Session, group: list, cache, log) -> None:
+def _compile_check(run: TaskRun, session: Session, group: list, log, hidden: bool) -> None:
     """Compile what the worker launched for the target GPU; a kernel that would not
-    compile or launch there fails this group's cases, as it would on the GPU."""
-    if run.stopped or not any(r.status == "ok" for _, r in run.calls):
+    compile or launch there fails this group's cases, as it would on the GPU. The
+    report's table shows the visible worker's kernels only."""
+    if _stopped(run, hidden) or not any(r.status == "ok" for _, r in run.calls):
         return
     left = session.deadline - time.monotonic()
     if left < 15:
         return
     log(f"{run.task}: compiling the launched kernels for the GPU (sm_90) ...")
     try:
-        reply = session.request({"op": "compile", "budget_s": min(60.0, left - 10), "cache_dir": str(cache)})
+        reply = session.request({"op": "compile", "budget_s": min(60.0, left - 10)})
     except WorkerGone as e:
-        _stop(run, e.kind, str(e))
+        _stop(run, e.kind, str(e), hidden)
         return
     rows = reply.get("compile", [])
-    key = lambda r: (r.get("kernel"), r.get("line"), r.get("status"), r.get("registers"))  # noqa: E731
-    known = {key(r) for r in run.kernels}
-    run.kernels.extend(r for r in rows if key(r) not in known)
+    if not hidden:
+        run.kernels.extend(rows)
     bad = [r for r in rows if r.get("status") == "error" or r.get("launchable") is False]
     if not bad:
         return
@@ -216,7 +230,7 @@ def _compile_check(run: TaskRun, session: Session, group: list, cache, log) -> N
            f"would not launch on the GPU: kernel {r.get('kernel')} {r.get('why_not', '')}")
     for spec in group:
         run.cases[spec.name].compile_error = why
-    _stop(run, "compile_error", why)
+    _stop(run, "compile_error", why, hidden)
 
 
 def scored_cases_clean(run: TaskRun, rubric: Rubric, device: str) -> bool:

@@ -51,6 +51,11 @@ STUDENT_USERS = ("student", "nobody")
 DEFAULT_MEMORY_BYTES = 8 << 30   # address space (CPU only): torch + Triton interpreter need ~3 GiB
 DEFAULT_FILE_BYTES = 1 << 30     # the largest file the child may write
 DEFAULT_MAX_PROCESSES = 4096     # RLIMIT_NPROC of the student user (threads count)
+# bwrap: the child's writable places are memory-backed tmpfs mounts of these
+# sizes, so what it writes, however many files and processes, never reaches
+# the host's disk and is bounded in all.
+SCRATCH_BYTES = 1 << 30          # scratch (cwd, HOME, TMPDIR, Triton's cache)
+TMP_BYTES = 256 << 20            # each of /tmp, /var/tmp, /dev/shm
 KILL_WAIT_S = 10.0               # how long kill() waits for the tree to be gone
 BACKENDS = ("bwrap", "unshare", "none")
 _ETC = ("passwd", "group", "nsswitch.conf", "hosts", "localtime", "ld.so.cache", "ld.so.conf",
@@ -78,6 +83,10 @@ class Jail:
     scratch). gpu: /dev/nvidia*, /sys and CUDA are reachable, the network is
     not isolated and the address space is not limited (CUDA needs both).
     memory_bytes / file_bytes / max_processes: resource limits, None for none.
+    scratch_bytes: with bwrap, scratch is a private tmpfs of this size (the
+    host folder stays empty: nothing the child writes reaches the host's
+    disk); None binds the host folder instead (its files stay readable to
+    the caller). Other backends always use the host folder.
     pass_fds: extra fds (e.g. a control pipe) that stay open in the child.
     network: None (default) cuts the network where the backend can (bwrap:
     also with a GPU, measured on an H100 and an H200; unshare: the CPU only);
@@ -91,6 +100,7 @@ class Jail:
     memory_bytes: int | None = DEFAULT_MEMORY_BYTES
     file_bytes: int | None = DEFAULT_FILE_BYTES
     max_processes: int | None = DEFAULT_MAX_PROCESSES
+    scratch_bytes: int | None = SCRATCH_BYTES
     pass_fds: tuple[int, ...] = ()
     network: bool | None = None
 
@@ -332,9 +342,10 @@ def _bwrap_args(b: Backend, jail: Jail) -> list[str]:
         args += ["--unshare-user"]
     args += ["--ro-bind", "/usr", "/usr"]
     # fresh /proc, /dev and temporary folders first: binds below (a venv under /tmp) go on top
+    sized = _bwrap_sizes(b.tool)
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
     for tmp in ("/tmp", "/var/tmp", "/dev/shm"):      # private, and writable like the host's
-        args += ["--perms", "1777", "--tmpfs", tmp]
+        args += ["--perms", "1777"] + (["--size", str(TMP_BYTES)] if sized else []) + ["--tmpfs", tmp]
     for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         p = Path("/" + top)
         if p.is_symlink():
@@ -361,12 +372,30 @@ def _bwrap_args(b: Backend, jail: Jail) -> list[str]:
         for p in ("/usr/lib/wsl", "/etc/nvidia", "/run/nvidia-persistenced"):
             args += ["--ro-bind-try", p, p]
     scratch = os.path.abspath(jail.scratch)
-    args += _parents(scratch) + ["--bind", scratch, scratch]
+    if sized and jail.scratch_bytes:
+        # The scratch folder is a tmpfs of its own: nothing written there reaches the host.
+        args += _parents(scratch) + ["--perms", "1777", "--size", str(jail.scratch_bytes), "--tmpfs", scratch]
+    else:
+        args += _parents(scratch) + ["--bind", scratch, scratch]
     for p in map(os.path.abspath, jail.writable):
         args += _parents(p) + ["--bind", p, p]
     for p in map(os.path.abspath, jail.readonly):
         args += _parents(p) + ["--ro-bind", p, p]
     return args + ["--chdir", scratch, "--"]
+
+
+_SIZES: dict[str, bool] = {}
+
+
+def _bwrap_sizes(tool: str) -> bool:
+    """Whether this bwrap can size a tmpfs (``--size``, bubblewrap 0.8 and later)."""
+    if tool not in _SIZES:
+        try:
+            out = subprocess.run([tool, "--help"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        _SIZES[tool] = "--size" in out
+    return _SIZES[tool]
 
 
 def _parents(path: str) -> list[str]:

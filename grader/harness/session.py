@@ -37,7 +37,7 @@ COMPILE_ROW = {"kernel": str, "file": str, "line": int, "status": str, "error": 
                "note": str, "launches": int}
 MAX_COMPILE_ROWS = 30
 EVIDENCE_SCHEMA = {"own_launches": int, "foreign_launches": list, "library_matmuls": list,
-                   "oversized_ops": list}
+                   "oversized_ops": list, "torch_elements": int}
 MAX_TEXT = 12000
 # The data-movement counts (grader/worker/movement.py): feedback the worker
 # reports about itself. Every count is an int in [0, MAX_COUNT].
@@ -233,6 +233,7 @@ class Session:
             os.close(cmd_r)
             os.close(reply_w)
             fds_child.close()
+        os.set_blocking(self._cmd_w, False)   # commands are written against the deadline (_send)
         self._log = _TailReader(self.proc.stdout)
         self._log.start()
         self._pending = b""
@@ -272,19 +273,41 @@ class Session:
         if self.exit_reason:
             raise WorkerGone(self.exit_reason, self.exit_kind)
         self.hello  # noqa: B018  (the import's reply comes before any other)
-        try:
-            os.write(self._cmd_w, (json.dumps(msg) + "\n").encode())
-        except OSError:
-            self._gone("the worker stopped reading its commands")
+        self._send((json.dumps(msg) + "\n").encode())
         return self._recv()
 
-    def map(self, name: str, arena) -> dict:
-        """Have the worker map ``arena`` under ``name`` (a GPU arena's descriptor goes first)."""
-        if arena.path is None:
+    def _send(self, data: bytes) -> None:
+        """Write a command within the deadline: a worker that stops reading its
+        commands (a full pipe) costs its task, never a hang of the harness."""
+        view = memoryview(data)
+        while view:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                self.timed_out = True
+                self._gone(f"time limit exceeded after {time.monotonic() - self.started:.0f} s; the worker "
+                           "stopped reading its commands and was killed", "timeout")
+            _, ready, _ = select.select([], [self._cmd_w], [], min(left, 1.0))
+            if not ready:
+                continue
             try:
-                arena.shared.send(self._fds)
+                view = view[os.write(self._cmd_w, view):]
+            except BlockingIOError:
+                continue
             except OSError:
                 self._gone("the worker stopped reading its commands")
+
+    def map(self, name: str, arena) -> dict:
+        """Have the worker map ``arena`` under ``name``: its descriptor goes first, over the socket."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            self.timed_out = True
+            self._gone(f"time limit exceeded after {time.monotonic() - self.started:.0f} s; the worker was "
+                       "killed", "timeout")
+        try:
+            self._fds.settimeout(left)   # a worker that stops reading cannot block the harness
+            arena.send(self._fds)
+        except OSError:
+            self._gone("the worker stopped reading its descriptors")
         return self.request({"op": "map", "arena": name, "handle": arena.handle()})
 
     def _recv(self) -> dict:

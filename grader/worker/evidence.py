@@ -35,12 +35,16 @@ def _op_name(func) -> str:
 
 
 class OpRecorder(TorchDispatchMode):
-    """Records the name and largest output size of every PyTorch op in a call."""
+    """Records the name and largest output size of every PyTorch op in a call, and
+    how many elements the compute ops (not allocation, views or copies) produced
+    in all: a product computed in PyTorch, a K-loop of rank-1 updates say, shows
+    there however it is spelled."""
 
     def __init__(self):
         super().__init__()
         self.ops: Counter = Counter()
         self.largest: dict[str, int] = {}
+        self.computed = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -48,8 +52,9 @@ class OpRecorder(TorchDispatchMode):
         self.ops[name] += 1
         if name not in _NON_COMPUTE:
             outs = out if isinstance(out, (tuple, list)) else (out,)
-            n = max((o.numel() for o in outs if isinstance(o, torch.Tensor)), default=0)
-            self.largest[name] = max(self.largest.get(name, 0), n)
+            sizes = [o.numel() for o in outs if isinstance(o, torch.Tensor)]
+            self.largest[name] = max([self.largest.get(name, 0), *sizes])
+            self.computed += sum(sizes)
         return out
 
     def library_matmuls(self) -> list[str]:

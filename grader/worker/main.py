@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import mmap
 import os
 import socket
 import sys
@@ -70,10 +71,16 @@ class Worker:
 
     def map(self, msg: dict) -> dict:
         h = msg["handle"]
-        if h["kind"] == "file":
-            buf = torch.from_file(h["path"], shared=True, size=h["nbytes"], dtype=torch.uint8)
+        self.arenas.pop(msg["arena"], None)   # a reused name: the old mapping goes first
+        if h["kind"] == "fd":   # CPU: shared memory whose descriptor arrives on the socket
+            _, fds, _, _ = socket.recv_fds(self.fds, 1, 1)
+            if len(fds) != 1:
+                raise RuntimeError("expected one file descriptor for an arena")
+            try:
+                buf = torch.frombuffer(mmap.mmap(fds[0], h["nbytes"]), dtype=torch.uint8)
+            finally:
+                os.close(fds[0])
         else:
-            self.arenas.pop(msg["arena"], None)   # a reused name: the old mapping goes first
             buf = vmm.receive(self.fds, h["nbytes"])
         self.arenas[msg["arena"]] = buf
         return {"ok": True}
@@ -127,7 +134,8 @@ class Worker:
         sizes = [a.numel() for a in args if isinstance(a, torch.Tensor) and a.layout == torch.strided]
         limit = 2 * max(sizes + [out.numel()])
         evidence = {"own_launches": self.launches.own(), "foreign_launches": self.launches.foreign()[:10],
-                    "library_matmuls": ops.library_matmuls()[:10], "oversized_ops": ops.oversized(limit)[:10]}
+                    "library_matmuls": ops.library_matmuls()[:10], "oversized_ops": ops.oversized(limit)[:10],
+                    "torch_elements": ops.computed}
         if bounds is not None:
             evidence["outside"] = bounds.outside()
         return evidence
