@@ -92,7 +92,7 @@ def test_w8a8_every_declared_config(name, force):
     force("w8a8", name)
     bm, bn, k = _tiles(w8a8_solution.CONFIGS[name])
     _run("w8a8", (1, bn + 8, k))                     # one BLOCK_K tile per split: the mask-free loop
-    _run("w8a8", (bm + 5, bn + 8, k + k // 2 + 8))  # ragged everywhere, the last split short
+    _run("w8a8", (bm + 5, bn + 8, k + k // 2 + 8))  # ragged M, N and K: the last K tile (or slice) short
 
 
 @pytest.mark.parametrize("name", sorted(w4a16_solution.CONFIGS))
@@ -107,9 +107,9 @@ def test_w4a16_every_declared_config(name, force):
 def test_dds_every_declared_config(name, force):
     force("dds", name)
     cfg = dds_solution.CONFIGS[name]
-    rows = 32 * cfg.kwargs.get("G", 1)  # output columns of one program
+    cols = 32 * cfg.kwargs.get("G", 1)  # output columns of one program: 2 of them and a partial third
     _run("dds", (1, 96, 128), density=0.5)
-    _run("dds", (cfg.kwargs["BLOCK_M"] + 5, 2 * rows + 32, 192), density=0.6, empty_rows=1, index_dtype="int32")
+    _run("dds", (cfg.kwargs["BLOCK_M"] + 5, 2 * cols + 32, 192), density=0.6, empty_rows=1, index_dtype="int32")
 
 
 def test_selection_names_a_declared_config_for_every_shape():
