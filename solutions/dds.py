@@ -159,44 +159,64 @@ def _grouped_kernel(
     tl.store(y_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-def _config(M: int, N: int, K: int, nnz_blocks: int) -> dict:
-    """Kernel and tile shape for one problem; measured on H100/H200 (docs/performance.md)."""
+# The tile choices, as data: each config holds one kernel's constexprs plus
+# num_warps and num_stages. BLOCKS_PER_STEP: _dds_kernel, one block row per
+# program; G and STEPS: _densify_kernel then _grouped_kernel, G block rows per
+# program. Names read BLOCK_M, then blocks per step (bps) or the group width (g)
+# and union columns per step (steps), warps (w, when not 4) and stages (s).
+# _select_config picks one per problem; `python -m bench.sweep dds` times them
+# all on given shapes (MAINTAINING.md, "Retuning a kernel").
+CONFIGS = {
+    "m32_bps4_s3": triton.Config(dict(BLOCK_M=32, BLOCKS_PER_STEP=4), num_warps=4, num_stages=3),
+    "m64_bps4_s2": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=4), num_warps=4, num_stages=2),
+    "m128_bps2_s2": triton.Config(dict(BLOCK_M=128, BLOCKS_PER_STEP=2), num_warps=4, num_stages=2),
+    "m256_bps1_s2": triton.Config(dict(BLOCK_M=256, BLOCKS_PER_STEP=1), num_warps=4, num_stages=2),
+    "m256_g4_steps2_w8_s3": triton.Config(dict(G=4, BLOCK_M=256, STEPS=2), num_warps=8, num_stages=3),
+}
+
+# When set, every call runs this config whatever the shape: the tests force each
+# code path with it, and bench/sweep.py times each config through it.
+FORCE_CONFIG: triton.Config | None = None
+
+
+def _select_config(M: int, N: int, K: int, nnz_blocks: int) -> str:
+    """The name of the config for one problem; measured on H100/H200 (docs/performance.md)."""
     density = nnz_blocks / max(1, (N // BSR_BLOCK) * (K // BSR_BLOCK))
     # The union of 4 block rows is nearly full: wider tiles win. (The grouped
     # kernel holds a group's union list, up to K / 32 entries, in registers.)
     if M >= 4096 and density > 0.4 and K <= 16384:
-        return dict(G=4, BLOCK_M=256, STEPS=2, num_warps=8, num_stages=3)
+        return "m256_g4_steps2_w8_s3"
     if M <= 16:
-        return dict(BLOCK_M=32, BLOCKS_PER_STEP=4, num_warps=4, num_stages=3)
+        return "m32_bps4_s3"
     if M <= 256:
-        return dict(BLOCK_M=64, BLOCKS_PER_STEP=4, num_warps=4, num_stages=2)
+        return "m64_bps4_s2"
     if M <= 8192:
-        return dict(BLOCK_M=128, BLOCKS_PER_STEP=2, num_warps=4, num_stages=2)
-    return dict(BLOCK_M=256, BLOCKS_PER_STEP=1, num_warps=4, num_stages=2)
+        return "m128_bps2_s2"
+    return "m256_bps1_s2"
 
 
-def _launch(x, weight_bsr, cfg: dict) -> torch.Tensor:
+def _launch(x, weight_bsr, cfg: triton.Config) -> torch.Tensor:
     M, K = x.shape
     N = weight_bsr.shape[0]
     num_block_rows = N // BSR_BLOCK
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     values = weight_bsr.values().contiguous()
-    if "G" in cfg:
+    if "G" in cfg.kwargs:
         _launch_grouped(x, values, weight_bsr.crow_indices(), weight_bsr.col_indices(), y, cfg)
         return y
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * num_block_rows,)
+    grid = (triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * num_block_rows,)
     _dds_kernel[grid](
         x, values, weight_bsr.crow_indices(), weight_bsr.col_indices(), y, M, num_block_rows,
         x.stride(0), x.stride(1), y.stride(0), y.stride(1),
-        BLOCK=BSR_BLOCK, **cfg)
+        BLOCK=BSR_BLOCK, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return y
 
 
-def _launch_grouped(x, values, crow, col, y, cfg: dict) -> None:
+def _launch_grouped(x, values, crow, col, y, cfg: triton.Config) -> None:
     M, K = x.shape
     N = y.shape[1]
     NB, KB = N // BSR_BLOCK, K // BSR_BLOCK
-    G, chunk = cfg["G"], 4
+    G, chunk = cfg.kwargs["G"], 4
     groups = triton.cdiv(NB, G)
     w = torch.empty((N, K), device=x.device, dtype=torch.float16)
     union_cols = torch.empty((groups, KB), device=x.device, dtype=torch.int32)
@@ -204,10 +224,10 @@ def _launch_grouped(x, values, crow, col, y, cfg: dict) -> None:
     _densify_kernel[(NB, triton.cdiv(KB, chunk))](
         values, crow, col, w, union_cols, union_len, NB, KB, K,
         G=G, BLOCK=BSR_BLOCK, CHUNK=chunk, ROW_CAP=triton.next_power_of_2(KB), UNION_CHUNK=32)
-    _grouped_kernel[(triton.cdiv(M, cfg["BLOCK_M"]) * groups,)](
+    _grouped_kernel[(triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * groups,)](
         x, w, union_cols, union_len, y, M, N, K, KB, groups,
         x.stride(0), x.stride(1), y.stride(0), y.stride(1), BLOCK=BSR_BLOCK,
-        LIST_CAP=triton.next_power_of_2(KB), **cfg)
+        LIST_CAP=triton.next_power_of_2(KB), **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
 def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:
@@ -230,4 +250,6 @@ def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:
         return torch.empty((0, N), device=x.device, dtype=torch.float16)
     if N == 0:
         return torch.empty((M, 0), device=x.device, dtype=torch.float16)
-    return _launch(x.contiguous(), weight_bsr, _config(M, N, K, weight_bsr.values().shape[0]))
+    nnz_blocks = weight_bsr.values().shape[0]
+    cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K, nnz_blocks)]
+    return _launch(x.contiguous(), weight_bsr, cfg)

@@ -297,35 +297,81 @@ def _w4a16_kernel(
         tl.store(y_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-def _config(M: int, N: int, K: int) -> dict:
-    """Tile shape for one problem; measured on H100 (bench.sweep w4a16_unpack, docs/performance.md).
+# The GEMM's tile choices, as data: each config holds the kernel's constexprs
+# plus num_warps and num_stages. TMA=True loads x and the packed weight through
+# tensor descriptors where the GPU and the tensors allow it (_tma_ready),
+# pointers otherwise; DEQUANTIZED=True runs _dequantize_kernel first and the
+# GEMM over its fp16 output; PDL=True launches that GEMM with programmatic
+# dependent launch where the GPU allows it (_dependent_launch). Names read
+# BLOCK_M x BLOCK_N x BLOCK_K, then split-K (sk), warps (w, when not 4),
+# stages (s) and the flags. _select_config picks one per problem;
+# `python -m bench.sweep w4a16` times them all on given shapes (MAINTAINING.md,
+# "Retuning a kernel").
+CONFIGS = {
+    "16x64x128_sk8_s3": triton.Config(
+        dict(SPLIT_K=8, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, TMA=False, DEQUANTIZED=False,
+             PDL=False), num_warps=4, num_stages=3),
+    "16x64x128_sk4_s3": triton.Config(
+        dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, TMA=False, DEQUANTIZED=False,
+             PDL=False), num_warps=4, num_stages=3),
+    "16x128x128_sk4_s4": triton.Config(
+        dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, TMA=False, DEQUANTIZED=False,
+             PDL=False), num_warps=4, num_stages=4),
+    "64x64x128_sk4_s3_tma": triton.Config(
+        dict(SPLIT_K=4, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, TMA=True, DEQUANTIZED=False,
+             PDL=False), num_warps=4, num_stages=3),
+    "64x64x128_sk2_s3_tma": triton.Config(
+        dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, TMA=True, DEQUANTIZED=False,
+             PDL=False), num_warps=4, num_stages=3),
+    "128x64x64_sk2_s3_tma": triton.Config(
+        dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
+             PDL=False), num_warps=4, num_stages=3),
+    "128x64x64_sk2_s4_tma": triton.Config(
+        dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
+             PDL=False), num_warps=4, num_stages=4),
+    "128x64x64_s3_tma": triton.Config(
+        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
+             PDL=False), num_warps=4, num_stages=3),
+    "128x128x64_s4_tma": triton.Config(
+        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
+             PDL=False), num_warps=4, num_stages=4),
+    "128x128x64_sk2_s3_tma": triton.Config(
+        dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
+             PDL=False), num_warps=4, num_stages=3),
+    "128x128x64_s3_tma": triton.Config(
+        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
+             PDL=False), num_warps=4, num_stages=3),
+    "128x256x64_w8_s4_dequant_pdl": triton.Config(
+        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, TMA=False, DEQUANTIZED=True, PDL=True),
+        num_warps=8, num_stages=4),
+}
 
-    TMA=True: load x and the packed weight through tensor descriptors where
-    the GPU and the tensors allow it (``_tma_ready``), pointers otherwise.
-    """
+# When set, every call runs this config whatever the shape: the tests force each
+# code path with it, and bench/sweep.py times each config through it.
+FORCE_CONFIG: triton.Config | None = None
+
+
+def _select_config(M: int, N: int, K: int) -> str:
+    """The name of the config for one problem; measured on H100 (docs/performance.md)."""
     if M <= 16 and N > 8192:  # wide weights: 128-wide tiles, enough of them without deep split-K
-        return dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4)
+        return "16x128x128_sk4_s4"
     if M <= 16:
-        return dict(SPLIT_K=4 if 4 < M and K <= 8192 else 8, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1,
-                    num_warps=4, num_stages=3)
+        return "16x64x128_sk4_s3" if 4 < M and K <= 8192 else "16x64x128_sk8_s3"
     if M <= 64:
-        return dict(SPLIT_K=2 if N > 8192 else 4, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8,
-                    num_warps=4, num_stages=3, TMA=True)
+        return "64x64x128_sk2_s3_tma" if N > 8192 else "64x64x128_sk4_s3_tma"
     # 128-row tiles: split-K 2 where the N tiles alone are too few to fill the GPU,
     # wider N tiles from M = 256 on for wide weights.
     if M < 512 and N > 8192:
-        return dict(SPLIT_K=2 if M <= 128 else 1, BLOCK_M=128, BLOCK_N=64 if M <= 256 else 128, BLOCK_K=64,
-                    GROUP_M=8, num_warps=4, num_stages=3 if M <= 256 else 4, TMA=True)
+        if M <= 128:
+            return "128x64x64_sk2_s3_tma"
+        return "128x64x64_s3_tma" if M <= 256 else "128x128x64_s4_tma"
     if M < 512:
-        return dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, num_warps=4,
-                    num_stages=4 if 128 < M <= 256 else 3, TMA=True)
+        return "128x64x64_sk2_s4_tma" if 128 < M <= 256 else "128x64x64_sk2_s3_tma"
     if M < DEQUANT_MIN_M:
-        return dict(SPLIT_K=1 if N > 8192 else 2, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
-                    num_warps=4, num_stages=3, TMA=True)
+        return "128x128x64_s3_tma" if N > 8192 else "128x128x64_sk2_s3_tma"
     # 128x256 tiles from the first dequantized M on: with 128x128 tiles M = 768-1023 ran
-    # 1.24-1.48x slower than with these (1.45-1.94 waves of programs; bench.sweep w4a16_m768).
-    return dict(DEQUANTIZED=True, PDL=True, SPLIT_K=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8,
-                num_warps=8, num_stages=4)
+    # 1.24-1.48x slower than with these (1.45-1.94 waves of programs; docs/performance.md).
+    return "128x256x64_w8_s4_dequant_pdl"
 
 
 def _dequantize(qweight, scales, group_size: int, pdl: bool = False,
@@ -340,27 +386,28 @@ def _dequantize(qweight, scales, group_size: int, pdl: bool = False,
     return w
 
 
-def _launch(x, qweight, scales, group_size: int, cfg: dict) -> torch.Tensor:
+def _launch(x, qweight, scales, group_size: int, cfg: triton.Config) -> torch.Tensor:
     M, K = x.shape
     N = qweight.shape[1]
-    cfg = {"DEQUANTIZED": False, **cfg}
-    pdl = cfg.pop("PDL", False) and _dependent_launch(x)
-    tma = cfg.pop("TMA", False) and not cfg["DEQUANTIZED"] and _tma_ready(x, qweight)
-    split_k = cfg["SPLIT_K"]
-    w = _dequantize(qweight, scales, group_size, pdl) if cfg["DEQUANTIZED"] else qweight
+    meta = cfg.kwargs
+    pdl = meta["PDL"] and _dependent_launch(x)
+    tma = meta["TMA"] and not meta["DEQUANTIZED"] and _tma_ready(x, qweight)
+    split_k = meta["SPLIT_K"]
+    w = _dequantize(qweight, scales, group_size, pdl) if meta["DEQUANTIZED"] else qweight
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
-    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
     ws, counters = _split_k_workspace(y, split_k, tiles, torch.float32)
     if tma:
-        x_desc = TensorDescriptor.from_tensor(x, [cfg["BLOCK_M"], cfg["BLOCK_K"]])
-        qw_desc = TensorDescriptor.from_tensor(qweight, [cfg["BLOCK_K"] // 8, cfg["BLOCK_N"]])
+        x_desc = TensorDescriptor.from_tensor(x, [meta["BLOCK_M"], meta["BLOCK_K"]])
+        qw_desc = TensorDescriptor.from_tensor(qweight, [meta["BLOCK_K"] // 8, meta["BLOCK_N"]])
     else:
         x_desc = qw_desc = None
     _w4a16_kernel[(tiles, split_k)](
         x, w, x_desc, qw_desc, scales, y, ws, counters, M, N, K, group_size,
         x.stride(0), x.stride(1), w.stride(0), w.stride(1),
         scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
-        GROUPED=scales.shape[0] > 1, PDL=pdl, TMA=tma, **cfg, **({"launch_pdl": True} if pdl else {}))
+        GROUPED=scales.shape[0] > 1, **{**meta, "PDL": pdl, "TMA": tma},
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}))
     return y
 
 
@@ -383,4 +430,5 @@ def w4a16_mm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> to
     M, N, K, group_size = check_w4a16_inputs(x, qweight, scales)
     if M == 0:  # no rows: an empty result, as nn.Linear gives
         return torch.empty((0, N), device=x.device, dtype=torch.float16)
-    return _launch(x.contiguous(), qweight, scales, group_size, _config(M, N, K))
+    cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K)]
+    return _launch(x.contiguous(), qweight, scales, group_size, cfg)

@@ -227,31 +227,57 @@ def _w8a8_gemm_kernel(
         tl.store(y_ptrs, y.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-def _gemm_config(M: int, N: int, K: int) -> dict:
-    """Tile shape for one problem; measured on H200 and H100 (docs/performance.md)."""
+# The GEMM's tile choices, as data: each config holds the kernel's constexprs
+# (PDL=True: launch with programmatic dependent launch where the GPU allows it,
+# see _dependent_launch) plus num_warps and num_stages. Names read
+# BLOCK_M x BLOCK_N x BLOCK_K, then split-K (sk), stages (s) and PDL.
+# _select_config picks one per problem; `python -m bench.sweep w8a8` times them
+# all on given shapes (MAINTAINING.md, "Retuning a kernel").
+CONFIGS = {
+    "16x64x512_s4_pdl": triton.Config(
+        dict(SPLIT_K=1, BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_M=1, PDL=True), num_warps=4, num_stages=4),
+    "64x128x128_sk2_s4": triton.Config(
+        dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=4),
+    "128x64x128_sk2_s4": triton.Config(
+        dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=4),
+    "128x64x128_s3": triton.Config(
+        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=3),
+    "64x64x128_s4": triton.Config(
+        dict(SPLIT_K=1, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=4),
+    "64x128x128_s4": triton.Config(
+        dict(SPLIT_K=1, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=4),
+    "128x128x128_s3": triton.Config(
+        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=3),
+}
+
+# When set, every call runs this config whatever the shape: the tests force each
+# code path with it, and bench/sweep.py times each config through it.
+FORCE_CONFIG: triton.Config | None = None
+
+
+def _select_config(M: int, N: int, K: int) -> str:
+    """The name of the config for one problem; measured on H200 and H100 (docs/performance.md)."""
     if M <= 16:  # long runs of each weight row per load beat more programs
-        return dict(SPLIT_K=1, BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_M=1, num_warps=4, num_stages=4,
-                    PDL=True)
+        return "16x64x512_s4_pdl"
     if M <= 128:
-        return dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4)
-    if M <= 256:  # measured per shape class against torch._int_mm (bench.sweep w8a8_m256)
+        return "64x128x128_sk2_s4"
+    if M <= 256:  # measured per shape class against torch._int_mm
         if K > 2 * N:
-            return dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4)
+            return "128x64x128_sk2_s4"
         if N > 8192:
-            return dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3)
-        return dict(SPLIT_K=1, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4)
+            return "128x64x128_s3"
+        return "64x64x128_s4"
     if M <= 512:
-        return dict(SPLIT_K=2 if K > 2 * N else 1, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8,
-                    num_warps=4, num_stages=4)
-    return dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3)
+        return "64x128x128_sk2_s4" if K > 2 * N else "64x128x128_s4"
+    return "128x128x128_s3"
 
 
-def _launch(x, qweight_t, input_scale, weight_scale, cfg: dict) -> torch.Tensor:
+def _launch(x, qweight_t, input_scale, weight_scale, cfg: triton.Config) -> torch.Tensor:
     M, K = x.shape
     N = qweight_t.shape[1]
-    split_k = cfg["SPLIT_K"]
-    cfg = dict(cfg)
-    pdl = cfg.pop("PDL", False) and _dependent_launch(x)
+    meta = cfg.kwargs
+    split_k = meta["SPLIT_K"]
+    pdl = meta["PDL"] and _dependent_launch(x)
     launch = {"launch_pdl": True} if pdl else {}
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     a = torch.empty((M, K), device=x.device, dtype=torch.int8)
@@ -260,13 +286,14 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: dict) -> torch.Tensor:
     _quantize_rows_kernel[(triton.cdiv(M, qm), triton.cdiv(K, qk))](
         x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1),
         BLOCK_M=qm, BLOCK_K=qk, PDL=pdl, num_warps=4)
-    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
     ws, counters = _split_k_workspace(y, split_k, tiles, torch.int32)
     _w8a8_gemm_kernel[(tiles, split_k)](
         a, qweight_t, input_scale, weight_scale, y, ws, counters, M, N, K,
         a.stride(0), a.stride(1), qweight_t.stride(0), qweight_t.stride(1),
         y.stride(0), y.stride(1),
-        EVEN_K=(K % (cfg["BLOCK_K"] * split_k) == 0), PDL=pdl, **cfg, **launch)
+        EVEN_K=(K % (meta["BLOCK_K"] * split_k) == 0), **{**meta, "PDL": pdl},
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch)
     return y
 
 
@@ -297,5 +324,5 @@ def w8a8_mm(
     if M == 0:  # no rows: an empty result, as nn.Linear gives
         return torch.empty((0, N), device=x.device, dtype=torch.float16)
     x = x.contiguous()
-    return _launch(x, qweight_t, input_scale.contiguous(), weight_scale.contiguous(),
-                   _gemm_config(M, N, K))
+    cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K)]
+    return _launch(x, qweight_t, input_scale.contiguous(), weight_scale.contiguous(), cfg)

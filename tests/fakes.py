@@ -1,8 +1,17 @@
-"""Small fake submissions for the grader's tests, built from the reference
-solutions plus one deliberate fault or attack each."""
+"""Fake submissions and small rubrics for the grader's tests.
+
+- ``submission(name, **values)``: a fixture from tests/fixtures/submissions/,
+  each a complete student kernel file whose docstring says what it does and
+  what the grader must make of it (faults and attacks, KernelBench-style);
+  ``SOLUTION``: the reference kernel files as they are.
+- ``rubric_dict`` / ``rubric`` / ``rubric_toml``: two or three small
+  correctness tests per task and one performance test each.
+- ``grade_files``, ``by_name``, ``correctness``: grade a folder of sources, read the result.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from grader.grade import grade
@@ -10,20 +19,21 @@ from grader.rubric import parse_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = {name: (ROOT / "solutions" / f"{name}.py").read_text() for name in ("w8a8", "w4a16", "dds")}
+SUBMISSIONS = ROOT / "tests" / "fixtures" / "submissions"
 
 
-def mutate(task: str, old: str, new: str) -> str:
-    src = SOLUTION[task]
-    assert old in src, f"mutation anchor not found in solutions/{task}.py: {old!r}"
-    return src.replace(old, new)
-
-
-def wrap_entry(task: str, body: str, entry: str | None = None) -> str:
-    """The solution with its entry point renamed to _real and a new entry whose
-    body is ``body`` (it may call _real(*args))."""
-    entry = entry or f"{task}_mm"
-    src = SOLUTION[task].replace(f"def {entry}(", "def _real(")
-    return src + f"\n\ndef {entry}(*args):\n" + "\n".join("    " + l for l in body.strip().splitlines()) + "\n"
+def submission(name: str, **values) -> str:
+    """The source of tests/fixtures/submissions/<name>.py. A fixture that needs
+    what only the test knows (a path, a port, which variant) holds @KEY@ where
+    it goes: each keyword fills one (``report_dir=...`` fills @REPORT_DIR@)."""
+    src = (SUBMISSIONS / f"{name}.py").read_text()
+    for key, value in values.items():
+        token = f"@{key.upper()}@"
+        assert token in src, f"{name}.py has no {token}"
+        src = src.replace(token, str(value))
+    left = re.findall(r"@[A-Z_]+@", src)
+    assert not left, f"{name}.py: no value given for {sorted(set(left))}"
+    return src
 
 
 def rubric_dict(timeout_s: float = 120, static: bool = True, same_shape_twice: bool = False,

@@ -20,7 +20,7 @@ import pytest
 from grader import batch
 from grader.batch import find_entries, load_report, run_batch, student_id, write_class_files
 from grader.rubric import load_rubric
-from tests.fakes import ROOT, SOLUTION, rubric_toml, wrap_entry
+from tests.fakes import ROOT, SOLUTION, rubric_toml, submission
 from tests.helpers import HAS_CUDA
 
 # ---------------------------------------------------------------------------- a fake grade command
@@ -490,8 +490,8 @@ def _class(tmp_path: Path) -> Path:
     subs.mkdir()
     students = {
         "alice": SOLUTION["dds"],                                               # correct: 4 points
-        "carol": wrap_entry("dds", "raise MemoryError('boom')"),                 # crashes in every call
-        "dave": wrap_entry("dds", "while True:\n    pass"),                      # hangs
+        "carol": submission("dds_raises_memory_error"),                         # crashes in every call
+        "dave": submission("dds_hangs"),                                         # hangs
         "frank": "def dds_mm(x, w):\n    return x\n",                             # no kernel at all
     }
     for sid, src in students.items():

@@ -151,6 +151,47 @@ def test_reference_solutions_compile(launches, tmp_path):
     assert all("from the compile cache" in r["note"] for r in again)
 
 
+@pytest.mark.parametrize("task,shape,options", [
+    ("w8a8", (5, 96, 128), {}),
+    ("w4a16", (5, 96, 128), {}),                     # one scale per channel
+    ("w4a16", (5, 96, 128), {"group_size": 32}),     # group-wise
+    ("dds", (5, 128, 128), {"density": 0.5}),
+])
+def test_every_declared_config_compiles_for_sm90(task, shape, options, launches, tmp_path, monkeypatch):
+    """Every config the reference declares (CONFIGS in solutions/<task>.py), forced
+    on a small shape in the interpreter, compiles for sm_90 and fits its limits
+    (a register spill is a warning, as on the GPU). A config that asks for PDL
+    launches without it in the interpreter: its kernels are compiled as the GPU
+    launches them too (PDL=True, launch_pdl)."""
+    module = importlib.import_module(f"solutions.{task}")
+    check = cc.CompileCheck()
+    wants_pdl = False
+
+    def record(fn, args, kwargs, result=None):
+        check.record(fn, args, kwargs, result)
+        if wants_pdl and "PDL" in kwargs:
+            check.record(fn, args, {**kwargs, "PDL": True, "launch_pdl": True}, result)
+
+    launches.on_launch = record
+    try:
+        for cfg in module.CONFIGS.values():
+            monkeypatch.setattr(module, "FORCE_CONFIG", cfg)
+            wants_pdl = cfg.kwargs.get("PDL", False)
+            getattr(module, f"{task}_mm")(*problem(task, shape, 1, **options)[0])
+    finally:
+        launches.on_launch = None
+    rows = check.check(budget_s=300, cache_dir=str(tmp_path))
+    assert not check.record_errors and len(rows) < cc.MAX_VARIANTS
+    described = " | ".join(r["variant"] for r in rows)
+    for cfg in module.CONFIGS.values():
+        consts = ", ".join(f"{k}={v!r}" for k, v in cfg.kwargs.items())
+        assert any(all(c in r["variant"] for c in consts.split(", ")) for r in rows), (consts, described)
+    if any(cfg.kwargs.get("PDL") for cfg in module.CONFIGS.values()):
+        assert "PDL=True" in described
+    for row in rows:
+        assert row["ok"] and row["checked"] and row["launchable"], row
+
+
 def test_check_never_raises(tmp_path, launches):
     """A compiler process that dies, a kernel that cannot be found, a budget that
     runs out and a broken launch become rows, not exceptions."""

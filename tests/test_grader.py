@@ -1,5 +1,8 @@
 """The grader on small fake submissions: each fault costs exactly what it should,
-with a message that says why; the reports are complete and well-formed."""
+with a message that says why; the reports are complete and well-formed.
+
+The faults are fixture files (tests/fixtures/submissions/, tests/variants/):
+complete student files whose docstrings say what the grader must make of them."""
 
 import dataclasses
 import json
@@ -9,7 +12,7 @@ import pytest
 
 from grader.report import gradescope, markdown, write_reports
 from grader.rubric import RubricError, load_rubric, parse_rubric
-from tests.fakes import SOLUTION, by_name, correctness, grade_files, mutate, wrap_entry
+from tests.fakes import ROOT, SOLUTION, by_name, correctness, grade_files, submission
 from tests.helpers import HAS_CUDA, validate_gradescope
 
 
@@ -30,35 +33,35 @@ def test_correct_submission_gets_full_correctness(tmp_path):
 
 
 def test_unsigned_int4_unpack_fails_with_a_numeric_diff(tmp_path):
-    # No XOR with 0x88888888 and 1024 subtracted: every nibble read as unsigned, in [0, 15].
-    src = mutate("w4a16", "biased = packed ^ -0x77777778", "biased = packed").replace("- 1032.0", "- 1024.0")
+    # (word >> 4j) & 0xF: every nibble read as unsigned, in [0, 15].
+    src = (ROOT / "tests" / "variants" / "w4a16_bug_unsigned_unpack.py").read_text()
     result = grade_files(tmp_path, {"w4a16": src}, ["w4a16"])
     for t in _correctness(result, "w4a16"):
         assert t.score == 0 and "differ beyond tolerance" in t.message and "first bad at" in t.message
 
 
 def test_missing_tail_mask_is_caught(tmp_path):
-    # Loads along K lose their mask: K = 96 and 64 are not multiples of BLOCK_K = 128,
+    # Loads along K without a mask: K = 96 and 64 are not multiples of BLOCK_K = 128,
     # so the tile reads past each row (the next row's values, or out of bounds).
-    src = mutate("w8a8", 'EVEN_K=(K % (cfg["BLOCK_K"] * split_k) == 0)', "EVEN_K=True")
+    src = submission("w8a8_no_k_mask")
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
     assert correctness(result) == 0, [t.message for t in result.tests]
 
 
 def test_nan_output(tmp_path):
-    src = wrap_entry("w8a8", "y = _real(*args)\ny[0, 0] = float('nan')\nreturn y")
+    src = submission("w8a8_nan_output")
     t = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))["w8a8/c0"]
     assert t.score == 0 and "NaN or Inf" in t.message and "(0, 0)" in t.message
 
 
 def test_wrong_dtype(tmp_path):
-    src = wrap_entry("w8a8", "return _real(*args).float()")
+    src = submission("w8a8_float32_output")
     t = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))["w8a8/c0"]
     assert t.score == 0 and "dtype is torch.float32, expected torch.float16" in t.message
 
 
 def test_wrong_shape(tmp_path):
-    src = wrap_entry("w8a8", "return _real(*args)[:, :-1]")
+    src = submission("w8a8_wrong_shape")
     t = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))["w8a8/c0"]
     assert t.score == 0 and "output shape" in t.message
 
@@ -73,7 +76,7 @@ def test_import_error_costs_only_that_task(tmp_path):
 
 
 def test_missing_function(tmp_path):
-    src = SOLUTION["w8a8"].replace("def w8a8_mm(", "def w8a8_matmul(")
+    src = submission("w8a8_misnamed_entry")
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
     assert result.score == 0 and "w8a8_mm" in result.tasks[0].summary
 
@@ -85,7 +88,7 @@ def test_missing_file(tmp_path):
 
 
 def test_hang_is_killed_and_costs_only_that_task(tmp_path):
-    files = dict(SOLUTION, w4a16=wrap_entry("w4a16", "while True:\n    pass"))
+    files = dict(SOLUTION, w4a16=submission("w4a16_hangs"))
     result = grade_files(tmp_path, files, ["w4a16", "dds"], timeout_s=15)
     tasks = {t.task: t for t in result.tasks}
     assert tasks["w4a16"].score == 0 and "time limit exceeded" in tasks["w4a16"].summary
@@ -93,14 +96,13 @@ def test_hang_is_killed_and_costs_only_that_task(tmp_path):
 
 
 def test_crash_is_reported(tmp_path):
-    src = wrap_entry("w8a8", "import signal\nos.kill(os.getpid(), signal.SIGSEGV)").replace(
-        "from __future__ import annotations", "from __future__ import annotations\nimport os")
+    src = submission("w8a8_segfault")
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
     assert result.score == 0 and "crashed (SIGSEGV)" in result.tasks[0].summary
 
 
 def test_exception_message_reaches_the_report(tmp_path):
-    src = wrap_entry("w8a8", "raise RuntimeError('my kernel broke')")
+    src = submission("w8a8_raises")
     t = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))["w8a8/c0"]
     assert "RuntimeError: my kernel broke" in t.message
 

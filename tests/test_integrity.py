@@ -1,5 +1,10 @@
 """Adversarial submissions, one per attack: each gets exactly the score it deserves.
 
+Each attack is a fixture file in tests/fixtures/submissions/ (``w8a8_*.py``),
+a complete student file whose docstring says what it does and what the grader
+must make of it; those that need a correct kernel besides the attack carry the
+tutorial-style kernel of calibration/naive/w8a8.py.
+
 Most attacks are stopped twice: by the static check of the kernel file (in the
 trusted parent) and, with that check switched off, by what happens at run time
 (the parent judges outputs it recomputes itself; the child records launches and
@@ -11,14 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import SOLUTION, by_name, grade_files, wrap_entry
+from tests.fakes import ROOT, by_name, grade_files, submission
 from tests.helpers import HAS_CUDA, needs_gpu
 
-HEADER = "from __future__ import annotations"
-
-
-def _with_imports(src: str, *lines: str) -> str:
-    return src.replace(HEADER, HEADER + "\n" + "\n".join(lines), 1)
+NAIVE_W8A8 = (ROOT / "calibration" / "naive" / "w8a8.py").read_text()  # the attacks' honest twin
 
 
 def _flags(task) -> str:
@@ -29,16 +30,9 @@ def _task(result, name="w8a8"):
     return {t.task: t for t in result.tasks}[name]
 
 
-TORCH_FALLBACK = wrap_entry("w8a8", """
-x, wt, sx, sw = args
-xq = torch.clamp(torch.round(x.float() / sx), -128, 127)
-return ((xq @ wt.float()) * sx * sw.t()).half()
-""")
-
-
 @pytest.mark.parametrize("static", [True, False])
 def test_torch_fallback_gets_nothing(tmp_path, static):
-    result = grade_files(tmp_path, {"w8a8": TORCH_FALLBACK}, ["w8a8"], static=static)
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_torch_fallback")}, ["w8a8"], static=static)
     task = _task(result)
     assert result.score == 0
     assert ("forbidden code" if static else "library matmul") in _flags(task)
@@ -46,25 +40,13 @@ def test_torch_fallback_gets_nothing(tmp_path, static):
 
 def test_broadcast_product_with_a_token_triton_copy_gets_nothing(tmp_path):
     # The product as multiply-and-sum in PyTorch, then a Triton launch just to look busy.
-    src = wrap_entry("w8a8", """
-x, wt, sx, sw = args
-xq = torch.clamp(torch.round(x.float() / sx), -128, 127)
-prod = (xq[:, :, None] * wt.float()[None, :, :]).sum(1)
-y = (prod * sx * sw.t()).half()
-_real(*args)
-return y
-""")
+    src = submission("w8a8_torch_product_token_launch")
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
     assert result.score == 0 and "computed outside Triton" in _flags(_task(result))
 
 
 def test_output_caching_that_skips_the_kernel_voids_the_task(tmp_path):
-    src = wrap_entry("w8a8", """
-key = tuple(args[0].shape)
-if key not in _CACHE:
-    _CACHE[key] = _real(*args)
-return _CACHE[key]
-""") + "\n_CACHE = {}\n"
+    src = submission("w8a8_cache_skips_kernel")
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], same_shape_twice=True)
     assert result.score == 0 and "no Triton kernel" in _flags(_task(result))
 
@@ -72,57 +54,40 @@ return _CACHE[key]
 def test_output_caching_fails_on_fresh_inputs(tmp_path):
     # Launches the kernel every time (so it looks busy) but returns the first answer.
     # Every case is called twice on fresh draws: the second call gets the cached answer.
-    src = wrap_entry("w8a8", """
-y = _real(*args)
-return _CACHE.setdefault(tuple(args[0].shape), y)
-""") + "\n_CACHE = {}\n"
+    src = submission("w8a8_cache_first_answer")
     result = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))
     for name in ("w8a8/c0", "w8a8/c1"):
         assert result[name].score == 0 and "keep state between calls" in result[name].message
 
 
 def test_writing_into_inputs_voids_the_task(tmp_path):
-    src = wrap_entry("w8a8", "y = _real(*args)\nargs[0].mul_(0)\nreturn y")
+    src = submission("w8a8_writes_into_inputs")
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
     assert result.score == 0 and "inputs modified" in _flags(_task(result))
 
 
-MONKEYPATCHES = {
-    "torch.allclose": "torch.allclose = lambda *a, **k: True",
-    "torch.testing": "torch.testing.assert_close = lambda *a, **k: None",
-    "torch.equal": "torch.equal = lambda *a, **k: True",
-    "cuda events": "torch.cuda.Event.elapsed_time = lambda self, other: 1e-6",
-    "grader worker": "import _grader_worker.evidence as ev\nev.OpRecorder.library_matmuls = lambda self: []",
-}
-
-
-@pytest.mark.parametrize("name", MONKEYPATCHES)
-def test_monkeypatching_is_flagged(tmp_path, name):
-    src = _with_imports(TORCH_FALLBACK, MONKEYPATCHES[name])
-    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
+@pytest.mark.parametrize("patched", ["allclose", "testing", "equal", "cuda_events", "grader_worker"])
+def test_monkeypatching_is_flagged(tmp_path, patched):
+    # An honest kernel plus one monkeypatch: the patch alone voids the task.
+    result = grade_files(tmp_path, {"w8a8": submission(f"w8a8_monkeypatch_{patched}")}, ["w8a8"])
     assert result.score == 0 and "forbidden code" in _flags(_task(result))
 
 
 def test_monkeypatched_checks_cannot_pass_a_wrong_kernel(tmp_path):
     # Static check off: the patches run in the child, but judging happens in the parent.
-    patches = "\n".join(v for k, v in MONKEYPATCHES.items() if k != "grader worker")
-    src = _with_imports(wrap_entry("w8a8", "return torch.zeros(args[0].shape[0], args[1].shape[1], "
-                                           "dtype=torch.float16)\n_real(*args)"), patches)
-    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_zeros_with_patched_checks")}, ["w8a8"], static=False)
     assert result.score == 0
 
 
 def test_patching_the_child_recorders_does_not_hide_a_fallback_from_the_static_check(tmp_path):
-    src = _with_imports(TORCH_FALLBACK, MONKEYPATCHES["grader worker"],
-                        "ev.LaunchRecorder.own = lambda self: 1")
+    src = submission("w8a8_patches_child_recorders")
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=True)
     assert result.score == 0
 
 
 def test_fake_report_is_overwritten(tmp_path):
     report_dir = tmp_path / "report"
-    fake = f"open({str(report_dir / 'report.json')!r}, 'w').write('{{\"score\": 100}}')"
-    src = _with_imports(SOLUTION["w8a8"], "import os", f"os.makedirs({str(report_dir)!r}, exist_ok=True)", fake)
+    src = submission("w8a8_fake_report", report_dir=report_dir)
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
     assert result.score == 0 and "forbidden code" in _flags(_task(result))
     from grader.report import write_reports
@@ -130,11 +95,10 @@ def test_fake_report_is_overwritten(tmp_path):
     assert '"score": 0' in (report_dir / "report.json").read_text()
 
 
-@pytest.mark.parametrize("how", ["sys.exit(0)", "os._exit(0)"])
+@pytest.mark.parametrize("how", ["sys_exit", "os_exit"])
 def test_exit_mid_test_loses_only_the_cases_it_stopped(tmp_path, how):
     # Calls 1 and 2 are the two draws of c0; the exit comes in c1's first call.
-    body = f"_CALLS.append(1)\nif len(_CALLS) == 3:\n    {how}\nreturn _real(*args)"
-    src = _with_imports(wrap_entry("w8a8", body), "import os, sys") + "\n_CALLS = []\n"
+    src = submission(f"w8a8_{how}_mid_test")
     tests = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))
     assert tests["w8a8/c0"].status == "passed"  # before the exit
     assert tests["w8a8/c1"].score == 0
@@ -156,23 +120,10 @@ def _survivors(marker: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("how", ["fork", "setsid", "double-fork"])
+@pytest.mark.parametrize("how", ["fork", "setsid", "double_fork"])
 def test_forked_process_does_not_outlive_the_task(tmp_path, how):
     marker = f"{12345 + hash(str(tmp_path)) % 1000}.{len(how)}7"   # a unique sleep length
-    sleep = f'os.execvp("sleep", ["sleep", "{marker}"])'
-    escape = {
-        "fork": f"if os.fork() == 0:\n        {sleep}",
-        "setsid": f"if os.fork() == 0:\n        os.setsid()\n        {sleep}",
-        "double-fork": (f"if os.fork() == 0:\n        os.setsid()\n        if os.fork() == 0:\n"
-                        f"            {sleep}\n        os._exit(0)"),
-    }[how]
-    body = f"""
-if not _DONE:
-    _DONE.append(1)
-    {escape}
-return _real(*args)
-"""
-    src = _with_imports(wrap_entry("w8a8", body), "import os") + "\n_DONE = []\n"
+    src = submission(f"w8a8_{how}_survivor", marker=marker)
     result = _graded_untouched(tmp_path, src)
     assert _task(result).score > 0  # the kernel itself is right
     time.sleep(0.5)
@@ -181,7 +132,7 @@ return _real(*args)
 
 
 def test_printing_100mb_is_harmless(tmp_path):
-    src = wrap_entry("w8a8", "print('x' * (100 * 1024 * 1024))\nreturn _real(*args)")
+    src = submission("w8a8_prints_100mb")
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
     task = _task(result)
     assert all(t.status == "passed" for t in result.tests if t.kind == "correctness")
@@ -198,7 +149,7 @@ def test_cannot_import_solutions_or_the_grader(tmp_path):
 
 
 def test_reading_other_files_is_flagged(tmp_path):
-    solution = Path(__file__).resolve().parent.parent / "solutions" / "w8a8.py"
+    solution = ROOT / "solutions" / "w8a8.py"
     src = f"exec(open({str(solution)!r}).read().replace('from .utils', 'from submission.utils'))\n"
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
     assert result.score == 0 and "forbidden code" in _flags(_task(result))
@@ -208,24 +159,17 @@ def test_reading_other_files_is_flagged(tmp_path):
 def test_side_stream_work_is_timed(tmp_path):
     # The clock is the harness's (host time around the whole batch, after the
     # worker's device-wide synchronize): work moved to another stream is timed.
-    src = wrap_entry("w8a8", """
-s = _STREAM.setdefault("s", torch.cuda.Stream())
-s.wait_stream(torch.cuda.current_stream())
-with torch.cuda.stream(s):
-    y = _real(*args)
-return y
-""") + "\n_STREAM = {}\n"
+    src = submission("w8a8_side_stream")
     hidden = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))["w8a8/perf"]
-    honest = by_name(grade_files(tmp_path, {"w8a8": SOLUTION["w8a8"]}, ["w8a8"]))["w8a8/perf"]
+    honest = by_name(grade_files(tmp_path, {"w8a8": NAIVE_W8A8}, ["w8a8"]))["w8a8/perf"]
     assert hidden.details["kernel_ms"] > 0.8 * honest.details["kernel_ms"], (hidden.message, honest.message)
 
 
 @needs_gpu
 def test_forged_event_clock_changes_nothing(tmp_path):
-    patch = "\ntorch.cuda.Event.elapsed_time = lambda self, other: 1e-6\n"
-    src = wrap_entry("w8a8", "return _real(*args)") + patch
+    src = submission("w8a8_forged_event_clock")
     forged = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))["w8a8/perf"]
-    honest = by_name(grade_files(tmp_path, {"w8a8": SOLUTION["w8a8"]}, ["w8a8"]))["w8a8/perf"]
+    honest = by_name(grade_files(tmp_path, {"w8a8": NAIVE_W8A8}, ["w8a8"]))["w8a8/perf"]
     assert forged.details["kernel_ms"] > 0.8 * honest.details["kernel_ms"], (forged.message, honest.message)
 
 
@@ -233,12 +177,7 @@ def test_forged_event_clock_changes_nothing(tmp_path):
 def test_timed_calls_that_skip_the_work_fail(tmp_path):
     # Honest for the checked calls (the first 40), then computing only one timed
     # call in five: every timed output is checked.
-    src = wrap_entry("w8a8", """
-_N.append(1)
-if len(_N) > 40 and len(_N) % 5:
-    return torch.empty(args[0].shape[0], args[1].shape[1], dtype=torch.float16, device=args[0].device)
-return _real(*args)
-""") + "\n_N = []\n"
+    src = submission("w8a8_skips_timed_work")
     tests = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))
     assert tests["w8a8/perf"].score == 0 and "wrong" in tests["w8a8/perf"].message
 
@@ -249,12 +188,7 @@ def test_cublas_while_captured_gets_nothing(tmp_path, static):
     # Phase switch: the honest kernel when called eagerly (checked), cuBLAS while
     # the timed batch is captured in a CUDA graph.
     # cuBLAS is warmed up at import, so that it can be captured.
-    src = wrap_entry("w8a8", """
-if torch.cuda.is_current_stream_capturing():
-    x, wt, sx, sw = args
-    return (torch.matmul(x, wt.half()) * 0 + _real(*args))
-return _real(*args)
-""") + "\n_W = torch.ones(8, 8, device='cuda', dtype=torch.float16)\n_W @ _W\n"
+    src = submission("w8a8_cublas_while_captured")
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=static)
     task = _task(result)
     assert task.score == 0
@@ -263,32 +197,18 @@ return _real(*args)
 
 # ---- The reply channel: the only thing the worker can say, parsed defensively.
 
-def _write_reply(line_expr: str) -> str:
-    """A W8A8 entry that writes its own line on the worker's reply pipe, then returns zeros."""
-    return _with_imports(wrap_entry("w8a8", f"""
-os.write(int(sys.argv[2]), {line_expr})
-return torch.zeros(args[0].shape[0], args[1].shape[1], dtype=torch.float16)
-"""), "import os, sys")
-
-
-@pytest.mark.parametrize("line", [
-    'b\'{"ok": true}\\n\' * 50',                      # forged "done" replies
-    'b"[" * 200000 + b"\\n"',                         # nesting deep enough to break a recursive parser
-    'b\'{"ok": "yes", "evidence": []}\\n\'',          # wrong field types
-    'b\'{"ok": true, "evidence": {"own_launches": "lots"}}\\n\'',
-    'b"x" * (4 << 20)',                               # an endless line
-], ids=["forged-ok", "deep-nesting", "wrong-types", "wrong-evidence", "huge-line"])
-def test_poisoned_replies_cost_the_task_only(tmp_path, line):
-    naive = (Path(__file__).resolve().parent.parent / "calibration" / "naive" / "dds.py").read_text()
-    result = _graded_untouched(tmp_path, {"w8a8": _write_reply(line), "dds": naive})
+@pytest.mark.parametrize("poison", ["forged-ok", "deep-nesting", "wrong-types", "wrong-evidence", "huge-line"])
+def test_poisoned_replies_cost_the_task_only(tmp_path, poison):
+    naive = (ROOT / "calibration" / "naive" / "dds.py").read_text()
+    src = submission("w8a8_writes_reply_pipe", poison=poison)
+    result = _graded_untouched(tmp_path, {"w8a8": src, "dds": naive})
     tasks = {t.task: t for t in result.tasks}
     assert tasks["w8a8"].score == 0
     assert tasks["dds"].score == tasks["dds"].max_score > 0   # the next task is untouched
 
 
 def test_output_on_the_meta_device_is_a_failed_case(tmp_path):
-    src = wrap_entry("w8a8", "return torch.empty(args[0].shape[0], args[1].shape[1], "
-                             "dtype=torch.float16, device='meta')")
+    src = submission("w8a8_output_on_meta")
     result = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))
     assert result["w8a8/c0"].score == 0 and "output is on meta" in result["w8a8/c0"].message
 
@@ -297,9 +217,6 @@ def test_output_on_the_meta_device_is_a_failed_case(tmp_path):
 # Each attack below runs with the static check off (so its code really runs),
 # and each test asserts the score, that nothing outside the worker's scratch
 # folder changed, and that a report exists.
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def _snapshot(*extra: Path) -> dict:
     """Hashes of the grader's tree, the grading user's HOME dot-folders and ``extra`` paths."""
@@ -332,30 +249,10 @@ def _graded_untouched(tmp_path, src, *extra: Path, task="w8a8"):
     return result
 
 
-ZEROS = "return torch.zeros(args[0].shape[0], args[1].shape[1], dtype=torch.float16)"
-
-
 def test_writing_the_graders_conftest_and_tree_fails(tmp_path):
     # With the grader's real paths known, write a conftest that passes every test,
     # and try the parent's folder through /proc too. Then return zeros.
-    targets = [ROOT / "grader" / "tests" / "conftest.py", ROOT / "grader" / "rubric.toml",
-               ROOT / "conftest.py"]
-    body = "\n".join(f"_try({str(t)!r})" for t in targets) + f"""
-for pid in os.listdir("/proc"):
-    if pid.isdigit():
-        _try("/proc/" + pid + "/cwd/grader/tests/conftest.py")
-{ZEROS}
-"""
-    helper = '''
-def _try(path):
-    try:
-        with open(path, "w") as f:
-            f.write("import pytest\\n@pytest.hookimpl(hookwrapper=True)\\ndef pytest_runtest_makereport():\\n    yield\\n")
-    except OSError:
-        pass
-'''
-    src = _with_imports(wrap_entry("w8a8", body), "import os") + helper
-    result = _graded_untouched(tmp_path, src)
+    result = _graded_untouched(tmp_path, submission("w8a8_writes_grader_conftest", root=ROOT))
     assert result.score == 0
 
 
@@ -364,48 +261,20 @@ def test_earlier_reports_cannot_be_rewritten(tmp_path):
     earlier.mkdir(parents=True)
     report = earlier / "report.json"
     report.write_text('{"score": 0}')
-    body = f"""
-for name in ("report.json", "report.md", "results.json"):
-    try:
-        with open({str(earlier)!r} + "/" + name, "w") as f:
-            f.write('{{"score": 100}}')
-    except OSError:
-        pass
-return _real(*args)
-"""
-    _graded_untouched(tmp_path, wrap_entry("w8a8", body), report)
+    _graded_untouched(tmp_path, submission("w8a8_rewrites_earlier_reports", earlier=earlier), report)
     assert report.read_text() == '{"score": 0}'
 
 
 def test_pth_file_in_the_graders_home_is_not_planted(tmp_path):
     site = Path.home() / ".local" / "lib" / "python3.11" / "site-packages"
-    body = f"""
-for home in ({str(Path.home())!r}, os.path.expanduser("~")):
-    try:
-        os.makedirs(home + "/.local/lib/python3.11/site-packages", exist_ok=True)
-        with open(home + "/.local/lib/python3.11/site-packages/zz_grader_attack.pth", "w") as f:
-            f.write("import os; os.environ['FORGED'] = '1'\\n")
-    except OSError:
-        pass
-return _real(*args)
-"""
-    result = _graded_untouched(tmp_path, _with_imports(wrap_entry("w8a8", body), "import os"))
+    result = _graded_untouched(tmp_path, submission("w8a8_plants_pth", home=Path.home()))
     assert not (site / "zz_grader_attack.pth").exists()
     assert _task(result).score > 0   # the kernel itself is honest
 
 
 def test_hidden_cases_do_not_leak_into_visible_messages(tmp_path):
     # Everything the worker can read goes into an exception message.
-    body = """
-seen = [repr(sys.argv), repr(dict(os.environ))]
-for path in ("/proc/1/cmdline", "/proc/1/environ", os.getcwd()):
-    try:
-        seen.append(repr(os.listdir(path)) if os.path.isdir(path) else open(path, "rb").read().decode(errors="replace"))
-    except OSError as e:
-        seen.append(repr(e))
-raise RuntimeError(" | ".join(seen))
-"""
-    src = _with_imports(wrap_entry("w8a8", body), "import os, sys")
+    src = submission("w8a8_leaks_what_it_reads")
     from tests.fakes import rubric_dict
     from grader.rubric import parse_rubric
     from grader.grade import grade
@@ -424,11 +293,7 @@ raise RuntimeError(" | ".join(seen))
 @pytest.mark.skipif(HAS_CUDA, reason="with a GPU the sandbox does not bound the worker's memory (CUDA "
                     "reserves huge address ranges): docker --memory does, docs/integrity.md")
 def test_memory_hog_dies_alone(tmp_path):
-    body = """
-_HOG.append(torch.ones(64 << 30, dtype=torch.uint8))
-return _real(*args)
-"""
-    result = _graded_untouched(tmp_path, wrap_entry("w8a8", body) + "\n_HOG = []\n")
+    result = _graded_untouched(tmp_path, submission("w8a8_memory_hog"))
     tests = by_name(result)
     assert tests["w8a8/c0"].score == 0
     assert "memory" in tests["w8a8/c0"].message.lower() or "alloc" in tests["w8a8/c0"].message.lower()
@@ -441,13 +306,7 @@ def test_network_is_cut(tmp_path):
     server.listen(1)
     server.settimeout(0.1)
     port = server.getsockname()[1]
-    body = f"""
-s = socket.socket()
-s.settimeout(2)
-s.connect(("127.0.0.1", {port}))
-return _real(*args)
-"""
-    result = _graded_untouched(tmp_path, _with_imports(wrap_entry("w8a8", body), "import socket"))
+    result = _graded_untouched(tmp_path, submission("w8a8_connects_socket", port=port))
     try:
         server.accept()
         reached = True
@@ -462,16 +321,6 @@ return _real(*args)
 def test_patching_the_worker_from_the_kernel_file_is_refused(tmp_path):
     # Replace the worker's call with one that writes the reference, computed in
     # PyTorch, into the output: the static check refuses the file.
-    src = wrap_entry("w8a8", "return _real(*args)") + """
-import sys as _s
-_w = _s.modules["_grader_worker.main"]
-def _call(self, msg):
-    args, out = self._call(self.arenas[msg["arena"]], msg)
-    x, wt, sx, sw = args
-    q = torch.clamp(torch.round(x.float() / sx), -128, 127)
-    out.copy_(((q @ wt.float()) * sx * sw.t()).half())
-    return {"ok": True, "evidence": {"own_launches": 1}}
-_w.Worker.call = _call
-"""
+    src = submission("w8a8_patches_worker_call")
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=True)
     assert result.score == 0 and "forbidden code" in _flags(_task(result))

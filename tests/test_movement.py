@@ -24,7 +24,7 @@ from grader.rubric import RubricError, load_rubric, parse_rubric
 from grader.scoring import TaskResult
 from grader.submission import ROOT, TRUSTED_FILES
 from grader.worker.movement import Movement, tensor_range
-from tests.fakes import SOLUTION, grade_files, rubric_dict, wrap_entry
+from tests.fakes import SOLUTION, grade_files, rubric_dict, submission
 from tests.helpers import HAS_CUDA
 
 pytestmark = pytest.mark.skipif(HAS_CUDA, reason="counts are taken in the CPU interpreter")
@@ -262,18 +262,12 @@ def _report_with(task):
                        partial=False, notes=[], tasks=[task], tests=[])
 
 
-FORGE = """
-import _grader_worker.movement as _mv
-_mv.Movement.report = lambda self, output=None: {FORGED}
-"""
-
-
-@pytest.mark.parametrize("forged, shown", [
-    ('{"tensors": {"1": [0, 10**30]}, "flops": float("nan")}', None),        # breaks the rules: not shown
-    ('{"tensors": {"1": [0, 0], "9": [5, 5]}, "flops": 10**18, "programs": 1}', 10 ** 18),  # in range: shown
-], ids=["out-of-range", "plausible-lie"])
-def test_forged_counts_change_no_score(tmp_path, forged, shown):
-    src = wrap_entry("w8a8", "return _real(*args)") + FORGE.replace("{FORGED}", forged)
+@pytest.mark.parametrize("forgery, shown", [
+    ("out-of-range", None),         # breaks the rules: not shown
+    ("plausible-lie", 10 ** 18),    # in range: shown
+])
+def test_forged_counts_change_no_score(tmp_path, forgery, shown):
+    src = submission("w8a8_forges_movement", forgery=forgery)
     sub = tmp_path / "submission"
     sub.mkdir()
     (sub / "w8a8.py").write_text(src)

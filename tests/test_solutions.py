@@ -1,10 +1,26 @@
-"""The reference kernels against exact PyTorch references, on small ragged shapes
-(the CPU interpreter) or full-size ones (GPU), with fresh random inputs."""
+"""The reference kernels against exact PyTorch references, with fresh random inputs.
+
+These test behaviour, not tuning. Which config a shape gets is each kernel
+file's ``_select_config`` (measured on the GPU, changed by a retune); here every
+code path is forced through the file's ``FORCE_CONFIG`` knob instead:
+
+- every declared config (``CONFIGS``) runs on small awkward shapes cut to its
+  own tiles (ragged edges, several tiles, split-K slices);
+- each code path (split-K with empty slices, TMA loads and their pointer
+  fallback, dequantize + GEMM, group-wise scales, the one-row and the grouped
+  DDS kernels) runs under a small config the test declares itself, and a spy
+  on the kernel's launches checks that the path really ran;
+- the public entry points run with their own selection on ragged shapes and
+  bad inputs;
+- on a GPU, full-size shapes and every declared config; on Hopper, PDL and
+  TMA launches.
+"""
 
 import random
 
 import pytest
 import torch
+import triton
 
 from grader.compare import check_output
 from solutions import dds_mm, w4a16_mm, w8a8_mm
@@ -12,9 +28,13 @@ from solutions import dds as dds_solution
 from solutions import w4a16 as w4a16_solution
 from solutions import w8a8 as w8a8_solution
 from solutions.layers import unpack_int4
-from tests.helpers import DEVICE, dds_reference, needs_gpu, problem, w4a16_reference, w8a8_reference
+from tests.helpers import DEVICE, HAS_CUDA, dds_reference, needs_gpu, problem, w4a16_reference, w8a8_reference
 
 SEED = random.randrange(2**31)  # fresh inputs every run; printed on failure
+MODULES = {"w8a8": w8a8_solution, "w4a16": w4a16_solution, "dds": dds_solution}
+HOPPER = HAS_CUDA and torch.cuda.get_device_capability()[0] >= 9
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU or newer: PDL and TMA launch there only "
+                                                     "(tests/test_compile_check.py compiles them for sm_90 on the CPU)")
 
 
 def _check(task, out, ref, shape):
@@ -22,92 +42,193 @@ def _check(task, out, ref, shape):
     assert c.passed, f"seed {SEED}: {c.message}"
 
 
+def _run(task, shape, **options):
+    """The task's entry point on fresh inputs, checked against the grader's reference
+    (W8A8 bit for bit); returns (args, output)."""
+    args, _ = problem(task, shape, SEED, **options)
+    out = {"w8a8": w8a8_mm, "w4a16": w4a16_mm, "dds": dds_mm}[task](*args)
+    if task == "w8a8":
+        assert torch.equal(out, w8a8_reference(*args)), f"seed {SEED}: W8A8 {shape} is not bit-exact"
+    else:
+        _check(task, out, (w4a16_reference if task == "w4a16" else dds_reference)(*args), shape)
+    return args, out
+
+
+@pytest.fixture
+def force(monkeypatch):
+    """force(task, config): the task's entry point runs ``config`` (a triton.Config,
+    or the name of a declared one) whatever the shape, for this test only."""
+    def _force(task, config):
+        module = MODULES[task]
+        monkeypatch.setattr(module, "FORCE_CONFIG", module.CONFIGS[config] if isinstance(config, str) else config)
+    return _force
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """launches(kernel) -> a list that receives the keyword arguments (constexprs,
+    launch options) of every launch of that @triton.jit kernel in this test."""
+    def _spy(kernel):
+        seen, run = [], kernel.run
+
+        def spy(*args, **kwargs):
+            seen.append(kwargs)
+            return run(*args, **kwargs)
+        monkeypatch.setattr(kernel, "run", spy)
+        return seen
+    return _spy
+
+
+# ------------------------------------------------------------------ every declared config
+
+def _tiles(cfg):
+    """(BLOCK_M, BLOCK_N, K covered by one BLOCK_K tile per split) of a quantized-GEMM config."""
+    meta = cfg.kwargs
+    return meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"] * meta["SPLIT_K"]
+
+
+@pytest.mark.parametrize("name", sorted(w8a8_solution.CONFIGS))
+def test_w8a8_every_declared_config(name, force):
+    force("w8a8", name)
+    bm, bn, k = _tiles(w8a8_solution.CONFIGS[name])
+    _run("w8a8", (1, bn + 8, k))                     # one BLOCK_K tile per split: the mask-free loop
+    _run("w8a8", (bm + 5, bn + 8, k + k // 2 + 8))  # ragged M, N and K: the last K tile (or slice) short
+
+
+@pytest.mark.parametrize("name", sorted(w4a16_solution.CONFIGS))
+def test_w4a16_every_declared_config(name, force):
+    force("w4a16", name)
+    bm, bn, k = _tiles(w4a16_solution.CONFIGS[name])
+    _run("w4a16", (1, bn + 8, k))
+    _run("w4a16", (bm + 5, bn + 8, k + 32), group_size=32)  # K ragged against BLOCK_K, whole groups
+
+
+@pytest.mark.parametrize("name", sorted(dds_solution.CONFIGS))
+def test_dds_every_declared_config(name, force):
+    force("dds", name)
+    cfg = dds_solution.CONFIGS[name]
+    cols = 32 * cfg.kwargs.get("G", 1)  # output columns of one program: 2 of them and a partial third
+    _run("dds", (1, 96, 128), density=0.5)
+    _run("dds", (cfg.kwargs["BLOCK_M"] + 5, 2 * cols + 32, 192), density=0.6, empty_rows=1, index_dtype="int32")
+
+
+def test_selection_names_a_declared_config_for_every_shape():
+    for M in (1, 2, 5, 16, 17, 33, 64, 65, 128, 129, 256, 257, 511, 512, 767, 768, 1000, 4096, 8193, 65536):
+        for N, K in ((32, 32), (4096, 4096), (11008, 4096), (4096, 11008), (8200, 16384)):
+            assert w8a8_solution._select_config(M, N, K) in w8a8_solution.CONFIGS
+            assert w4a16_solution._select_config(M, N, K) in w4a16_solution.CONFIGS
+            for nnz in (0, (N // 32) * (K // 32) // 2, (N // 32) * (K // 32)):
+                assert dds_solution._select_config(M, N, K, nnz) in dds_solution.CONFIGS
+
+
+# ------------------------------------------------------------------ W8A8
+
 @pytest.mark.parametrize("shape", [(1, 32, 8), (1, 96, 200), (33, 64, 96), (130, 48, 264), (7, 256, 1000)])
 def test_w8a8_bit_exact(shape):
-    args, _ = problem("w8a8", shape, SEED)
-    out = w8a8_mm(*args)
-    assert torch.equal(out, w8a8_reference(*args)), f"seed {SEED}: W8A8 is not bit-exact"
+    _run("w8a8", shape)
 
 
-@pytest.mark.parametrize("M", [5, 17])  # 1-row quantize tiles (M <= 16), and 4-row tiles + split-K
+@pytest.mark.parametrize("M", [5, 17])  # the quantize pass's tile height depends on M
 @pytest.mark.parametrize("options", [{"ties": True}, {"zero_rows": 3}])
 def test_w8a8_ties_and_zero_rows(options, M):
-    args, _ = problem("w8a8", (M, 64, 64), SEED, **options)
-    out = w8a8_mm(*args)
-    assert torch.equal(out, w8a8_reference(*args))
+    args, out = _run("w8a8", (M, 64, 64), **options)
     if "zero_rows" in options:
         zero = (args[0] == 0).all(dim=1)
         assert zero.sum() == 3 and (out[zero] == 0).all() and torch.isfinite(out).all()
 
 
+W8A8_SPLIT_K = triton.Config(dict(SPLIT_K=3, BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, GROUP_M=2, PDL=False),
+                             num_warps=4, num_stages=2)
+
+
+@pytest.mark.parametrize("shape", [(40, 72, 200), (40, 72, 192), (40, 72, 40)],
+                         ids=["last-slice-short", "even-slices", "empty-slices"])
+def test_w8a8_split_k(shape, force, launches):
+    # Three K slices per tile, reduced by the last program of each tile; grouped tile order.
+    force("w8a8", W8A8_SPLIT_K)
+    seen = launches(w8a8_solution._w8a8_gemm_kernel)
+    _run("w8a8", shape)
+    assert seen[0]["SPLIT_K"] == 3 and seen[0]["EVEN_K"] == (shape[2] % 96 == 0)
+
+
+def test_w8a8_pdl_only_where_the_gpu_has_it(force, launches):
+    force("w8a8", triton.Config({**W8A8_SPLIT_K.kwargs, "PDL": True}, num_warps=4, num_stages=2))
+    seen = launches(w8a8_solution._w8a8_gemm_kernel)
+    _run("w8a8", (3, 40, 64))
+    assert seen[0]["PDL"] == HOPPER and seen[0].get("launch_pdl", False) == HOPPER
+
+
+# ------------------------------------------------------------------ W4A16
+
+def _w4a16_config(split_k=1, block_m=16, block_n=32, block_k=64, tma=False, dequantized=False, pdl=False):
+    """A small config of the W4A16 kernel: a code path at interpreter speed."""
+    return triton.Config(dict(SPLIT_K=split_k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=2,
+                              TMA=tma, DEQUANTIZED=dequantized, PDL=pdl), num_warps=4, num_stages=2)
+
+
+W4A16_PATHS = {
+    "pointers-split-k": _w4a16_config(split_k=3),
+    "tma-split-k": _w4a16_config(split_k=2, block_m=32, tma=True),
+    "dequantized": _w4a16_config(block_m=32, dequantized=True, pdl=True),
+}
+
+
 @pytest.mark.parametrize("shape", [(1, 64, 8), (1, 96, 256), (33, 64, 136), (130, 40, 128), (16, 160, 384)])
 def test_w4a16_per_channel(shape):
-    args, _ = problem("w4a16", shape, SEED)
-    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
+    _run("w4a16", shape)
 
 
-@pytest.mark.parametrize("M", [1, 3, 9, 70])  # decode (split-K), the wider-tile path, TMA loads
+@pytest.mark.parametrize("path", W4A16_PATHS)
 @pytest.mark.parametrize("group_size", [32, 64, 128])
-def test_w4a16_group_wise(group_size, M):
-    shape = (M, 64, 256)
-    args, _ = problem("w4a16", shape, SEED, group_size=group_size)
+def test_w4a16_group_wise(group_size, path, force):
+    force("w4a16", W4A16_PATHS[path])
+    args, _ = _run("w4a16", (3, 64, 256), group_size=group_size)
     assert args[2].shape == (256 // group_size, 64)
-    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
+    _run("w4a16", (35, 48, 160), group_size=32)  # K = 160 is no multiple of BLOCK_K: groups past K
 
 
-@pytest.mark.parametrize("M", [3, 70])  # split-K decode; TMA tiles of 64 along K
-def test_w4a16_group_wise_ragged_k(M):
-    # K = 160 is no multiple of the K tile: the last tile's rows (and their group scales) lie past K.
-    shape = (M, 48, 160)
-    args, _ = problem("w4a16", shape, SEED, group_size=32)
-    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
+@pytest.mark.parametrize("path", W4A16_PATHS)
+def test_w4a16_paths_per_channel(path, force):
+    force("w4a16", W4A16_PATHS[path])
+    _run("w4a16", (1, 40, 8))        # K shorter than one tile
+    _run("w4a16", (35, 72, 200))     # ragged M, N, K
 
 
-def test_w4a16_fused_up_to_dequant_min_m():
-    # Just below DEQUANT_MIN_M the unpack stays in the GEMM (128 x 128 tiles, TMA loads).
-    shape = (w4a16_solution.DEQUANT_MIN_M - 9, 72, 136)
-    cfg = w4a16_solution._config(*shape)
-    assert not cfg.get("DEQUANTIZED") and cfg.get("TMA")
-    args, _ = problem("w4a16", shape, SEED)
-    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
+@pytest.mark.parametrize("shape", [(3, 40, 64), (3, 40, 200)], ids=["empty-slices", "last-slice-short"])
+def test_w4a16_split_k(shape, force, launches):
+    force("w4a16", W4A16_PATHS["pointers-split-k"])
+    seen = launches(w4a16_solution._w4a16_kernel)
+    _run("w4a16", shape)
+    assert seen[0]["SPLIT_K"] == 3 and not seen[0]["TMA"]
 
 
 @pytest.mark.parametrize("group_size", [None, 32, 128])
-def test_w4a16_large_m_dequantizes_once(group_size):
-    # From DEQUANT_MIN_M rows the weight is dequantized by a pre-pass, then an fp16 GEMM runs.
-    shape = (w4a16_solution.DEQUANT_MIN_M + 9, 72, 256 if group_size else 136)
-    args, _ = problem("w4a16", shape, SEED, group_size=group_size)
-    assert w4a16_solution._config(*shape).get("DEQUANTIZED")
-    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
+def test_w4a16_dequantize_then_gemm(group_size, force, launches):
+    # The pre-pass writes the scaled fp16 weight once, then the GEMM runs over it.
+    force("w4a16", W4A16_PATHS["dequantized"])
+    pre, gemm = launches(w4a16_solution._dequantize_kernel), launches(w4a16_solution._w4a16_kernel)
+    args, _ = _run("w4a16", (37, 72, 256 if group_size else 136), group_size=group_size)
+    assert len(pre) == 1 and gemm[0]["DEQUANTIZED"] and not gemm[0]["TMA"]
     qweight, scales = args[1], args[2]
+    K = 8 * qweight.shape[0]
     q = unpack_int4(qweight).to(torch.float16)  # [N, K]
-    expected = (q * scales.repeat_interleave(shape[2] // scales.shape[0], dim=0).t()).t()
-    assert torch.equal(w4a16_solution._dequantize(qweight, scales, shape[2] // scales.shape[0]), expected)
+    expected = (q * scales.repeat_interleave(K // scales.shape[0], dim=0).t()).t()
+    assert torch.equal(w4a16_solution._dequantize(qweight, scales, K // scales.shape[0]), expected)
 
 
 @pytest.mark.parametrize("layout", ["aligned", "odd_n", "offset_x"])
-def test_w4a16_tma_and_pointer_loads(layout):
-    # 64 < M < DEQUANT_MIN_M reads tiles through TMA descriptors where _tma_ready
-    # allows it, and falls back to pointer loads for a row stride or base address
-    # that is not 16-byte aligned.
+def test_w4a16_tma_and_pointer_loads(layout, force, launches):
+    # A TMA config reads tiles through tensor descriptors where _tma_ready allows
+    # it (Hopper, or the interpreter), and falls back to pointer loads for a row
+    # stride or base address that is not 16-byte aligned.
+    force("w4a16", W4A16_PATHS["tma-split-k"])
+    seen = launches(w4a16_solution._w4a16_kernel)
     shape = (70, 42 if layout == "odd_n" else 48, 136)
     (x, qweight, scales), _ = problem("w4a16", shape, SEED)
     if layout == "offset_x":  # a contiguous view 6 bytes into its storage
         x = torch.cat([x.new_zeros(3), x.flatten()])[3:].view(x.shape)
-    assert w4a16_solution._config(*shape).get("TMA")
-    if layout != "aligned":
-        assert not w4a16_solution._tma_ready(x, qweight)
-    elif DEVICE == "cpu" or torch.cuda.get_device_capability()[0] >= 9:
-        assert w4a16_solution._tma_ready(x, qweight)
     _check("w4a16", w4a16_mm(x, qweight, scales), w4a16_reference(x, qweight, scales), shape)
-
-
-def test_w4a16_wide_decode_tiles():
-    # M <= 16 with N > 8192: 128-wide tiles, split-K 4 (some splits empty here, the last tile ragged).
-    shape = (3, 8200, 96)
-    assert w4a16_solution._config(*shape)["BLOCK_N"] == 128
-    args, _ = problem("w4a16", shape, SEED)
-    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), shape)
+    assert seen[0]["TMA"] == (layout == "aligned" and (DEVICE == "cpu" or HOPPER))
 
 
 def test_w4a16_negative_nibbles_are_signed():
@@ -120,6 +241,18 @@ def test_w4a16_negative_nibbles_are_signed():
     assert (out == -K).all(), f"expected every output = {-K}, got {out.unique().tolist()}"
 
 
+@pytest.mark.parametrize("task,shape", [("w8a8", (40, 72, 200)), ("w4a16", (3, 40, 200))])
+def test_split_k_reduction_is_deterministic_and_resets_its_counters(task, shape, force):
+    force(task, W8A8_SPLIT_K if task == "w8a8" else W4A16_PATHS["pointers-split-k"])
+    args, first = _run(task, shape)  # split-K, reduced by the last program of each tile
+    fn = w8a8_mm if task == "w8a8" else w4a16_mm
+    for _ in range(3):
+        assert torch.equal(fn(*args), first)
+    assert int(MODULES[task]._tile_counters(first.device, 1).abs().sum()) == 0  # each file has its own
+
+
+# ------------------------------------------------------------------ DDS
+
 @pytest.mark.parametrize("shape,options", [
     ((33, 96, 64), dict(density=0.25)),
     ((1, 128, 256), dict(density=0.05)),
@@ -128,29 +261,38 @@ def test_w4a16_negative_nibbles_are_signed():
     ((17, 128, 128), dict(density=0.5, empty_rows=2)),
     ((10, 64, 160), dict(density=0.3, index_dtype="int32")),
     ((70, 32, 32), dict(density=1.0)),
-    # M >= 4096 with dense weights: G block rows per program over their union of columns
-    ((4100, 160, 96), dict(density=1.0)),                                   # 4 + a partial group of 1
-    ((4097, 96, 320), dict(density=0.8, empty_rows=1, index_dtype="int32")),  # pairs, ragged union
 ])
 def test_dds(shape, options):
-    args, _ = problem("dds", shape, SEED, **options)
-    if shape[0] >= 4096:
-        assert "G" in dds_solution._config(*shape, args[1].values().shape[0]), "expected the grouped path"
-    out = dds_mm(*args)
-    _check("dds", out, dds_reference(*args), shape)
+    _, out = _run("dds", shape, **options)
     if options["density"] == 0.0:
         assert (out == 0).all()
 
 
-@pytest.mark.parametrize("G,steps", [(1, 4), (2, 2), (8, 1)])
-def test_dds_grouped_kernel_any_group_width(G, steps):
-    # The densify + union-walk path with every group width the config may pick,
-    # on a weight whose rows and union lists are ragged (odd block rows, empty rows).
-    shape = (70, 32 * 11, 32 * 9)
-    args, _ = problem("dds", shape, SEED, density=0.4, empty_rows=2)
-    cfg = dict(G=G, BLOCK_M=32, STEPS=steps, num_warps=4, num_stages=2)
-    _check("dds", dds_solution._launch(*args, cfg), dds_reference(*args), shape)
+@pytest.mark.parametrize("blocks_per_step", [1, 2, 4])
+def test_dds_one_row_kernel(blocks_per_step, force, launches):
+    # One block row per program; stored blocks taken blocks_per_step at a time (the last step partial).
+    force("dds", triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=blocks_per_step), num_warps=4, num_stages=2))
+    seen = launches(dds_solution._dds_kernel)
+    _run("dds", (35, 32 * 5, 32 * 7), density=0.55, empty_rows=1)
+    _, out = _run("dds", (3, 64, 96), density=0.0)
+    assert (out == 0).all() and len(seen) == 2
 
+
+@pytest.mark.parametrize("G,steps", [(1, 4), (2, 2), (4, 2), (8, 1)])
+def test_dds_grouped_kernel(G, steps, force, launches):
+    # Densify + union walk with G block rows per program, on weights whose
+    # rows and union lists are ragged (odd block rows, empty rows, a partial
+    # last group).
+    force("dds", triton.Config(dict(G=G, BLOCK_M=32, STEPS=steps), num_warps=4, num_stages=2))
+    seen = launches(dds_solution._grouped_kernel)
+    _run("dds", (70, 32 * 11, 32 * 9), density=0.4, empty_rows=2)
+    _run("dds", (33, 160, 96), density=1.0)                                   # 5 block rows
+    _run("dds", (33, 96, 320), density=0.8, empty_rows=1, index_dtype="int32")
+    _, out = _run("dds", (5, 64, 64), density=0.0)
+    assert (out == 0).all() and len(seen) == 4
+
+
+# ------------------------------------------------------------------ bad inputs
 
 BAD_INPUTS = [
     (w8a8_mm, lambda a: (a[0].float(),) + a[1:], "x: expected dtype torch.float16"),
@@ -195,45 +337,62 @@ def test_dds_bad_inputs():
 
 
 # ------------------------------------------------------------------ GPU, full size
+
 @needs_gpu
 @pytest.mark.parametrize("M", [1, 16, 256, 1000, 4096])
 def test_gpu_full_size_quantized(M):
-    args, _ = problem("w8a8", (M, 4096, 4096), SEED)
-    assert torch.equal(w8a8_mm(*args), w8a8_reference(*args))
-    args, _ = problem("w4a16", (M, 4096, 4096), SEED)
-    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), (M, 4096, 4096))
-    args, _ = problem("w4a16", (M, 4096, 4096), SEED, group_size=128)
-    _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), (M, 4096, 4096))
+    _run("w8a8", (M, 4096, 4096))
+    _run("w4a16", (M, 4096, 4096))
+    _run("w4a16", (M, 4096, 4096), group_size=128)
 
 
 @needs_gpu
 @pytest.mark.parametrize("M", [1, 4, 256])
 @pytest.mark.parametrize("N,K", [(11008, 4096), (4096, 11008)])
 def test_gpu_full_size_wide_weights(M, N, K):
-    args, _ = problem("w8a8", (M, N, K), SEED)
-    assert torch.equal(w8a8_mm(*args), w8a8_reference(*args))
+    _run("w8a8", (M, N, K))
     for group_size in (None, 128):
-        args, _ = problem("w4a16", (M, N, K), SEED, group_size=group_size)
-        _check("w4a16", w4a16_mm(*args), w4a16_reference(*args), (M, N, K))
+        _run("w4a16", (M, N, K), group_size=group_size)
 
 
 @needs_gpu
 @pytest.mark.parametrize("M", [1, 256, 4096, 65536])
 @pytest.mark.parametrize("density", [0.0, 0.05, 0.25, 0.5, 1.0])
 def test_gpu_full_size_dds(M, density):
-    args, _ = problem("dds", (M, 1024, 1024), SEED, density=density)
-    _check("dds", dds_mm(*args), dds_reference(*args), (M, 1024, 1024))
+    _run("dds", (M, 1024, 1024), density=density)
 
 
-@pytest.mark.parametrize("task,fn,shape", [("w8a8", w8a8_mm, (40, 256, 1024)), ("w4a16", w4a16_mm, (2, 256, 1024))])
-def test_split_k_reduction_is_deterministic_and_resets_its_counters(task, fn, shape):
-    module = w8a8_solution if task == "w8a8" else w4a16_solution  # each file has its own counters
-    config = w8a8_solution._gemm_config if task == "w8a8" else w4a16_solution._config
-    assert config(*shape)["SPLIT_K"] > 1
-    args, _ = problem(task, shape, SEED)
-    first = fn(*args)  # split-K, reduced by the last program of each tile
-    for _ in range(3):
-        assert torch.equal(fn(*args), first)
-    assert int(module._tile_counters(first.device, 1).abs().sum()) == 0
-    ref = w8a8_reference(*args) if task == "w8a8" else w4a16_reference(*args)
-    _check(task, first, ref, shape)
+@needs_gpu
+@pytest.mark.parametrize("task,name", [(t, n) for t, m in MODULES.items() for n in sorted(m.CONFIGS)])
+def test_gpu_every_declared_config_full_size(task, name, force):
+    # Each config compiled and run by the GPU's own compiler, on full-size weights and a ragged M.
+    force(task, name)
+    for M in (1, 333):
+        if task == "dds":
+            _run("dds", (M, 1024, 1024), density=0.5)
+        else:
+            _run(task, (M, 4096, 4096))
+            _run(task, (M, 11008, 4096), **({"group_size": 128} if task == "w4a16" else {}))
+
+
+@needs_hopper
+@pytest.mark.parametrize("task,name", [(t, n) for t, m in MODULES.items() for n in sorted(m.CONFIGS)
+                                       if m.CONFIGS[n].kwargs.get("PDL")])
+def test_hopper_pdl_configs_launch_with_pdl(task, name, force, launches):
+    # The second kernel starts while the first runs (launch_pdl) and waits for its output (gdc_wait).
+    force(task, name)
+    gemm = launches(w8a8_solution._w8a8_gemm_kernel if task == "w8a8" else w4a16_solution._w4a16_kernel)
+    for M in (1, 333):
+        _run(task, (M, 4096, 4096))
+    assert gemm and all(k["PDL"] and k.get("launch_pdl") for k in gemm)
+
+
+@needs_hopper
+@pytest.mark.parametrize("name", [n for n, c in sorted(w4a16_solution.CONFIGS.items()) if c.kwargs["TMA"]])
+def test_hopper_tma_configs_load_through_descriptors(name, force, launches):
+    force("w4a16", name)
+    gemm = launches(w4a16_solution._w4a16_kernel)
+    for M in (1, 333):
+        _run("w4a16", (M, 4096, 4096))
+        _run("w4a16", (M, 4096, 4096), group_size=128)
+    assert gemm and all(k["TMA"] for k in gemm)

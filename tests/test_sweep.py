@@ -1,0 +1,56 @@
+"""bench/sweep.py, the one sweep over a kernel's declared configs: its search space,
+its ranking and its handling of a config that fails, on small shapes (in the
+interpreter on the CPU, where a stand-in clock replaces the GPU's)."""
+
+import pytest
+import triton
+
+from bench import sweep
+from tests.helpers import DEVICE, HAS_CUDA
+
+
+def _clock(fn, reps):
+    """Runs fn once; every time is 1 ms (no GPU clock in the interpreter)."""
+    fn()
+    return 1.0
+
+
+def test_space_is_the_declared_configs_or_those_matching():
+    from solutions import w8a8
+    assert sweep.space("w8a8") == w8a8.CONFIGS
+    assert set(sweep.space("w8a8", "16x*,*_s3")) == {n for n in w8a8.CONFIGS if n.startswith("16x") or n.endswith("_s3")}
+    with pytest.raises(SystemExit, match="no config of w8a8 matches"):
+        sweep.space("w8a8", "nothing*")
+
+
+def test_cases_and_shapes():
+    assert sweep.parse_shapes("1x4096x4096, 256X11008x4096") == [(1, 4096, 4096), (256, 11008, 4096)]
+    assert sweep.cases("dds", [(1, 64, 64)], [0.25, 1.0], None) == [((1, 64, 64), {"density": 0.25}),
+                                                                    ((1, 64, 64), {"density": 1.0})]
+    assert sweep.cases("w4a16", [(1, 64, 64)], [0.25], 32) == [((1, 64, 64), {"group_size": 32})]
+    assert sweep.cases("w8a8", [(1, 64, 64)], [0.25], 32) == [((1, 64, 64), {})]
+
+
+@pytest.mark.parametrize("task,shape,options", [("w4a16", (5, 40, 64), {"group_size": 32}),
+                                                ("dds", (5, 64, 96), {"density": 0.5})])
+def test_every_config_is_checked_and_ranked_and_a_broken_one_is_a_row(task, shape, options, monkeypatch):
+    import importlib
+    module = importlib.import_module(f"solutions.{task}")
+    configs = dict(module.CONFIGS)
+    broken = dict(configs[next(iter(configs))].kwargs, BLOCK_M=3)  # not a power of 2: no tl.arange
+    configs["broken"] = triton.Config(broken, num_warps=4, num_stages=2)
+    record = sweep.sweep_case(task, shape, options, configs, reps=1, device=DEVICE,
+                              clock=None if HAS_CUDA else _clock)
+    rows = {r["name"]: r for r in record["configs"]}
+    assert set(rows) == set(configs) and record["selected"] in module.CONFIGS
+    assert rows["broken"]["ms"] is None and rows["broken"]["error"]
+    assert all(rows[n]["ms"] and not rows[n]["error"] for n in module.CONFIGS), record
+    assert module.FORCE_CONFIG is None
+    text = sweep.table(record)
+    assert "*" + record["selected"] in text and text.rstrip().splitlines()[-1].split()[1] == "broken"
+
+
+def test_list_needs_no_gpu(capsys):
+    assert sweep.main(["w4a16", "--shapes", "1x4096x4096,800x4096x4096", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "w4a16 1x4096x4096: " in out and "num_stages=" in out
