@@ -16,3 +16,7 @@ HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 DEVICE = "cuda" if HAS_CUDA else "cpu"
+
+# Student files used as fixtures (some are named like tests: w8a8_os_exit_mid_test.py)
+# are data, never collected.
+collect_ignore_glob = ["fixtures/*", "variants/*"]

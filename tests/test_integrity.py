@@ -11,12 +11,16 @@ trusted parent) and, with that check switched off, by what happens at run time
 PyTorch ops). Both layers are tested.
 """
 
+import os
 import time
 from pathlib import Path
 
 import pytest
+import torch
 
-from tests.fakes import ROOT, by_name, grade_files, submission
+from grader.grade import grade
+from grader.rubric import parse_rubric
+from tests.fakes import ROOT, by_name, correctness, grade_files, rubric, submission
 from tests.helpers import HAS_CUDA, needs_gpu
 
 NAIVE_W8A8 = (ROOT / "calibration" / "naive" / "w8a8.py").read_text()  # the attacks' honest twin
@@ -324,3 +328,136 @@ def test_patching_the_worker_from_the_kernel_file_is_refused(tmp_path):
     src = submission("w8a8_patches_worker_call")
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=True)
     assert result.score == 0 and "forbidden code" in _flags(_task(result))
+
+
+# ---- Holes a red-team review found (each fixture's docstring tells the attack).
+
+def test_arena_names_in_scratch_reach_nothing(tmp_path):
+    """Symlinks where the shared input files once were: the files they point at,
+    one of them root's and unreadable to others, stay as they were."""
+    victims = tmp_path / "victim"
+    victims.mkdir(mode=0o700)
+    secret, absent = victims / "secret", victims / "created-by-grader"
+    secret.write_text("secret\n")
+    secret.chmod(0o600)
+    src = submission("w8a8_arena_symlinks", targets=[str(secret), str(absent)])
+    result = _graded_untouched(tmp_path, src, victims)
+    assert secret.read_text() == "secret\n" and secret.stat().st_mode & 0o777 == 0o600
+    assert not absent.exists()
+    assert correctness(result) == 4   # the kernel is honest
+    (tmp_path / "static").mkdir()
+    static = grade_files(tmp_path / "static", {"w8a8": src}, ["w8a8"], static=True)
+    assert static.score == 0 and secret.read_text() == "secret\n" and not absent.exists()
+
+
+def test_a_fifo_where_an_arena_was_does_not_hang_the_grade(tmp_path):
+    started = time.monotonic()
+    result = _graded_untouched(tmp_path, submission("w8a8_arena_fifo"))
+    assert correctness(result) == 4 and time.monotonic() - started < 120
+
+
+def test_a_worker_that_stops_reading_commands_costs_its_task_only(tmp_path):
+    """Its command pipe full, a harness that wrote without a deadline would block forever."""
+    sub = tmp_path / "submission"
+    sub.mkdir()
+    (sub / "w8a8.py").write_text(submission("w8a8_stops_reading_commands"))
+    (sub / "dds.py").write_text((ROOT / "calibration" / "naive" / "dds.py").read_text())
+    started = time.monotonic()
+    result = grade(sub, rubric(timeout_s=20, static=False, tasks=("w8a8", "dds")), seed=5,
+                   tasks=["w8a8", "dds"], log=lambda *_: None)
+    assert time.monotonic() - started < 20 + 120   # the deadline held (dds still ran after it)
+    tasks = {t.task: t for t in result.tasks}
+    assert tasks["w8a8"].score == 0 and tasks["w8a8"].status == "timeout", tasks["w8a8"].summary
+    assert correctness(result, "dds") == 4
+
+
+def test_truncating_what_the_worker_has_open_cannot_kill_the_grader(tmp_path):
+    result = _graded_untouched(tmp_path, submission("w8a8_truncates_arenas"))
+    assert correctness(result) == 4
+
+
+def test_cpu_arenas_are_sealed():
+    from grader.harness.arena import Arena, Plan
+    plan = Plan()
+    plan.tensor(torch.ones(8))
+    arena = Arena(plan, "cpu")
+    with pytest.raises(PermissionError):
+        os.ftruncate(arena.fd, 0)
+    with pytest.raises(PermissionError):
+        os.ftruncate(arena.fd, arena.buf.numel() * 2)
+
+
+def _hidden_rubric(extra_hidden: list):
+    from tests.fakes import rubric_dict
+    data = rubric_dict(tasks=("w8a8",), static=False)
+    data["tests"] = [t for t in data["tests"] if t["kind"] == "correctness"]
+    for name, shape in extra_hidden:
+        data["tests"].append(dict(name=name, task="w8a8", kind="correctness", points=1, shape=shape,
+                                  cpu_shape=shape, hidden=True, visibility="after_due_date"))
+    return parse_rubric(data)
+
+
+def _visible_text(result) -> str:
+    """Everything a student sees before the due date: visible tests' messages, the
+    task summaries and printed output, the notes, and Gradescope's visible output."""
+    from grader.report import gradescope
+    parts = [t.message for t in result.tests if t.visibility == "visible"]
+    parts += [f"{t.summary} {t.log_tail} {t.kernels}" for t in result.tasks] + list(result.notes)
+    gs = gradescope(result)
+    parts += [gs["output"]] + [t["output"] for t in gs["tests"] if t.get("visibility") == "visible"]
+    return "\n".join(parts)
+
+
+def test_what_the_hidden_worker_prints_stays_out_of_visible_reports(tmp_path):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "w8a8.py").write_text(submission("w8a8_prints_shapes"))
+    result = grade(sub, _hidden_rubric([("w8a8/odd", [7, 32, 72])]), seed=8, tasks=["w8a8"],
+                   log=lambda *_: None)
+    visible = _visible_text(result)
+    assert "SHAPE 5 64 96" in visible            # its own prints on visible shapes are shown
+    assert "SHAPE 7 32 72" not in visible
+
+
+def test_how_the_hidden_worker_ended_stays_out_of_visible_reports(tmp_path):
+    from tests.fakes import rubric_dict
+    public = [t["cpu_shape"] for t in rubric_dict(tasks=("w8a8",))["tests"] if t["kind"] == "correctness"]
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "w8a8.py").write_text(submission("w8a8_exit_code_leak", public=public))
+    result = grade(sub, _hidden_rubric([("w8a8/odd", [7, 32, 72])]), seed=8, tasks=["w8a8"],
+                   log=lambda *_: None)
+    hidden = next(t for t in result.tests if t.name == "w8a8/odd")
+    assert "code 72" in hidden.message            # its own message says how it ended
+    assert "code 72" not in _visible_text(result)
+    assert correctness(result) == 4
+
+
+def test_a_product_computed_by_pytorch_ops_gets_nothing(tmp_path):
+    """A K-loop of rank-1 updates in PyTorch arithmetic (no matmul anywhere) and a
+    token Triton copy: the static check cannot see tensor arithmetic, the op
+    record's total can."""
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_torch_k_loop")}, ["w8a8"])
+    assert result.score == 0
+    assert "computed_outside_triton" in [f["kind"] for f in _task(result).flags], _task(result).flags
+
+
+def test_a_zip_member_that_lies_about_its_size_is_read_with_a_cap(tmp_path):
+    """Declares 100 bytes, inflates to 64 MiB: the grader reads no more than its cap."""
+    import zipfile
+    import zlib
+    from grader.submission import MAX_FILE_BYTES, load_submission
+    path = tmp_path / "lying.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("w8a8.py", b"#" * (64 << 20))
+    raw = bytearray(path.read_bytes())
+    # Rewrite the uncompressed size (local header and central directory) to 100 bytes.
+    for sig, offset in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
+        at = raw.index(sig)
+        raw[at + offset:at + offset + 4] = (100).to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+    del zlib
+    sub = load_submission(path)
+    assert "w8a8.py" not in sub.files
+    assert any("w8a8.py could not be read" in p for p in sub.problems), sub.problems
+    assert MAX_FILE_BYTES < 64 << 20
