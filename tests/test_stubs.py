@@ -240,3 +240,16 @@ def test_stub_scaffold_with_a_tutorial_kernel_body_is_correct(task, tmp_path):
         args, _ = problem(task, shape, seed=1)
         check = check_task_output(getattr(module, TASKS[task])(*args), task, args)
         assert check.passed, f"{task} {shape}: {check.message}"
+
+
+def test_a_submission_written_from_the_stubs_and_handout_alone_passes(tmp_path):
+    """tests/fixtures/from_the_handout/: kernels written from the bundle alone get
+    every correctness point on the CPU (and were graded on a GPU: results/)."""
+    from grader.grade import grade
+    from grader.rubric import load_rubric
+
+    result = grade(ROOT / "tests" / "fixtures" / "from_the_handout", load_rubric(), seed=17, device="cpu",
+                   log=lambda *_: None)
+    failed = [(t.name, t.message) for t in result.tests if t.kind == "correctness" and t.status != "passed"]
+    assert not failed, failed
+    assert all(t.status == "ok" for t in result.tasks), [t.summary for t in result.tasks]
