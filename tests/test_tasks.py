@@ -16,6 +16,7 @@ from grader import tasks
 from grader.grade import grade
 from grader.rubric import RubricError, parse_rubric
 from grader.tasks import TASKS, get
+from tests.helpers import HAS_CUDA
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = ROOT / "tests" / "fixtures" / "toy_task"
@@ -78,13 +79,16 @@ def test_a_fourth_task_is_one_module_and_its_rubric_table(toy, tmp_path):
     sub = tmp_path / "submission"
     sub.mkdir()
     shutil.copy(TOY / "toy.py", sub / "toy.py")
-    result = grade(sub, rubric, seed=11, device="cpu", log=lambda *_: None)
+    result = grade(sub, rubric, seed=11, log=lambda *_: None)   # the GPU where there is one
     by_name = {t.name: t for t in result.tests}
     assert by_name["toy/small"].status == "passed" and by_name["toy/zero_rows_scaled"].status == "passed", \
         [t.message for t in result.tests]
-    assert by_name["toy/perf"].status == "not_run" and result.score == 5
     (task,) = result.tasks
     assert task.task == "toy" and task.status == "ok" and task.kernels, task.summary
+    if HAS_CUDA:   # timed against the fp16 baseline, with the toy's own memory floor
+        assert "ratio" in by_name["toy/perf"].details and by_name["toy/perf"].details["memory_floor_ms"] > 0
+        return
+    assert by_name["toy/perf"].status == "not_run" and result.score == 5
     # The CPU run's data-movement table names the toy's own tensors, against its own floor.
     rows = {r["name"]: r for r in task.movement["tensors"]}
     assert set(rows) == {"x", "w", "output"} and rows["w"]["minimum"] == 2 * 64 * 64
