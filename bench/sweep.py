@@ -1,11 +1,14 @@
 """Time every declared config of one kernel on given shapes (GPU; --list runs anywhere).
 
-    python -m bench.sweep w4a16 --shapes 1x4096x4096,256x11008x4096 [--group-size 128]
-    python -m bench.sweep dds --shapes 4096x1024x1024,65536x1024x1024 --density 0.25,1.0
+    python -m bench.sweep w4a16 --shapes 1x4096x4096,256x11008x4096 [--option group_size=128]
+    python -m bench.sweep dds --shapes 4096x1024x1024,65536x1024x1024 --option density=0.25,1.0
     python -m bench.sweep w8a8 --shapes 16x4096x4096 --configs '16x*' --json sweep.json
     python -m bench.sweep w8a8 --shapes 200x4096x4096 --list    # the space and today's choice, no timing
 
-The search space is the kernel file's CONFIGS (solutions/<task>.py), or the
+The tasks, their inputs and their case options come from the task registry
+(grader/tasks/): ``--option NAME=V[,V...]`` sets any option of the task, and
+each combination of the values given is a case. The search space is the
+kernel file's CONFIGS (solutions/<its file>), or the
 configs there whose names match --configs (fnmatch patterns, comma-separated).
 Each is forced in turn through the file's FORCE_CONFIG, checked against the
 grader's reference on its first call, and timed with the benchmark's clock
@@ -23,13 +26,15 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import importlib
+import itertools
 import json
 import sys
+from pathlib import Path
 
 import torch
 from tabulate import tabulate
 
-TASKS = ("w8a8", "w4a16", "dds")
+from grader.tasks import TASKS, get
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, int]]:
@@ -43,9 +48,32 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     return shapes
 
 
+def solution(task: str):
+    """The reference kernel file of ``task`` (solutions/<its file>), as a module."""
+    return importlib.import_module(f"solutions.{Path(get(task).file).stem}")
+
+
+def parse_options(task: str, items: list[str]) -> dict[str, list]:
+    """["density=0.25,1.0"] -> {"density": [0.25, 1.0]}, each value checked against the task's option."""
+    spec, out = get(task), {}
+    for item in items:
+        name, _, values = item.partition("=")
+        option = spec.options.get(name.strip())
+        if option is None or not values:
+            raise SystemExit(f"--option {item!r}: expected NAME=V[,V...] with NAME one of "
+                             f"{', '.join(spec.options)} ({task})")
+        cast = {"int": int, "number": float, "bool": lambda v: v.lower() in ("1", "true", "yes"),
+                "choice": str}[option.kind]
+        try:
+            out[name.strip()] = [cast(v.strip()) for v in values.split(",")]
+        except ValueError:
+            raise SystemExit(f"--option {item!r}: {name} takes {option.kind} values") from None
+    return out
+
+
 def space(task: str, patterns: str | None = None) -> dict:
     """name -> triton.Config: the task's declared configs, or those matching ``patterns``."""
-    configs = importlib.import_module(f"solutions.{task}").CONFIGS
+    configs = solution(task).CONFIGS
     if not patterns:
         return dict(configs)
     wanted = [p.strip() for p in patterns.split(",") if p.strip()]
@@ -55,17 +83,21 @@ def space(task: str, patterns: str | None = None) -> dict:
     return chosen
 
 
-def cases(task: str, shapes, density: list[float], group_size: int | None) -> list[tuple[tuple, dict]]:
-    """(shape, case options) to sweep: DDS once per density, W4A16 with the group size given."""
-    if task == "dds":
-        return [(s, {"density": d}) for s in shapes for d in density]
-    return [(s, {"group_size": group_size} if task == "w4a16" and group_size else {}) for s in shapes]
+def cases(task: str, shapes, options: dict[str, list]) -> list[tuple[tuple, dict]]:
+    """(shape, case options) to sweep: every shape with every combination of the options' values."""
+    names = list(options)
+    combos = [dict(zip(names, values)) for values in itertools.product(*(options[n] for n in names))]
+    return [(s, combo) for s in shapes for combo in combos]
 
 
-def choice(task: str, shape, nnz_blocks: int | None = None) -> str:
-    """The name of the config the kernel file picks today (DDS: for ``nnz_blocks`` stored blocks)."""
-    module = importlib.import_module(f"solutions.{task}")
-    return module._select_config(*shape, nnz_blocks) if task == "dds" else module._select_config(*shape)
+def _stored_blocks(args) -> list[int]:
+    """The number of stored blocks of each sparse (BSR) argument: a selection input."""
+    return [a.values().shape[0] for a in args if getattr(a, "layout", None) == torch.sparse_bsr]
+
+
+def choice(task: str, shape, args) -> str:
+    """The name of the config the kernel file picks today for these arguments."""
+    return solution(task)._select_config(*shape, *_stored_blocks(args))
 
 
 def describe(cfg) -> str:
@@ -78,17 +110,15 @@ def sweep_case(task: str, shape, options: dict, configs: dict, reps: int = 30, d
                clock=None) -> dict:
     """Time each config on one case; the record that --json writes. ``clock(fn, reps)``
     is the benchmark's (median_ms) unless given (the tests run this in the interpreter)."""
-    from bench.problems import problem
     from grader.compare import check_task_output, reference_and_slack
 
     if clock is None:
         from grader.harness.timing import median_ms as clock
-    module = importlib.import_module(f"solutions.{task}")
-    entry = getattr(module, f"{task}_mm")
-    *args, w = problem(task, shape, device=device, **options)
-    x = args[0]
-    nnz = args[1].values().shape[0] if task == "dds" else None
-    record = dict(task=task, shape=list(shape), options=options, selected=choice(task, shape, nnz),
+    module = solution(task)
+    entry = getattr(module, get(task).entry)
+    args, extras = get(task).make_inputs(shape, options, int(torch.randint(2**31 - 1, ())), device)
+    x, w = args[0], extras["weight"]
+    record = dict(task=task, shape=list(shape), options=options, selected=choice(task, shape, args),
                   fp16_ms=clock(lambda: x @ w.t(), reps=reps), configs=[])
     ref_slack = reference_and_slack(task, args)
     for name, cfg in configs.items():
@@ -134,23 +164,24 @@ def table(record: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("task", choices=TASKS)
+    ap.add_argument("task", choices=list(TASKS))
     ap.add_argument("--shapes", type=parse_shapes, required=True, help="MxNxK[,MxNxK...]")
-    ap.add_argument("--density", default="0.25", help="DDS: block densities, comma-separated (default 0.25)")
-    ap.add_argument("--group-size", type=int, default=None, help="W4A16: group size (default: one scale per channel)")
+    ap.add_argument("--option", action="append", default=[], metavar="NAME=V[,V...]",
+                    help="a case option of the task (grader/tasks/), e.g. density=0.25,1.0 or group_size=128")
     ap.add_argument("--configs", default=None, help="fnmatch patterns of config names, comma-separated (default: all)")
     ap.add_argument("--reps", type=int, default=30, help="timed calls per config (median)")
     ap.add_argument("--json", default=None, help="also write every number to this file")
     ap.add_argument("--list", action="store_true", help="list the configs and today's choice per shape; time nothing")
     args = ap.parse_args(argv)
     configs = space(args.task, args.configs)
-    todo = cases(args.task, args.shapes, [float(d) for d in args.density.split(",")], args.group_size)
+    todo = cases(args.task, args.shapes, parse_options(args.task, args.option))
     if args.list:
         for name, cfg in configs.items():
             print(f"{name}: {describe(cfg)}")
         for shape, options in todo:
-            nnz = round(options["density"] * (shape[1] // 32) * (shape[2] // 32)) if args.task == "dds" else None
-            print(_label(dict(task=args.task, shape=list(shape), options=options)) + f": {choice(args.task, shape, nnz)}")
+            inputs, _ = get(args.task).make_inputs(shape, options, 0, "cpu")
+            print(_label(dict(task=args.task, shape=list(shape), options=options))
+                  + f": {choice(args.task, shape, inputs)}")
         return 0
     if not torch.cuda.is_available():
         print("bench.sweep times on a CUDA GPU (none found); --list shows the configs without one.")

@@ -25,10 +25,18 @@ def test_space_is_the_declared_configs_or_those_matching():
 
 def test_cases_and_shapes():
     assert sweep.parse_shapes("1x4096x4096, 256X11008x4096") == [(1, 4096, 4096), (256, 11008, 4096)]
-    assert sweep.cases("dds", [(1, 64, 64)], [0.25, 1.0], None) == [((1, 64, 64), {"density": 0.25}),
-                                                                    ((1, 64, 64), {"density": 1.0})]
-    assert sweep.cases("w4a16", [(1, 64, 64)], [0.25], 32) == [((1, 64, 64), {"group_size": 32})]
-    assert sweep.cases("w8a8", [(1, 64, 64)], [0.25], 32) == [((1, 64, 64), {})]
+    density = sweep.parse_options("dds", ["density=0.25,1.0"])
+    assert sweep.cases("dds", [(1, 64, 64)], density) == [((1, 64, 64), {"density": 0.25}),
+                                                          ((1, 64, 64), {"density": 1.0})]
+    both = sweep.parse_options("dds", ["density=0.5", "index_dtype=int32,int64"])
+    assert [o for _, o in sweep.cases("dds", [(1, 64, 64)], both)] == [
+        {"density": 0.5, "index_dtype": "int32"}, {"density": 0.5, "index_dtype": "int64"}]
+    assert sweep.cases("w4a16", [(1, 64, 64)], sweep.parse_options("w4a16", ["group_size=32"])) == \
+        [((1, 64, 64), {"group_size": 32})]
+    assert sweep.cases("w8a8", [(1, 64, 64)], {}) == [((1, 64, 64), {})]
+    for task, bad in (("w8a8", "density=0.5"), ("w8a8", "ties"), ("dds", "empty_rows=two")):
+        with pytest.raises(SystemExit, match="--option"):   # not its option; no value; not an int
+            sweep.parse_options(task, [bad])
 
 
 @pytest.mark.parametrize("task,shape,options", [("w4a16", (5, 40, 64), {"group_size": 32}),

@@ -93,6 +93,15 @@ class Task:
     column_scale_hint: str = "scale"  # what a per-column factor points at ("weight scale")
     scale_section: str | None = None  # handout section for a wrong scale (None: handout_section)
 
+    # For the benchmark (bench/bench.py), not the grader: the cases it times,
+    # ((M, N, K), options, in the --quick subset), the type its product runs in
+    # on the tensor cores (the util column's peak), and library implementations
+    # of the same product to time next to the reference: name -> (args, extras)
+    # -> a thunk (one that raises where this PyTorch lacks the op).
+    bench_cases: tuple = ()
+    mma_dtype: str = "fp16"
+    anchors: Mapping[str, Callable] = field(default_factory=dict)
+
     def defaults(self, options: Mapping) -> dict:
         """``options`` with every unset option at its default."""
         return {**{k: o.default for k, o in self.options.items()}, **options}

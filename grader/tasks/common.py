@@ -34,6 +34,13 @@ def row_scale(t: torch.Tensor, qmax: int) -> torch.Tensor:
     return (t.abs().amax(dim=1, keepdim=True).float() / qmax).clamp_min(1e-8)
 
 
+# The benchmark's cases of the two quantized tasks: decode to prefill M on a
+# 7B model's attention and MLP layers ([N, K]); --quick times three M on the first.
+LLAMA_LAYERS = ((4096, 4096), (11008, 4096), (4096, 11008))
+QUANT_BENCH_CASES = tuple(((M, N, K), {}, M in (1, 16, 4096) and (N, K) == LLAMA_LAYERS[0])
+                          for N, K in LLAMA_LAYERS for M in (1, 4, 16, 64, 256, 1024, 4096))
+
+
 # A diagnosis hypothesis "the kernel computed pred" holds when every element is
 # this close to pred, in units of the task's tolerance: a buggy kernel's own
 # fp16 and accumulation rounding, nothing more.

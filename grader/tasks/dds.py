@@ -138,6 +138,19 @@ def _transposed_blocks(f):
     return None
 
 
+# ---------------------------------------------------------------- the benchmark
+
+def _torch_bsr(args, extras):
+    """PyTorch's own BSR product, F.linear on the sparse weight."""
+    x, bsr = args
+
+    def run():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.nn.functional.linear(x, bsr)
+    return run
+
+
 TASK = Task(
     name="dds", file="dds.py", entry="dds_mm", title="DDS (SparseLinear -> dds_mm)",
     handout_section="Task 3: DDS",
@@ -163,4 +176,7 @@ TASK = Task(
                 "specific": (_transposed_blocks,),
                 "late": (lambda f: _empty_block_rows(f, strict=False), _block_loop_tail)},
     ragged_k=False,   # K is a multiple of the block: no K tail to mask
+    bench_cases=tuple(((M, 1024, 1024), {"density": d}, M == 4096 and d == 0.25)
+                      for d in (0.05, 0.25, 0.5, 1.0) for M in (16, 256, 4096, 16384, 65536)),
+    anchors={"torch_bsr": _torch_bsr},
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .base import Option, Task
-from .common import ZERO_ROWS, activations, matches, refresh_x
+from .common import QUANT_BENCH_CASES, ZERO_ROWS, activations, matches, refresh_x
 
 
 def pack_int4(q: torch.Tensor) -> torch.Tensor:
@@ -103,6 +103,21 @@ def _misread_weight(f):
     return None
 
 
+# ---------------------------------------------------------------- the benchmark
+
+def _tinygemm(args, extras):
+    """torch._weight_int4pack_mm (bf16 activations, groups of 128) on the same weight."""
+    x, w = args[0], extras["weight"]
+    N, K = w.shape
+    g = w.float().reshape(N, K // 128, 128)
+    scale = (g.abs().amax(2, keepdim=True) / 7).clamp_min(1e-8)
+    q = (torch.clamp(torch.round(g / scale), -8, 7) + 8).to(torch.int32).reshape(N, K)
+    packed = torch._convert_weight_to_int4pack((q[:, 1::2] << 4 | q[:, ::2]).to(torch.uint8), 8)
+    sz = torch.stack([scale.squeeze(2).t(), torch.zeros_like(scale.squeeze(2).t())], 2).to(torch.bfloat16)
+    xb = x.to(torch.bfloat16)
+    return lambda: torch._weight_int4pack_mm(xb, packed, 128, sz.contiguous())
+
+
 TASK = Task(
     name="w4a16", file="w4a16.py", entry="w4a16_mm", title="W4A16 (QuantLinear_w4a16 -> w4a16_mm)",
     handout_section="Task 2: W4A16",
@@ -126,4 +141,6 @@ TASK = Task(
     },
     signatures={"specific": (_misread_weight,)},
     column_scale_hint="scale's index or group",
+    bench_cases=QUANT_BENCH_CASES,
+    anchors={"int4pack_mm": _tinygemm},
 )

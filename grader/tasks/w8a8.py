@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .base import Option, Task
-from .common import ZERO_ROWS, activations, matches, refresh_x, row_scale
+from .common import QUANT_BENCH_CASES, ZERO_ROWS, activations, matches, refresh_x, row_scale
 
 
 def build_inputs(M, N, K, g, zero_rows, ties):
@@ -108,6 +108,33 @@ def _missing_scale(f):
     return None
 
 
+# ---------------------------------------------------------------- the benchmark
+
+def _int_mm_padded(xq, wq_t):
+    M = xq.shape[0]
+    if M <= 16:  # torch._int_mm wants M > 16
+        xq = torch.nn.functional.pad(xq, (0, 0, 0, 32 - M))
+    return torch._int_mm(xq, wq_t)
+
+
+def _int_mm(args, extras):
+    """torch._int_mm on activations quantized beforehand: the int8 product alone."""
+    x, wt, sx, _ = args
+    xq = torch.clamp(torch.round(x.float() / sx), -128, 127).to(torch.int8)
+    return lambda: _int_mm_padded(xq, wt)
+
+
+def _eager_int8(args, extras):
+    """The whole layer in PyTorch: quantize, torch._int_mm, scale."""
+    x, wt, sx, sw = args
+    M = x.shape[0]
+
+    def run():
+        q = torch.clamp(torch.round(x.float() / sx), -128, 127).to(torch.int8)
+        return (_int_mm_padded(q, wt)[:M].float() * sx * sw.t()).half()
+    return run
+
+
 TASK = Task(
     name="w8a8", file="w8a8.py", entry="w8a8_mm", title="W8A8 (QuantizedLinear_w8a8 -> w8a8_mm)",
     handout_section="Task 1: W8A8",
@@ -128,4 +155,5 @@ TASK = Task(
     },
     signatures={"specific": (_rounding, _missing_scale)},
     column_scale_hint="weight scale", scale_section="2. Quantization in one page",
+    bench_cases=QUANT_BENCH_CASES, mma_dtype="int8", anchors={"int_mm": _int_mm, "eager_int8": _eager_int8},
 )
