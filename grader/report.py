@@ -146,7 +146,11 @@ def markdown(result: GradeResult, error: str | None = None) -> str:
     if not error:
         versions = ", ".join(f"{md_inline(k, 40)} {md_inline(v, 80)}" for k, v in result.versions.items() if v)
         reproduce = f"make grade SUBMISSION={shlex.quote(one_line(result.submission))} SEED={result.seed}"
-        md += [f"- Device: {md_inline(result.gpu or 'CPU (Triton interpreter)', 100)}; {versions}",
+        md += [f"- Device: {md_inline(result.gpu or 'CPU (Triton interpreter)', 100)}; {versions}"]
+        if result.gpu and result.calibrated_on:
+            md.append("- Performance thresholds calibrated on: "
+                      + "; ".join(md_inline(c, 100) for c in result.calibrated_on[:10]))
+        md += [
                f"- Graded: {md_inline(result.started, 40)} in {result.seconds:g} s",
                f"- Seed: `{result.seed}` (reproduce: {md_code(reproduce, 2 * INLINE_CHARS)})"]
     md.append("")

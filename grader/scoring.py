@@ -76,6 +76,7 @@ class GradeResult:
     hidden_points: float = 0.0   # correctness points of the graded tasks' hidden tests not in this rubric
     rubric_hash: str = ""        # sha256 of the rubric file, first 12 hex digits: reports of another rubric stand out
     gradescope_performance: str = "omit"   # results.json: "omit" or "informational" performance tests not run
+    calibrated_on: list = field(default_factory=list)   # the rubric's: GPUs its thresholds were placed on
 
 
 def points_lines(result: GradeResult) -> list[str]:
@@ -166,4 +167,5 @@ def score(judgment, runs, rubric: Rubric, **header) -> GradeResult:
         max_score_all_tests=everything, partial=ran < everything,
         hidden_points=sum(rubric.tasks[name].hidden_points for name in runs.tasks),
         rubric_hash=rubric.hash, gradescope_performance=rubric.settings.gradescope_performance,
+        calibrated_on=list(rubric.settings.calibrated_on),
         tasks=tasks, tests=tests, **header)

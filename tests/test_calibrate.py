@@ -346,6 +346,9 @@ def test_reports_carry_the_warning_on_another_gpu(tmp_path, monkeypatch, gpu, wa
     if warned:
         assert found[0] in (out / "report.md").read_text()
         assert f"note: {found[0]}" in terminal_table(result)
+    # A GPU report always says where its thresholds were placed; a CPU report has none to state.
+    said = "Performance thresholds calibrated on: NVIDIA H200, 2026-11-22" in (out / "report.md").read_text()
+    assert said == bool(gpu)
 
 
 def test_calibrated_on_is_checked_strictly():
