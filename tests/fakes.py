@@ -99,3 +99,20 @@ def by_name(result) -> dict:
 def correctness(result, task: str | None = None) -> float:
     """Correctness points only: performance points exist only on a GPU."""
     return sum(t.score for t in result.tests if t.kind == "correctness" and task in (None, t.task))
+
+
+def install_fake_grade(tmp_path: Path, monkeypatch, source: str, folder: str) -> Path:
+    """Make the batch run ``source`` (a script, ROOT defined for it) as its grade
+    command: argv = submission, report folder, and a folder of its own, returned."""
+    import sys
+
+    from grader import batch
+
+    script = tmp_path / "fake_grade.py"
+    script.write_text(f"ROOT = {str(ROOT)!r}\n" + source)
+    own = tmp_path / folder
+    own.mkdir()
+    monkeypatch.setattr(batch, "grade_command",
+                        lambda path, reports, rubric: [sys.executable, str(script), str(path), str(reports), str(own)])
+    return own
+

@@ -20,7 +20,7 @@ import pytest
 from grader import batch
 from grader.batch import find_entries, load_report, run_batch, student_id, write_class_files
 from grader.rubric import load_rubric
-from tests.fakes import ROOT, SOLUTION, rubric_toml, submission
+from tests.fakes import ROOT, SOLUTION, install_fake_grade, rubric_toml, submission
 from tests.helpers import HAS_CUDA
 
 # ---------------------------------------------------------------------------- a fake grade command
@@ -93,12 +93,7 @@ elif mode == "badjson":
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     """Install FAKE_GRADE as the grade command; returns (rubric, pid folder)."""
-    script = tmp_path / "fake_grade.py"
-    script.write_text(f"ROOT = {str(ROOT)!r}\n" + FAKE_GRADE)
-    pids = tmp_path / "pids"
-    pids.mkdir()
-    monkeypatch.setattr(batch, "grade_command",
-                        lambda path, reports, rubric: [sys.executable, str(script), str(path), str(reports), str(pids)])
+    pids = install_fake_grade(tmp_path, monkeypatch, FAKE_GRADE, "pids")
     rubric_path = tmp_path / "rubric.toml"
     rubric_path.write_text(rubric_toml(tasks=("w8a8",)))
     return load_rubric(rubric_path), pids

@@ -27,6 +27,7 @@ from grader.cli import main
 from grader.lms import gradebook, layouts, roster
 from grader.lms.csvio import CsvError
 from grader.rubric import DEFAULT_RUBRIC, load_rubric
+from tests.fakes import install_fake_grade
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = Path(__file__).parent / "fixtures" / "lms"
@@ -95,13 +96,7 @@ gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "none")
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     """The fake grade command; returns (rubric, log folder)."""
-    script = tmp_path / "fake_grade.py"
-    script.write_text(f"ROOT = {str(ROOT)!r}\n" + FAKE_GRADE)
-    log = tmp_path / "log"
-    log.mkdir()
-    monkeypatch.setattr(batch, "grade_command",
-                        lambda path, reports, rubric: [sys.executable, str(script), str(path), str(reports), str(log)])
-    return load_rubric(DEFAULT_RUBRIC), log
+    return load_rubric(DEFAULT_RUBRIC), install_fake_grade(tmp_path, monkeypatch, FAKE_GRADE, "log")
 
 
 def _sample(tmp_path: Path, name: str) -> Path:
