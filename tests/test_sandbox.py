@@ -274,7 +274,7 @@ def test_nothing_survives_kill_after_timeout(b, task, token, how):
     jail = Jail(scratch=task / "scratch", env={"PATH": "/usr/bin:/bin"})
     code = _escape_code(how, token, "import time; time.sleep(120)")
     p = spawn([_python(b), "-c", code, token], jail, stdout=subprocess.DEVNULL, backend_=b)
-    deadline = time.monotonic() + 30      # Python's start-up on a loaded machine
+    deadline = time.monotonic() + 90      # Python's start-up on a loaded machine (CI: 2 cores, -n 2)
     while len(_survivors(token)) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(_survivors(token)) >= 2, "the escape did not start"
