@@ -19,7 +19,7 @@ import torch
 import triton
 
 from .harness import sandbox
-from .harness.run import case_seed, run_tasks  # noqa: F401  (case_seed: the seeds' one home, for tools)
+from .harness.run import run_tasks
 from .judge import judge
 from .rubric import CALIBRATION, Rubric
 from .scoring import GradeResult, score

@@ -24,7 +24,7 @@ from grader.rubric import RubricError, load_rubric, parse_rubric
 from grader.scoring import TaskResult
 from grader.submission import ROOT, TRUSTED_FILES
 from grader.worker.movement import Movement, tensor_range
-from tests.fakes import SOLUTION, grade_files, rubric_dict, submission
+from tests.fakes import SOLUTION, rubric_dict, submission
 from tests.helpers import HAS_CUDA
 
 pytestmark = pytest.mark.skipif(HAS_CUDA, reason="counts are taken in the CPU interpreter")

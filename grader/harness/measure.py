@@ -211,7 +211,7 @@ def _first_wrong(arena, batch, sets, private, task, shape, act) -> str:
     The calls that share a weight set are checked together: their activations
     stacked make one reference product, and their outputs stacked one check.
     """
-    nsets, M = len(sets), shape[0]
+    nsets = len(sets)
     for r in range(nsets):
         calls = list(range(r, len(batch), nsets))
         args = list(sets[r][0])
