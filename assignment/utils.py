@@ -11,14 +11,19 @@ BSR_BLOCK = 32
 # Scales are clamped away from zero so that an all-zero row or channel
 # quantizes to zeros instead of 0 / 0 = NaN.
 SCALE_EPS = 1e-8
+# The dtypes w8a8_mm accepts for its scales.
+SCALE_DTYPES = (torch.float32, torch.float16)
 
 
-def check_tensor(t, name: str, dtype: torch.dtype, ndim: int) -> None:
-    """Raise ValueError unless ``t`` is a tensor of ``dtype`` with ``ndim`` dims."""
+def check_tensor(t, name: str, dtype: "torch.dtype | tuple[torch.dtype, ...]", ndim: int) -> None:
+    """Raise ValueError unless ``t`` is a tensor of ``dtype`` (or of one of the
+    dtypes of a tuple) with ``ndim`` dims."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != dtype:
-        raise ValueError(f"{name}: expected dtype {dtype}, got {t.dtype}")
+    allowed = dtype if isinstance(dtype, tuple) else (dtype,)
+    if t.dtype not in allowed:
+        expected = " or ".join(str(d) for d in allowed)
+        raise ValueError(f"{name}: expected dtype {expected}, got {t.dtype}")
     if t.dim() != ndim:
         raise ValueError(
             f"{name}: expected a {ndim}-D tensor, got shape {tuple(t.shape)}"
@@ -45,8 +50,10 @@ def check_w8a8_inputs(x, qweight_t, input_scale, weight_scale) -> tuple[int, int
     """Validate the ``w8a8_mm`` contract; return (M, N, K)."""
     check_tensor(x, "x", torch.float16, 2)
     check_tensor(qweight_t, "qweight_t", torch.int8, 2)
-    check_tensor(input_scale, "input_scale", torch.float32, 2)
-    check_tensor(weight_scale, "weight_scale", torch.float32, 2)
+    # The scales may come in fp16 (the course's own layers compute them so);
+    # the wrapper converts them to fp32 once, and the arithmetic is fp32.
+    check_tensor(input_scale, "input_scale", SCALE_DTYPES, 2)
+    check_tensor(weight_scale, "weight_scale", SCALE_DTYPES, 2)
     M, K = x.shape
     if qweight_t.shape[0] != K:
         raise ValueError(

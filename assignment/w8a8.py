@@ -80,8 +80,11 @@ def w8a8_mm(
         x: [M, K] float16, contiguous activations.
         qweight_t: [K, N] int8, the transposed view ``qweight.t()`` of the
             [N, K] int8 weight (strides (1, K)); may be non-contiguous.
-        input_scale: [M, 1] float32 per-token scale.
-        weight_scale: [N, 1] float32 per-output-channel scale.
+        input_scale: [M, 1] float32 or float16 per-token scale.
+        weight_scale: [N, 1] float32 or float16 per-output-channel scale.
+            Either scale may be fp16 (the course's own layers compute them
+            so); the wrapper converts both to float32 once, and the
+            arithmetic is float32.
 
     Returns:
         y: [M, N] float16, ``y[m, n] = input_scale[m] * weight_scale[n] *
@@ -93,7 +96,9 @@ def w8a8_mm(
     """
     M, N, K = check_w8a8_inputs(x, qweight_t, input_scale, weight_scale)
     x = x.contiguous()
-    input_scale, weight_scale = input_scale.contiguous(), weight_scale.contiguous()
+    # The kernel reads float32 scales: convert fp16 ones once, here.
+    input_scale = input_scale.to(torch.float32).contiguous()
+    weight_scale = weight_scale.to(torch.float32).contiguous()
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
 
     # A first tile shape that works; choosing a better one is part of the task

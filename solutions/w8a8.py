@@ -309,8 +309,11 @@ def w8a8_mm(
         x: [M, K] float16, contiguous activations.
         qweight_t: [K, N] int8, the transposed view ``qweight.t()`` of the
             [N, K] int8 weight (strides (1, K)); may be non-contiguous.
-        input_scale: [M, 1] float32 per-token scale.
-        weight_scale: [N, 1] float32 per-output-channel scale.
+        input_scale: [M, 1] float32 or float16 per-token scale.
+        weight_scale: [N, 1] float32 or float16 per-output-channel scale.
+            Either scale may be fp16 (the course's own layers compute them
+            so); the wrapper converts both to float32 once, and the
+            arithmetic is float32.
 
     Returns:
         y: [M, N] float16, ``y[m, n] = input_scale[m] * weight_scale[n] *
@@ -325,4 +328,7 @@ def w8a8_mm(
         return torch.empty((0, N), device=x.device, dtype=torch.float16)
     x = x.contiguous()
     cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K)]
-    return _launch(x, qweight_t, input_scale.contiguous(), weight_scale.contiguous(), cfg)
+    # The kernels read float32 scales: fp16 ones (the course's layers) are converted once, here.
+    input_scale = input_scale.to(torch.float32).contiguous()
+    weight_scale = weight_scale.to(torch.float32).contiguous()
+    return _launch(x, qweight_t, input_scale, weight_scale, cfg)

@@ -67,7 +67,8 @@ def test_kernel_files_use_only_the_students_utils(folder):
     utils = ROOT / "assignment" / "utils.py"
     tree = ast.parse(utils.read_text())
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in ast.walk(n) if isinstance(t, ast.Name)}
+    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for target in n.targets
+                for t in ast.walk(target) if isinstance(t, ast.Name)}
     for name in KERNEL_FILES:
         used = _utils_imports(ROOT / folder / name)
         assert used and used <= defined, f"{folder}/{name} imports {used - defined} from .utils"

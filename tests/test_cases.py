@@ -47,6 +47,9 @@ def _properties(spec, shape, args) -> dict[str, bool]:
         props["values past the int8 range (clamping)"] = bool((t.abs() > 127.5).any())
         props["power-of-two scales (ties must round half to even)"] = bool(
             (torch.frexp(args[2]).mantissa == 0.5).all())
+    if "fp16_scales" in case:
+        props["both scales float16, none of them 0"] = all(
+            s.dtype == torch.float16 and bool((s > 0).all()) for s in args[2:4])
     if "group" in case:
         props["at least two groups along K"] = args[2].shape[0] >= 2
     if spec.task == "dds":
@@ -73,3 +76,14 @@ def test_case_has_its_property(spec, where, shape):
     assert props, f"{spec.name}: no property known for this case name; add one to this test"
     failed = [p for p, ok in props.items() if not ok]
     assert not failed, f"{spec.name} on its {where} shape {list(shape)} lacks: {failed}"
+
+
+def test_w8a8_cases_call_the_kernel_with_both_scale_dtypes():
+    """The contract takes fp32 or fp16 scales (the course's own layers compute fp16
+    ones): the graded cases give the kernel each, both scales of a call alike."""
+    seen = set()
+    for spec in RUBRIC.tests_for("w8a8", "correctness"):
+        args, _ = make_inputs("w8a8", spec.cpu_shape, spec.options, seed=7, device="cpu")
+        assert args[2].dtype == args[3].dtype, spec.name
+        seen.add(args[2].dtype)
+    assert seen == {torch.float32, torch.float16}

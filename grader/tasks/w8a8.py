@@ -15,28 +15,39 @@ from .base import Option, Task
 from .common import QUANT_BENCH_CASES, ZERO_ROWS, activations, matches, refresh_x, row_scale
 
 
-def build_inputs(M, N, K, g, zero_rows, ties):
+def _scale(t: torch.Tensor, dtype: str) -> torch.Tensor:
+    """The per-row scale of ``t`` in ``dtype``, never 0 there (1e-8 underflows in fp16)."""
+    s = row_scale(t, 127).to(getattr(torch, dtype))
+    return s.clamp_min(torch.finfo(s.dtype).tiny)
+
+
+def build_inputs(M, N, K, g, zero_rows, ties, scale_dtype):
     w = torch.randn(N, K, generator=g).to(torch.float16)
-    weight_scale = row_scale(w, 127)
-    qweight = torch.clamp(torch.round(w.float() / weight_scale), -128, 127).to(torch.int8)
+    weight_scale = _scale(w, scale_dtype)
+    # Quantized with the scale the kernel gets, as a layer that keeps fp16 scales does.
+    qweight = torch.clamp(torch.round(w.float() / weight_scale.float()), -128, 127).to(torch.int8)
     if ties:
         # x / scale = k + 0.5 exactly: round-half-to-even and clamping are visible.
-        input_scale = torch.full((M, 1), 0.25)
+        input_scale = torch.full((M, 1), 0.25, dtype=getattr(torch, scale_dtype))
         x = ((torch.randint(-140, 140, (M, K), generator=g) + 0.5) * 0.25).to(torch.float16)
     else:
         x = activations(M, K, zero_rows, g)
-        input_scale = row_scale(x, 127)
+        input_scale = _scale(x, scale_dtype)
     # The kernel gets the transposed view of the [N, K] weight, strides (1, K).
     return (x, qweight.t(), input_scale, weight_scale), {"weight": w}
 
 
 def refresh_activations(args: dict, g: torch.Generator) -> None:
     refresh_x(args, g)
-    args[2].copy_(row_scale(args[0], 127))   # the per-token scale follows its new row
+    s = args[2]   # the per-token scale follows its new row, in its own dtype
+    s.copy_(_scale(args[0], str(s.dtype).removeprefix("torch.")))
 
 
 def reference(x, qweight_t, input_scale, weight_scale) -> torch.Tensor:
-    """fp16 [M, N], bit-exact: int32-exact accumulation, then acc * s_x * s_w in fp32."""
+    """fp16 [M, N], bit-exact: int32-exact accumulation, then acc * s_x * s_w in fp32.
+
+    fp16 scales are converted to fp32 first, as the kernel's wrapper does."""
+    input_scale, weight_scale = input_scale.float(), weight_scale.float()
     xq = torch.clamp(torch.round(x.float() / input_scale), -128, 127)
     acc = xq.double() @ qweight_t.double()  # exact: |acc| < 2**53
     return (acc.float() * input_scale * weight_scale.t()).to(torch.float16)
@@ -53,7 +64,7 @@ def rounding_slack(x, qweight_t, input_scale, weight_scale, ulps: int = 4) -> to
     division is exact and a tie must round half to even (the ``ties`` case is
     built that way).
     """
-    t = x.float() / input_scale
+    t = x.float() / input_scale.float()
     boundary = torch.floor(t) + 0.5
     ulp = torch.finfo(torch.float32).eps * t.abs().clamp_min(1.0)
     exact_scale = torch.frexp(input_scale.float()).mantissa == 0.5  # [M, 1]: s = 2^e
@@ -64,7 +75,8 @@ def rounding_slack(x, qweight_t, input_scale, weight_scale, ulps: int = 4) -> to
 
 def floor_parts(shape, options) -> dict[str, int]:
     M, N, K = shape
-    return {"x": 2 * M * K, "qweight_t": N * K, "input_scale": 4 * M, "weight_scale": 4 * N,
+    scale = 2 if options["scale_dtype"] == "float16" else 4
+    return {"x": 2 * M * K, "qweight_t": N * K, "input_scale": scale * M, "weight_scale": scale * N,
             "output": 2 * M * N}
 
 
@@ -78,7 +90,7 @@ def dot_flops(shape, options) -> int:
 def _rounding(f):
     """Errors that only the elements of x at exact ties, or outside the int8 range, can explain."""
     x, qweight_t, input_scale, weight_scale = f.args
-    t = x.float() / input_scale
+    t = x.float() / input_scale.float()
     wq = qweight_t.double().abs()
     scale = input_scale.double() * weight_scale.double().t()
     failing = f.bad & f.finite
@@ -140,7 +152,9 @@ TASK = Task(
     handout_section="Task 1: W8A8",
     arg_names=("x", "qweight_t", "input_scale", "weight_scale"), activation_args=(0, 2),
     options={"zero_rows": ZERO_ROWS,
-             "ties": Option("bool", default=False, help="x / scale lands exactly on k + 0.5")},
+             "ties": Option("bool", default=False, help="x / scale lands exactly on k + 0.5"),
+             "scale_dtype": Option("choice", None, ("float32", "float16"), "float32",
+                                   "dtype of both scales (the course's own layers compute them in fp16)")},
     build_inputs=build_inputs, refresh_activations=refresh_activations,
     # W8A8 accumulates exactly, so only the fp16 rounding of the result can
     # differ: one fp16 ulp is <= 2**-10 relative.

@@ -54,6 +54,7 @@ def w8a8_mm(
     Shapes, dtypes and errors: the docstring in assignment/w8a8.py.
     """
     M, N, K = check_w8a8_inputs(x, qweight_t, input_scale, weight_scale)
+    input_scale, weight_scale = input_scale.to(torch.float32), weight_scale.to(torch.float32)
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     grid = (triton.cdiv(M, 64), triton.cdiv(N, 64))
     _w8a8_kernel[grid](x, qweight_t, input_scale, weight_scale, y, M, N, K,
