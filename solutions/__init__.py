@@ -1,9 +1,9 @@
 """The reference solutions: the three kernel files, complete, as a submission holds them.
 
-layers.py and utils.py are assignment's own: this package's path ends with
-assignment/, so ``solutions.layers`` and ``solutions.utils`` are those files
-loaded as modules of this package, and their relative imports (``.w8a8``,
-``.utils``) reach the kernels here. The grader, which stages one kernel file
+layers.py, utils.py and course_compat.py are assignment's own: this package's
+path ends with assignment/, so ``solutions.layers``, ``solutions.utils`` and
+``solutions.course_compat`` are those files loaded as modules of this package,
+and their relative imports (``.w8a8``, ``.utils``) reach the kernels here. The grader, which stages one kernel file
 per task next to its own utils.py, reads only the kernel files."""
 
 from pathlib import Path

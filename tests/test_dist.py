@@ -92,7 +92,8 @@ def test_no_hidden_tests_or_project_files(bundle):
     for path in ("tests", "bench", ".ci", "MAINTAINING.md", "docs"):
         assert not (bundle / path).exists(), f"{path} must not ship to students"
     for needed in ("handout.md", "Makefile", "requirements.txt", "Dockerfile", "README.md",
-                   "assignment/layers.py", "assignment/w8a8.py", "grader/tests/test_kernels.py"):
+                   "assignment/layers.py", "assignment/w8a8.py", "assignment/course_compat.py",
+                   "grader/tests/test_kernels.py"):
         assert (bundle / needed).is_file(), f"{needed} missing from the bundle"
 
 
