@@ -15,7 +15,7 @@ SCALE_EPS = 1e-8
 SCALE_DTYPES = (torch.float32, torch.float16)
 
 
-def check_tensor(t, name: str, dtype: "torch.dtype | tuple[torch.dtype, ...]", ndim: int) -> None:
+def check_tensor(t, name: str, dtype: torch.dtype | tuple[torch.dtype, ...], ndim: int) -> None:
     """Raise ValueError unless ``t`` is a tensor of ``dtype`` (or of one of the
     dtypes of a tuple) with ``ndim`` dims."""
     if not isinstance(t, torch.Tensor):

@@ -300,6 +300,7 @@ BAD_INPUTS = [
     (w8a8_mm, lambda a: (a[0][:, :-1],) + a[1:], "qweight_t: expected \\[K, N\\]"),
     (w8a8_mm, lambda a: a[:2] + (a[2].t(),) + a[3:], "input_scale: expected shape"),
     (w8a8_mm, lambda a: (a[0], a[1].to(torch.int32)) + a[2:], "qweight_t: expected dtype torch.int8"),
+    (w8a8_mm, lambda a: a[:3] + (a[3].bfloat16(),), "weight_scale: expected dtype torch.float32 or torch.float16"),
 ]
 
 
