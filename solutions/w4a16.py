@@ -197,6 +197,24 @@ def _nibbles(packed):
 
 
 @triton.jit
+def _tiny_nibbles(packed):
+    """[R, 1, C] int32 words -> [R, 8, C] fp16 q * 2**-24: nibble j of word [r, c] in [r, j, c], scaled by 2**-24."""
+    # With one scale per channel the scale is applied to the fp32 result, so
+    # the dot may see any fixed multiple of q. q * 2**-24 is the cheapest to
+    # make: an fp16 whose exponent field is 0 is the subnormal b * 2**-24, so
+    # the biased nibble b = q + 8 is, as a bit pattern, already the fp16
+    # (q + 8) * 2**-24, and one exact fp16 subtraction of 8 * 2**-24 gives
+    # q * 2**-24. Against _nibbles this drops the OR with 0x6400 (a quarter of
+    # the unpack's logic instructions for sm_90), and the tensor cores multiply
+    # subnormals exactly: products and sums are in fp32, where q * 2**-24 * x
+    # is a normal number.
+    biased = packed ^ -0x77777778  # 0x88888888 as an int32: q -> q + 8
+    shift = (4 * tl.arange(0, 8))[None, :, None]
+    bits = (biased >> shift) & 0xF
+    return bits.to(tl.int16).to(tl.float16, bitcast=True) - 4.76837158203125e-07  # 8 * 2**-24, exact in fp16
+
+
+@triton.jit
 def _dequantize_kernel(
     qw_ptr, s_ptr, w_ptr, N, K, group_size,
     stride_qr, stride_qn, stride_sg, stride_sn, stride_wk, stride_wn,
@@ -229,6 +247,7 @@ def _w4a16_kernel(
     stride_xm, stride_xk, stride_qr, stride_qn, stride_sg, stride_sn, stride_ym, stride_yn,
     GROUPED: tl.constexpr, DEQUANTIZED: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr, TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    TINY_Q: tl.constexpr = False, EVICT: tl.constexpr = "",
 ):
     """One [BLOCK_M, BLOCK_N] tile of y. With SPLIT_K > 1 each program writes
     its fp32 partial sum to ws[pid_k, M, N]; the last of the tile's programs to
@@ -240,6 +259,11 @@ def _w4a16_kernel(
     x_desc ([BLOCK_M, BLOCK_K] tiles) and qw_desc ([BLOCK_K // 8, BLOCK_N]):
     the copy engine fetches whole tiles, zero-filled past the edges, with no
     address arithmetic or masks in the threads.
+
+    TINY_Q (one scale per channel only): the unpacked tile holds q * 2**-24
+    (_tiny_nibbles) and the scale applied at the end is s * 2**24. EVICT is the
+    cache policy of the packed weight's pointer loads ("evict_first": each word
+    is read once, so let it leave L2 before anything else does).
     """
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)
@@ -275,22 +299,28 @@ def _w4a16_kernel(
             if TMA:
                 packed = tl.reshape(qw_desc.load([k0 // 8, pid_n * BLOCK_N]), (BLOCK_R, 1, BLOCK_N))
             else:
-                packed = tl.load(q_ptrs, mask=offs_r[:, None, None] < k_left // 8, other=0)
+                packed = tl.load(q_ptrs, mask=offs_r[:, None, None] < k_left // 8, other=0, eviction_policy=EVICT)
             # [BLOCK_R, 1, BLOCK_N] words: every thread widens its own words in
             # place, ending with the 8 rows of k of each, which it writes to
             # shared memory (on the way to the tensor cores) as whole vectors.
-            w = _nibbles(packed)
             if GROUPED:  # one scale per word: its 8 nibbles share a group (group_size is a multiple of 8)
                 g = (k0 + 8 * offs_r) // group_size
-                w = w * tl.load(s_ptr + g[:, None, None] * stride_sg + safe_n[None, None, :] * stride_sn,
-                                mask=(8 * offs_r < k_left)[:, None, None], other=0.0)
+                w = _nibbles(packed) * tl.load(s_ptr + g[:, None, None] * stride_sg + safe_n[None, None, :] * stride_sn,
+                                               mask=(8 * offs_r < k_left)[:, None, None], other=0.0)
+            elif TINY_Q:
+                w = _tiny_nibbles(packed)
+            else:
+                w = _nibbles(packed)
             w = tl.reshape(w, (BLOCK_K, BLOCK_N))  # row 8r + j is nibble j of packed row r: plain k order
             q_ptrs += BLOCK_R * stride_qr
         acc = tl.dot(a, w, acc)
         x_ptrs += BLOCK_K * stride_xk
 
     if not (GROUPED or DEQUANTIZED):
-        acc = acc * tl.load(s_ptr + safe_n * stride_sn).to(tl.float32)[None, :]
+        s = tl.load(s_ptr + safe_n * stride_sn).to(tl.float32)
+        if TINY_Q:
+            s = s * 16777216.0  # the tile held q * 2**-24
+        acc = acc * s[None, :]
     acc, store = _split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m, pid_n, pid_k, offs_m, offs_n, M, N, BLOCK_N, SPLIT_K)
     if store:
         y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
@@ -298,53 +328,71 @@ def _w4a16_kernel(
 
 
 # The GEMM's tile choices, as data: each config holds the kernel's constexprs
-# plus num_warps and num_stages. TMA=True loads x and the packed weight through
-# tensor descriptors where the GPU and the tensors allow it (_tma_ready),
-# pointers otherwise; DEQUANTIZED=True runs _dequantize_kernel first and the
-# GEMM over its fp16 output; PDL=True launches that GEMM with programmatic
-# dependent launch where the GPU allows it (_dependent_launch). Names read
-# BLOCK_M x BLOCK_N x BLOCK_K, then split-K (sk), warps (w, when not 4),
-# stages (s) and the flags. _select_config picks one per problem;
-# `python -m bench.sweep w4a16` times them all on given shapes (MAINTAINING.md,
-# "Retuning a kernel").
-CONFIGS = {
-    "16x64x128_sk8_s3": triton.Config(
-        dict(SPLIT_K=8, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, TMA=False, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "16x64x128_sk4_s3": triton.Config(
-        dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, TMA=False, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "16x128x128_sk4_s4": triton.Config(
-        dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, TMA=False, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=4),
-    "64x64x128_sk4_s3_tma": triton.Config(
-        dict(SPLIT_K=4, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "64x64x128_sk2_s3_tma": triton.Config(
-        dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "128x64x64_sk2_s3_tma": triton.Config(
-        dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "128x64x64_sk2_s4_tma": triton.Config(
-        dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=4),
-    "128x64x64_s3_tma": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "128x128x64_s4_tma": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=4),
-    "128x128x64_sk2_s3_tma": triton.Config(
-        dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "128x128x64_s3_tma": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "128x256x64_w8_s4_dequant_pdl": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, TMA=False, DEQUANTIZED=True, PDL=True),
-        num_warps=8, num_stages=4),
-}
+# plus num_warps and num_stages, and its name is made from them by _config:
+# BLOCK_M x BLOCK_N x BLOCK_K, then split-K (sk; "skall": one BLOCK_K tile per
+# program, as many splits as K has tiles), warps (w, when not 4), stages (s)
+# and the flags: tma (x and the packed weight through tensor descriptors where
+# the GPU and the tensors allow it, _tma_ready; pointers otherwise), dequant
+# (_dequantize_kernel first, then the GEMM over its fp16 output), pdl (that
+# GEMM launched with programmatic dependent launch where the GPU allows it,
+# _dependent_launch), tiny (per-channel scales: the q * 2**-24 unpack,
+# _tiny_nibbles), ef (evict_first on the packed weight's pointer loads).
+# _select_config picks one per problem; `python -m bench.sweep w4a16` times
+# them all on given shapes (MAINTAINING.md, "Retuning a kernel").
+def _config(block_m: int, block_n: int, block_k: int, split_k: int = 1, warps: int = 4, stages: int = 3,
+            group_m: int = 8, tma: bool = False, dequant: bool = False, pdl: bool = False, tiny: bool = False,
+            evict: str = "") -> tuple[str, triton.Config]:
+    """(name, config) of one tile choice; split_k=0 means one BLOCK_K tile per program."""
+    name = (f"{block_m}x{block_n}x{block_k}" + {1: ""}.get(split_k, f"_sk{split_k or 'all'}")
+            + ("" if warps == 4 else f"_w{warps}") + f"_s{stages}" + "_tma" * tma + "_dequant" * dequant
+            + "_pdl" * pdl + "_tiny" * tiny + "_ef" * (evict == "evict_first"))
+    return name, triton.Config(dict(SPLIT_K=split_k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                                    GROUP_M=group_m, TMA=tma, DEQUANTIZED=dequant, PDL=pdl, TINY_Q=tiny,
+                                    EVICT=evict), num_warps=warps, num_stages=stages)
+
+
+CONFIGS = dict([
+    # M <= 16 (decode): 16-row tiles, split-K over many programs.
+    _config(16, 64, 128, 8, group_m=1),
+    _config(16, 64, 128, 4, group_m=1),
+    _config(16, 128, 128, 4, stages=4, group_m=1),
+    _config(16, 64, 128, 8, group_m=1, tiny=True),
+    _config(16, 64, 128, 4, group_m=1, tiny=True),
+    _config(16, 128, 128, 4, stages=4, group_m=1, tiny=True),
+    #   every K tile of a program in flight at once (stages = tiles per program + 1 at K = 4096)
+    _config(16, 64, 128, 8, stages=5, group_m=1, tiny=True),
+    _config(16, 128, 128, 4, stages=5, group_m=1, tiny=True),
+    _config(16, 64, 256, 8, group_m=1, tiny=True),
+    #   1 KB runs of each packed row per load
+    _config(16, 256, 64, 8, stages=4, group_m=1, tiny=True),
+    _config(16, 256, 64, 16, group_m=1, tiny=True),
+    _config(16, 256, 64, 8, warps=8, stages=4, group_m=1, tiny=True),
+    #   one K tile per program, loaded straight into registers (no pipeline: num_stages=1)
+    _config(16, 64, 256, 0, stages=1, group_m=1, tiny=True),
+    _config(16, 64, 256, 0, stages=1, group_m=1, tiny=True, evict="evict_first"),
+    _config(16, 128, 128, 0, stages=1, group_m=1, tiny=True, evict="evict_first"),
+    _config(16, 256, 128, 0, stages=1, group_m=1, tiny=True, evict="evict_first"),
+    _config(16, 64, 512, 0, stages=1, group_m=1, tiny=True, evict="evict_first"),
+    # M = 17-767: x and the packed words through TMA.
+    _config(64, 64, 128, 4, tma=True),
+    _config(64, 64, 128, 2, tma=True),
+    _config(128, 64, 64, 2, tma=True),
+    _config(128, 64, 64, 2, stages=4, tma=True),
+    _config(128, 64, 64, tma=True),
+    _config(128, 128, 64, stages=4, tma=True),
+    _config(128, 128, 64, 2, tma=True),
+    _config(128, 128, 64, tma=True),
+    _config(64, 64, 128, 4, tma=True, tiny=True),
+    _config(128, 64, 64, 2, tma=True, tiny=True),
+    # M >= 768: dequantize once, then an fp16 GEMM; or the unpack inside wide tiles.
+    _config(128, 256, 64, warps=8, stages=4, dequant=True, pdl=True),
+    _config(128, 256, 64, warps=8, stages=3, dequant=True, pdl=True),
+    _config(128, 256, 64, warps=8, stages=3, tma=True, tiny=True),
+    _config(128, 256, 64, warps=8, stages=4, tma=True, tiny=True),
+    _config(256, 128, 64, warps=8, stages=3, tma=True, tiny=True),
+    _config(128, 128, 64, warps=8, stages=4, tma=True, tiny=True),
+    _config(128, 256, 64, warps=8, stages=3, tma=True),
+])
 
 # When set, every call runs this config whatever the shape: the tests force each
 # code path with it, and bench/sweep.py times each config through it.
@@ -392,7 +440,7 @@ def _launch(x, qweight, scales, group_size: int, cfg: triton.Config) -> torch.Te
     meta = cfg.kwargs
     pdl = meta["PDL"] and _dependent_launch(x)
     tma = meta["TMA"] and not meta["DEQUANTIZED"] and _tma_ready(x, qweight)
-    split_k = meta["SPLIT_K"]
+    split_k = meta["SPLIT_K"] or triton.cdiv(K, meta["BLOCK_K"])  # 0: one BLOCK_K tile per program
     w = _dequantize(qweight, scales, group_size, pdl) if meta["DEQUANTIZED"] else qweight
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
@@ -406,7 +454,7 @@ def _launch(x, qweight, scales, group_size: int, cfg: triton.Config) -> torch.Te
         x, w, x_desc, qw_desc, scales, y, ws, counters, M, N, K, group_size,
         x.stride(0), x.stride(1), w.stride(0), w.stride(1),
         scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
-        GROUPED=scales.shape[0] > 1, **{**meta, "PDL": pdl, "TMA": tma},
+        GROUPED=scales.shape[0] > 1, **{**meta, "PDL": pdl, "TMA": tma, "SPLIT_K": split_k},
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}))
     return y
 
