@@ -110,6 +110,24 @@ def _wait_for_previous_kernel(PDL: tl.constexpr):
         gdc_wait()
 
 
+try:  # TMA tensor descriptors, created on the host (Triton >= 3.4)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    _HAS_TMA = True
+except ImportError:  # pragma: no cover - older Triton: _tma_ready() is False
+    _HAS_TMA = False
+
+
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether tiles of these 2-D tensors can be loaded through TMA tensor
+    descriptors (``TensorDescriptor.from_tensor``): Hopper or newer, or the
+    interpreter; contiguous rows; base address and row stride 16-byte aligned.
+    A descriptor load reads zeros outside the tensor, so it needs no mask."""
+    if not _HAS_TMA or not (_interpreting() or _hopper_or_newer(tensors[0])):
+        return False
+    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+               for t in tensors)
+
+
 @triton.jit
 def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """(pid_m, pid_n) of program ``pid`` in grouped order: GROUP_M consecutive
@@ -158,24 +176,6 @@ def _split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m, pid_n, pid_k, offs_m, offs_n, M
                 acc += tl.load(ws_ptr + s * M * N + offs, mask=mask, other=0, cache_modifier=".cg")
             tl.store(cnt_ptr + tile, 0)  # leave the counter zeroed for the next call
     return acc, last
-
-
-try:  # TMA tensor descriptors, created on the host (Triton >= 3.4)
-    from triton.tools.tensor_descriptor import TensorDescriptor
-    _HAS_TMA = True
-except ImportError:  # pragma: no cover - older Triton: _tma_ready() is False
-    _HAS_TMA = False
-
-
-def _tma_ready(*tensors: torch.Tensor) -> bool:
-    """Whether tiles of these 2-D tensors can be loaded through TMA tensor
-    descriptors (``TensorDescriptor.from_tensor``): Hopper or newer, or the
-    interpreter; contiguous rows; base address and row stride 16-byte aligned.
-    A descriptor load reads zeros outside the tensor, so it needs no mask."""
-    if not _HAS_TMA or not (_interpreting() or _hopper_or_newer(tensors[0])):
-        return False
-    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
-               for t in tensors)
 
 
 # From this many rows of x, dequantize the weight once and run an fp16 GEMM.
@@ -341,38 +341,45 @@ def _w4a16_kernel(
 # them all on given shapes (MAINTAINING.md, "Retuning a kernel").
 def _config(block_m: int, block_n: int, block_k: int, split_k: int = 1, warps: int = 4, stages: int = 3,
             group_m: int = 8, tma: bool = False, dequant: bool = False, pdl: bool = False, tiny: bool = False,
-            evict: str = "") -> tuple[str, triton.Config]:
+            evict: str = "", maxnreg: int | None = None) -> tuple[str, triton.Config]:
     """(name, config) of one tile choice; split_k=0 means one BLOCK_K tile per program."""
     name = (f"{block_m}x{block_n}x{block_k}" + {1: ""}.get(split_k, f"_sk{split_k or 'all'}")
-            + ("" if warps == 4 else f"_w{warps}") + f"_s{stages}" + "_tma" * tma + "_dequant" * dequant
-            + "_pdl" * pdl + "_tiny" * tiny + "_ef" * (evict == "evict_first"))
+            + ("" if warps == 4 else f"_w{warps}") + ("" if group_m <= 8 else f"_g{group_m}") + f"_s{stages}" + "_tma" * tma + "_dequant" * dequant
+            + "_pdl" * pdl + "_tiny" * tiny + "_ef" * (evict == "evict_first") + (f"_r{maxnreg}" if maxnreg else ""))
     return name, triton.Config(dict(SPLIT_K=split_k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
                                     GROUP_M=group_m, TMA=tma, DEQUANTIZED=dequant, PDL=pdl, TINY_Q=tiny,
-                                    EVICT=evict), num_warps=warps, num_stages=stages)
+                                    EVICT=evict), num_warps=warps, num_stages=stages, maxnreg=maxnreg)
 
 
+_DECODE = dict(block_m=16, group_m=1)
 CONFIGS = dict([
     # M <= 16 (decode): 16-row tiles, split-K over many programs.
-    _config(16, 64, 128, 8, group_m=1),
-    _config(16, 64, 128, 4, group_m=1),
-    _config(16, 128, 128, 4, stages=4, group_m=1),
-    _config(16, 64, 128, 8, group_m=1, tiny=True),
-    _config(16, 64, 128, 4, group_m=1, tiny=True),
-    _config(16, 128, 128, 4, stages=4, group_m=1, tiny=True),
+    _config(**_DECODE, block_n=64, block_k=128, split_k=8),
+    _config(**_DECODE, block_n=64, block_k=128, split_k=4),
+    _config(**_DECODE, block_n=128, block_k=128, split_k=4, stages=4),
+    _config(**_DECODE, block_n=64, block_k=128, split_k=8, tiny=True),
+    _config(**_DECODE, block_n=64, block_k=128, split_k=4, tiny=True),
+    _config(**_DECODE, block_n=128, block_k=128, split_k=4, stages=4, tiny=True),
+    #   at most 64 registers a thread: 7 programs of 4 warps fit an SM (shared memory), not 5
+    _config(**_DECODE, block_n=64, block_k=128, split_k=8, tiny=True, maxnreg=64),
+    _config(**_DECODE, block_n=64, block_k=128, split_k=16, tiny=True, maxnreg=64),
+    _config(**_DECODE, block_n=64, block_k=64, split_k=16, stages=4, tiny=True, maxnreg=64),
+    _config(**_DECODE, block_n=128, block_k=64, split_k=16, stages=4, tiny=True, maxnreg=64),
     #   every K tile of a program in flight at once (stages = tiles per program + 1 at K = 4096)
-    _config(16, 64, 128, 8, stages=5, group_m=1, tiny=True),
-    _config(16, 128, 128, 4, stages=5, group_m=1, tiny=True),
-    _config(16, 64, 256, 8, group_m=1, tiny=True),
+    _config(**_DECODE, block_n=64, block_k=128, split_k=8, stages=5, tiny=True),
+    _config(**_DECODE, block_n=128, block_k=128, split_k=4, stages=5, tiny=True),
+    _config(**_DECODE, block_n=64, block_k=256, split_k=8, tiny=True),
     #   1 KB runs of each packed row per load
-    _config(16, 256, 64, 8, stages=4, group_m=1, tiny=True),
-    _config(16, 256, 64, 16, group_m=1, tiny=True),
-    _config(16, 256, 64, 8, warps=8, stages=4, group_m=1, tiny=True),
+    _config(**_DECODE, block_n=256, block_k=64, split_k=8, stages=4, tiny=True),
+    _config(**_DECODE, block_n=256, block_k=64, split_k=16, tiny=True),
+    _config(**_DECODE, block_n=256, block_k=64, split_k=8, warps=8, stages=4, tiny=True),
     #   one K tile per program, loaded straight into registers (no pipeline: num_stages=1)
-    _config(16, 64, 256, 0, stages=1, group_m=1, tiny=True),
-    _config(16, 64, 256, 0, stages=1, group_m=1, tiny=True, evict="evict_first"),
-    _config(16, 128, 128, 0, stages=1, group_m=1, tiny=True, evict="evict_first"),
-    _config(16, 256, 128, 0, stages=1, group_m=1, tiny=True, evict="evict_first"),
-    _config(16, 64, 512, 0, stages=1, group_m=1, tiny=True, evict="evict_first"),
+    _config(**_DECODE, block_n=64, block_k=256, split_k=0, stages=1, tiny=True),
+    _config(**_DECODE, block_n=64, block_k=256, split_k=0, stages=1, tiny=True, evict="evict_first"),
+    _config(**_DECODE, block_n=128, block_k=128, split_k=0, stages=1, tiny=True, evict="evict_first"),
+    _config(**_DECODE, block_n=128, block_k=128, split_k=0, stages=1, tiny=True, evict="evict_first", maxnreg=64),
+    _config(**_DECODE, block_n=256, block_k=128, split_k=0, stages=1, tiny=True, evict="evict_first"),
+    _config(**_DECODE, block_n=64, block_k=512, split_k=0, stages=1, tiny=True, evict="evict_first"),
     # M = 17-767: x and the packed words through TMA.
     _config(64, 64, 128, 4, tma=True),
     _config(64, 64, 128, 2, tma=True),
@@ -455,7 +462,8 @@ def _launch(x, qweight, scales, group_size: int, cfg: triton.Config) -> torch.Te
         x.stride(0), x.stride(1), w.stride(0), w.stride(1),
         scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
         GROUPED=scales.shape[0] > 1, **{**meta, "PDL": pdl, "TMA": tma, "SPLIT_K": split_k},
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}))
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
+        **({"launch_pdl": True} if pdl else {}))
     return y
 
 

@@ -95,6 +95,24 @@ def _wait_for_previous_kernel(PDL: tl.constexpr):
         gdc_wait()
 
 
+try:  # TMA tensor descriptors, created on the host (Triton >= 3.4)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    _HAS_TMA = True
+except ImportError:  # pragma: no cover - older Triton: _tma_ready() is False
+    _HAS_TMA = False
+
+
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether tiles of these 2-D tensors can be loaded through TMA tensor
+    descriptors (``TensorDescriptor.from_tensor``): Hopper or newer, or the
+    interpreter; contiguous rows; base address and row stride 16-byte aligned.
+    A descriptor load reads zeros outside the tensor, so it needs no mask."""
+    if not _HAS_TMA or not (_interpreting() or _hopper_or_newer(tensors[0])):
+        return False
+    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+               for t in tensors)
+
+
 @triton.jit
 def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """(pid_m, pid_n) of program ``pid`` in grouped order: GROUP_M consecutive
@@ -179,16 +197,22 @@ def _quantize_rows_kernel(
 
 @triton.jit
 def _w8a8_gemm_kernel(
-    a_ptr, w_ptr, sx_ptr, sw_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K,
+    a_ptr, w_ptr, a_desc, w_desc, sx_ptr, sw_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K,
     stride_am, stride_ak, stride_wk, stride_wn, stride_ym, stride_yn,
     EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    TMA: tl.constexpr = False, EVICT: tl.constexpr = "",
 ):
     """y[BLOCK_M, BLOCK_N] tile of dequant(A_q @ W_q). With SPLIT_K > 1 each
     program writes its int32 partial sum to ws[pid_k, M, N]; the last of the
     tile's programs to finish (tile counter in cnt) adds them up and stores y.
 
     A is q_x ([M, K] int8); W is the [K, N] K-major view of the int8 weight.
+    With TMA, A and the [N, K] weight itself are read through the tensor
+    descriptors a_desc ([BLOCK_M, BLOCK_K] tiles) and w_desc ([BLOCK_N,
+    BLOCK_K]): the copy engine fetches whole tiles, zero-filled past the edges,
+    so the threads compute no addresses and no masks. EVICT is the cache policy
+    of the weight's pointer loads ("evict_first": each byte is read once).
     """
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)  # each of the SPLIT_K programs of a tile sums its own slice of K
@@ -208,13 +232,16 @@ def _w8a8_gemm_kernel(
     _wait_for_previous_kernel(PDL)  # A is written by the quantize pass
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     for k0 in range(k_start, k_end, BLOCK_K):
-        if EVEN_K:
+        if TMA:  # split-K slices are whole BLOCK_K tiles, so only the last one is ragged, at K itself
+            a = a_desc.load([pid_m * BLOCK_M, k0])
+            w = w_desc.load([pid_n * BLOCK_N, k0]).T
+        elif EVEN_K:
             a = tl.load(a_ptrs)
-            w = tl.load(w_ptrs)
+            w = tl.load(w_ptrs, eviction_policy=EVICT)
         else:
             k_ok = offs_k < k_end - (k0 - k_start)
             a = tl.load(a_ptrs, mask=k_ok[None, :], other=0)
-            w = tl.load(w_ptrs, mask=k_ok[:, None], other=0)
+            w = tl.load(w_ptrs, mask=k_ok[:, None], other=0, eviction_policy=EVICT)
         acc = tl.dot(a, w, acc, out_dtype=tl.int32)
         a_ptrs += BLOCK_K * stride_ak
         w_ptrs += BLOCK_K * stride_wk
@@ -228,27 +255,73 @@ def _w8a8_gemm_kernel(
 
 
 # The GEMM's tile choices, as data: each config holds the kernel's constexprs
-# (PDL=True: launch with programmatic dependent launch where the GPU allows it,
-# see _dependent_launch) plus num_warps and num_stages. Names read
-# BLOCK_M x BLOCK_N x BLOCK_K, then split-K (sk), stages (s) and PDL.
+# plus num_warps and num_stages, and its name is made from them by _config:
+# BLOCK_M x BLOCK_N x BLOCK_K, then split-K (sk; "skall": one BLOCK_K tile per
+# program, as many splits as K has tiles), warps (w, when not 4), stages (s)
+# and the flags: pdl (launched with programmatic dependent launch where the
+# GPU allows it, see _dependent_launch), tma (q_x and the weight through
+# tensor descriptors where the GPU and the tensors allow it, _tma_ready;
+# pointers otherwise), ef (evict_first on the weight's pointer loads).
 # _select_config picks one per problem; `python -m bench.sweep w8a8` times them
 # all on given shapes (MAINTAINING.md, "Retuning a kernel").
-CONFIGS = {
-    "16x64x512_s4_pdl": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_M=1, PDL=True), num_warps=4, num_stages=4),
-    "64x128x128_sk2_s4": triton.Config(
-        dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=4),
-    "128x64x128_sk2_s4": triton.Config(
-        dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=4),
-    "128x64x128_s3": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=3),
-    "64x64x128_s4": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=4),
-    "64x128x128_s4": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=4),
-    "128x128x128_s3": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=3),
-}
+def _config(block_m: int, block_n: int, block_k: int, split_k: int = 1, warps: int = 4, stages: int = 3,
+            group_m: int = 8, pdl: bool = False, tma: bool = False, evict: str = "",
+            maxnreg: int | None = None) -> tuple[str, triton.Config]:
+    """(name, config) of one tile choice; split_k=0 means one BLOCK_K tile per program."""
+    name = (f"{block_m}x{block_n}x{block_k}" + {1: ""}.get(split_k, f"_sk{split_k or 'all'}")
+            + ("" if warps == 4 else f"_w{warps}") + ("" if group_m <= 8 else f"_g{group_m}") + f"_s{stages}" + "_pdl" * pdl + "_tma" * tma
+            + "_ef" * (evict == "evict_first") + (f"_r{maxnreg}" if maxnreg else ""))
+    return name, triton.Config(dict(SPLIT_K=split_k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                                    GROUP_M=group_m, PDL=pdl, TMA=tma, EVICT=evict),
+                               num_warps=warps, num_stages=stages, maxnreg=maxnreg)
+
+
+_DECODE = dict(block_m=16, group_m=1, pdl=True)
+CONFIGS = dict([
+    # M <= 16 (decode): the weight streamed once; long runs of each weight row per load.
+    _config(**_DECODE, block_n=64, block_k=512, stages=4),
+    _config(**_DECODE, block_n=32, block_k=512, stages=4),
+    _config(**_DECODE, block_n=32, block_k=1024, stages=3),
+    _config(**_DECODE, block_n=64, block_k=512, split_k=2, stages=4),
+    _config(**_DECODE, block_n=32, block_k=512, split_k=2, stages=4),
+    _config(**_DECODE, block_n=16, block_k=1024, stages=3),
+    _config(**_DECODE, block_n=64, block_k=512, stages=4, warps=8),
+    _config(**_DECODE, block_n=64, block_k=512, stages=5),
+    _config(**_DECODE, block_n=64, block_k=256, split_k=4, stages=4),
+    #   through TMA: one thread issues each tile's copy
+    _config(**_DECODE, block_n=64, block_k=512, stages=4, tma=True),
+    _config(**_DECODE, block_n=32, block_k=512, split_k=2, stages=4, tma=True),
+    #   one K tile per program, loaded straight into registers (no pipeline: num_stages=1)
+    _config(**_DECODE, block_n=64, block_k=512, split_k=0, stages=1, evict="evict_first"),
+    _config(**_DECODE, block_n=32, block_k=1024, split_k=0, stages=1, evict="evict_first"),
+    _config(**_DECODE, block_n=64, block_k=1024, split_k=0, stages=1, evict="evict_first"),
+    # M = 17-512
+    _config(64, 128, 128, 2, stages=4),
+    _config(128, 64, 128, 2, stages=4),
+    _config(128, 64, 128),
+    _config(64, 64, 128, stages=4),
+    _config(64, 128, 128, stages=4),
+    #   M = 64: the weight streamed by many programs, as at decode
+    _config(64, 64, 256, 2, stages=4, group_m=1),
+    _config(64, 64, 256, 4, stages=3, group_m=1),
+    _config(64, 32, 512, stages=4, group_m=1),
+    _config(64, 64, 512, stages=3, group_m=1),
+    _config(64, 64, 256, 2, stages=4, group_m=1, tma=True),
+    _config(64, 128, 256, 2, stages=3, group_m=1, tma=True),
+    # M > 512: int8 wgmma tiles; two warpgroups on 128 x 256 (and 256 x 128).
+    _config(128, 128, 128),
+    _config(128, 128, 128, tma=True),
+    _config(128, 256, 128, warps=8),
+    _config(128, 256, 128, warps=8, tma=True),
+    _config(128, 256, 128, warps=8, stages=4, tma=True),
+    _config(256, 128, 128, warps=8, tma=True),
+    _config(128, 256, 128, warps=8, group_m=16, tma=True),
+    _config(128, 128, 128, warps=8, stages=4, tma=True),
+    #   int8 dots wait for their wgmma every iteration (Triton keeps only fp32-accumulator
+    #   dots in flight): 256-deep K tiles halve the waits
+    _config(128, 128, 256, stages=2, tma=True),
+    _config(128, 128, 256, warps=8, stages=3, tma=True),
+])
 
 # When set, every call runs this config whatever the shape: the tests force each
 # code path with it, and bench/sweep.py times each config through it.
@@ -276,7 +349,7 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: triton.Config) -> torc
     M, K = x.shape
     N = qweight_t.shape[1]
     meta = cfg.kwargs
-    split_k = meta["SPLIT_K"]
+    split_k = meta["SPLIT_K"] or triton.cdiv(K, meta["BLOCK_K"])  # 0: one BLOCK_K tile per program
     pdl = meta["PDL"] and _dependent_launch(x)
     launch = {"launch_pdl": True} if pdl else {}
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
@@ -288,12 +361,19 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: triton.Config) -> torc
         BLOCK_M=qm, BLOCK_K=qk, PDL=pdl, num_warps=4)
     tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
     ws, counters = _split_k_workspace(y, split_k, tiles, torch.int32)
+    w_rows = qweight_t.t()  # the [N, K] weight itself (a view)
+    tma = meta["TMA"] and _tma_ready(a, w_rows)
+    if tma:
+        a_desc = TensorDescriptor.from_tensor(a, [meta["BLOCK_M"], meta["BLOCK_K"]])
+        w_desc = TensorDescriptor.from_tensor(w_rows, [meta["BLOCK_N"], meta["BLOCK_K"]])
+    else:
+        a_desc = w_desc = None
     _w8a8_gemm_kernel[(tiles, split_k)](
-        a, qweight_t, input_scale, weight_scale, y, ws, counters, M, N, K,
+        a, qweight_t, a_desc, w_desc, input_scale, weight_scale, y, ws, counters, M, N, K,
         a.stride(0), a.stride(1), qweight_t.stride(0), qweight_t.stride(1),
         y.stride(0), y.stride(1),
-        EVEN_K=(K % (meta["BLOCK_K"] * split_k) == 0), **{**meta, "PDL": pdl},
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch)
+        EVEN_K=(K % (meta["BLOCK_K"] * split_k) == 0), **{**meta, "PDL": pdl, "TMA": tma, "SPLIT_K": split_k},
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg, **launch)
     return y
 
 
