@@ -20,7 +20,10 @@ its own). Together: 1.12-1.29x faster at M = 1-384 than plain shifts and
 conversions (docs/performance.md).
 
 With one scale per channel the scale is applied once, to the fp32 result, so
-the dot sees exact small integers; with group-wise scales each unpacked tile is
+the dot may see any fixed multiple of the small integers q: the cheapest is
+q * 2**-24 (``_tiny_nibbles``, TINY_Q), whose fp16 bit pattern is the biased
+nibble itself, so the unpack needs no OR of an exponent and the scale becomes
+s * 2**24. With group-wise scales each unpacked tile holds q exactly and is
 scaled in fp16 before its dot. Small M is memory-bound on the weight: split-K
 puts more programs to work on streaming it, and the last program of each tile
 to finish adds the fp32 partial sums (no second kernel).
@@ -34,7 +37,8 @@ Large M is compute-bound, and there the unpack in the inner loop costs more
 than it saves: every row tile unpacks every weight tile again. From
 M = DEQUANT_MIN_M up, a pre-pass writes the scaled fp16 weight [K, N] once
 (reading 0.5 and writing 2 bytes per weight) and the same GEMM kernel then
-runs as a plain fp16 GEMM over it.
+runs as a plain fp16 GEMM over it; or, where the configs say so, the unpack
+stays inside 128 x 256 tiles, two warpgroups sharing each unpacked weight tile.
 """
 
 from __future__ import annotations
@@ -408,10 +412,13 @@ FORCE_CONFIG: triton.Config | None = None
 
 def _select_config(M: int, N: int, K: int) -> str:
     """The name of the config for one problem; measured on H100 (docs/performance.md)."""
+    # M <= 16 and M >= 768: predictions from the sm_90 compile (every K tile of a
+    # program in flight, the q * 2**-24 unpack, fused wide tiles), to be replaced by
+    # the sweep's measurements (MAINTAINING.md, "Retuning a kernel").
     if M <= 16 and N > 8192:  # wide weights: 128-wide tiles, enough of them without deep split-K
-        return "16x128x128_sk4_s4"
+        return "16x128x128_sk4_s5_tiny"
     if M <= 16:
-        return "16x64x128_sk4_s3" if 4 < M and K <= 8192 else "16x64x128_sk8_s3"
+        return "16x64x128_sk8_s3_tiny_r64" if K > 8192 else "16x64x128_sk8_s5_tiny"
     if M <= 64:
         return "64x64x128_sk2_s3_tma" if N > 8192 else "64x64x128_sk4_s3_tma"
     # 128-row tiles: split-K 2 where the N tiles alone are too few to fill the GPU,
@@ -424,6 +431,8 @@ def _select_config(M: int, N: int, K: int) -> str:
         return "128x64x64_sk2_s4_tma" if 128 < M <= 256 else "128x64x64_sk2_s3_tma"
     if M < DEQUANT_MIN_M:
         return "128x128x64_s3_tma" if N > 8192 else "128x128x64_sk2_s3_tma"
+    if M < 2048:
+        return "128x256x64_w8_s3_tma_tiny"
     # 128x256 tiles from the first dequantized M on: with 128x128 tiles M = 768-1023 ran
     # 1.24-1.48x slower than with these (1.45-1.94 waves of programs; docs/performance.md).
     return "128x256x64_w8_s4_dequant_pdl"

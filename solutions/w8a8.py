@@ -330,10 +330,13 @@ FORCE_CONFIG: triton.Config | None = None
 
 def _select_config(M: int, N: int, K: int) -> str:
     """The name of the config for one problem; measured on H200 and H100 (docs/performance.md)."""
-    if M <= 16:  # long runs of each weight row per load beat more programs
-        return "16x64x512_s4_pdl"
+    # M <= 16, M = 17-128 and M > 512: predictions from the sm_90 compile (twice the
+    # programs at decode, TMA loads), to be replaced by the sweep's measurements
+    # (MAINTAINING.md, "Retuning a kernel").
+    if M <= 16:  # long runs of each weight row per load, on every SM
+        return "16x32x512_s4_pdl"
     if M <= 128:
-        return "64x128x128_sk2_s4"
+        return "64x64x256_sk2_s4_tma"
     if M <= 256:  # measured per shape class against torch._int_mm
         if K > 2 * N:
             return "128x64x128_sk2_s4"
@@ -342,7 +345,7 @@ def _select_config(M: int, N: int, K: int) -> str:
         return "64x64x128_s4"
     if M <= 512:
         return "64x128x128_sk2_s4" if K > 2 * N else "64x128x128_s4"
-    return "128x128x128_s3"
+    return "128x128x128_s3_tma"
 
 
 def _launch(x, qweight_t, input_scale, weight_scale, cfg: triton.Config) -> torch.Tensor:
