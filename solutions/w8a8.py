@@ -307,6 +307,8 @@ CONFIGS = dict([
     _config(64, 32, 512, stages=4, group_m=1),
     _config(64, 64, 512, stages=3, group_m=1),
     _config(64, 64, 256, 2, stages=4, group_m=1, tma=True),
+    _config(64, 32, 256, 2, stages=4, group_m=1, tma=True),
+    _config(64, 64, 128, 4, stages=4, group_m=1, tma=True),
     _config(64, 128, 256, 2, stages=3, group_m=1, tma=True),
     # M > 512: int8 wgmma tiles; two warpgroups on 128 x 256 (and 256 x 128).
     _config(128, 128, 128),
