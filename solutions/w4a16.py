@@ -210,7 +210,7 @@ def _tiny_nibbles(packed):
     # (q + 8) * 2**-24, and one exact fp16 subtraction of 8 * 2**-24 gives
     # q * 2**-24. Against _nibbles this drops the OR with 0x6400: for sm_90 the
     # 16x64x128 decode tile's loop has 266 instead of 298 instructions (SASS,
-    # compiled on the CPU). The tensor cores take fp16 subnormals as they are:
+    # compiled on the CPU; time: measured in docs/performance.md). The tensor cores take fp16 subnormals as they are:
     # products and sums are in fp32, where q * 2**-24 * x is a normal number.
     biased = packed ^ -0x77777778  # 0x88888888 as an int32: q -> q + 8
     shift = (4 * tl.arange(0, 8))[None, :, None]
@@ -365,19 +365,22 @@ CONFIGS = dict([
     _config(**_DECODE, block_n=64, block_k=128, split_k=4, tiny=True),
     _config(**_DECODE, block_n=128, block_k=128, split_k=4, stages=4, tiny=True),
     #   at most 64 registers a thread: 7 programs of 4 warps fit an SM (shared memory), not 5
+    #   (measured: docs/performance.md)
     _config(**_DECODE, block_n=64, block_k=128, split_k=8, tiny=True, maxnreg=64),
     _config(**_DECODE, block_n=64, block_k=128, split_k=16, tiny=True, maxnreg=64),
     _config(**_DECODE, block_n=64, block_k=64, split_k=16, stages=4, tiny=True, maxnreg=64),
     _config(**_DECODE, block_n=128, block_k=64, split_k=16, stages=4, tiny=True, maxnreg=64),
     #   every K tile of a program in flight at once (stages = tiles per program + 1 at K = 4096)
+    #   (measured: docs/performance.md)
     _config(**_DECODE, block_n=64, block_k=128, split_k=8, stages=5, tiny=True),
     _config(**_DECODE, block_n=128, block_k=128, split_k=4, stages=5, tiny=True),
     _config(**_DECODE, block_n=64, block_k=256, split_k=8, tiny=True),
-    #   1 KB runs of each packed row per load
+    #   1 KB runs of each packed row per load (measured: docs/performance.md)
     _config(**_DECODE, block_n=256, block_k=64, split_k=8, stages=4, tiny=True),
     _config(**_DECODE, block_n=256, block_k=64, split_k=16, tiny=True),
     _config(**_DECODE, block_n=256, block_k=64, split_k=8, warps=8, stages=4, tiny=True),
-    #   one K tile per program, loaded straight into registers (no pipeline: num_stages=1)
+    #   one K tile per program, loaded straight into registers (no pipeline: num_stages=1), where
+    #   evict_first reaches the loads (measured: docs/performance.md)
     _config(**_DECODE, block_n=64, block_k=256, split_k=0, stages=1, tiny=True),
     _config(**_DECODE, block_n=64, block_k=256, split_k=0, stages=1, tiny=True, evict="evict_first"),
     _config(**_DECODE, block_n=128, block_k=128, split_k=0, stages=1, tiny=True, evict="evict_first"),
@@ -395,7 +398,8 @@ CONFIGS = dict([
     _config(128, 128, 64, tma=True),
     _config(64, 64, 128, 4, tma=True, tiny=True),
     _config(128, 64, 64, 2, tma=True, tiny=True),
-    # M >= 768: dequantize once, then an fp16 GEMM; or the unpack inside wide tiles.
+    # M >= 768: dequantize once, then an fp16 GEMM; or the unpack inside wide tiles
+    # (measured: docs/performance.md).
     _config(128, 256, 64, warps=8, stages=4, dequant=True, pdl=True),
     _config(128, 256, 64, warps=8, stages=3, dequant=True, pdl=True),
     _config(128, 256, 64, warps=8, stages=3, tma=True, tiny=True),

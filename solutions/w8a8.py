@@ -288,10 +288,11 @@ CONFIGS = dict([
     _config(**_DECODE, block_n=64, block_k=512, stages=4, warps=8),
     _config(**_DECODE, block_n=64, block_k=512, stages=5),
     _config(**_DECODE, block_n=64, block_k=256, split_k=4, stages=4),
-    #   through TMA: one thread issues each tile's copy
+    #   through TMA: one thread issues each tile's copy (measured: docs/performance.md)
     _config(**_DECODE, block_n=64, block_k=512, stages=4, tma=True),
     _config(**_DECODE, block_n=32, block_k=512, split_k=2, stages=4, tma=True),
-    #   one K tile per program, loaded straight into registers (no pipeline: num_stages=1)
+    #   one K tile per program, loaded straight into registers (no pipeline: num_stages=1), where
+    #   evict_first reaches the loads (measured: docs/performance.md)
     _config(**_DECODE, block_n=64, block_k=512, split_k=0, stages=1, evict="evict_first"),
     _config(**_DECODE, block_n=32, block_k=1024, split_k=0, stages=1, evict="evict_first"),
     _config(**_DECODE, block_n=64, block_k=1024, split_k=0, stages=1, evict="evict_first"),
@@ -301,7 +302,7 @@ CONFIGS = dict([
     _config(128, 64, 128),
     _config(64, 64, 128, stages=4),
     _config(64, 128, 128, stages=4),
-    #   M = 64: the weight streamed by many programs, as at decode
+    #   M = 64: the weight streamed by 128-256 programs, as at decode (measured: docs/performance.md)
     _config(64, 64, 256, 2, stages=4, group_m=1),
     _config(64, 64, 256, 4, stages=3, group_m=1),
     _config(64, 32, 512, stages=4, group_m=1),
@@ -310,7 +311,10 @@ CONFIGS = dict([
     _config(64, 32, 256, 2, stages=4, group_m=1, tma=True),
     _config(64, 64, 128, 4, stages=4, group_m=1, tma=True),
     _config(64, 128, 256, 2, stages=3, group_m=1, tma=True),
-    # M > 512: int8 wgmma tiles; two warpgroups on 128 x 256 (and 256 x 128).
+    # M > 512: int8 wgmma tiles; two warpgroups on 128 x 256 (and 256 x 128). Triton makes a dot
+    # asynchronous (the next tile's loads and wgmma overlap this one) only with an fp32
+    # accumulator: an int8 dot waits for its wgmma every iteration (sm_90 SASS: WARPGROUP.DEPBAR
+    # 0 after each K tile), so two CTAs per SM (<= 113 KB shared memory) or deeper K tiles hide it.
     _config(128, 128, 128),
     _config(128, 128, 128, tma=True),
     _config(128, 256, 128, warps=8),
@@ -320,7 +324,7 @@ CONFIGS = dict([
     _config(128, 256, 128, warps=8, group_m=16, tma=True),
     _config(128, 128, 128, warps=8, stages=4, tma=True),
     #   int8 dots wait for their wgmma every iteration (Triton keeps only fp32-accumulator
-    #   dots in flight): 256-deep K tiles halve the waits
+    #   dots in flight): 256-deep K tiles halve the waits (measured: docs/performance.md)
     _config(128, 128, 256, stages=2, tma=True),
     _config(128, 128, 256, warps=8, stages=3, tma=True),
 ])
