@@ -37,8 +37,10 @@ Large M is compute-bound, and there the unpack in the inner loop costs more
 than it saves: every row tile unpacks every weight tile again. From
 M = DEQUANT_MIN_M up, a pre-pass writes the scaled fp16 weight [K, N] once
 (reading 0.5 and writing 2 bytes per weight) and the same GEMM kernel then
-runs as a plain fp16 GEMM over it; or, where the configs say so, the unpack
-stays inside 128 x 256 tiles, two warpgroups sharing each unpacked weight tile.
+runs as a plain fp16 GEMM over it (66.4 us at 1024 x 4096^2 on the H100,
+against 68.8 us for the best fused tile, 128 x 128 with 8 warps, and 89.1 us
+for 128 x 256 tiles that share each unpacked weight tile between two
+warpgroups).
 """
 
 from __future__ import annotations
@@ -209,9 +211,11 @@ def _tiny_nibbles(packed):
     # the biased nibble b = q + 8 is, as a bit pattern, already the fp16
     # (q + 8) * 2**-24, and one exact fp16 subtraction of 8 * 2**-24 gives
     # q * 2**-24. Against _nibbles this drops the OR with 0x6400: for sm_90 the
-    # 16x64x128 decode tile's loop has 266 instead of 298 instructions (SASS,
-    # compiled on the CPU; time: measured in docs/performance.md). The tensor cores take fp16 subnormals as they are:
-    # products and sums are in fp32, where q * 2**-24 * x is a normal number.
+    # 16x64x128 decode tile's loop has 266 instead of 298 instructions (SASS),
+    # and on the H100 the same tiles take 12.82 vs 13.09 us at 1 x 4096^2,
+    # 21.97 vs 23.07 us at 1 x 11008 x 4096 (16x128x128) and 16.64 vs 17.06 us at
+    # 64 x 4096^2. The tensor cores take fp16 subnormals as they are: products
+    # and sums are in fp32, where q * 2**-24 * x is a normal number.
     biased = packed ^ -0x77777778  # 0x88888888 as an int32: q -> q + 8
     shift = (4 * tl.arange(0, 8))[None, :, None]
     bits = (biased >> shift) & 0xF
@@ -251,7 +255,7 @@ def _w4a16_kernel(
     stride_xm, stride_xk, stride_qr, stride_qn, stride_sg, stride_sn, stride_ym, stride_yn,
     GROUPED: tl.constexpr, DEQUANTIZED: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr, TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    TINY_Q: tl.constexpr = False, EVICT: tl.constexpr = "",
+    TINY_Q: tl.constexpr = False,
 ):
     """One [BLOCK_M, BLOCK_N] tile of y. With SPLIT_K > 1 each program writes
     its fp32 partial sum to ws[pid_k, M, N]; the last of the tile's programs to
@@ -265,9 +269,7 @@ def _w4a16_kernel(
     address arithmetic or masks in the threads.
 
     TINY_Q (one scale per channel only): the unpacked tile holds q * 2**-24
-    (_tiny_nibbles) and the scale applied at the end is s * 2**24. EVICT is the
-    cache policy of the packed weight's pointer loads ("evict_first": each word
-    is read once, so let it leave L2 before anything else does).
+    (_tiny_nibbles) and the scale applied at the end is s * 2**24.
     """
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)
@@ -303,7 +305,7 @@ def _w4a16_kernel(
             if TMA:
                 packed = tl.reshape(qw_desc.load([k0 // 8, pid_n * BLOCK_N]), (BLOCK_R, 1, BLOCK_N))
             else:
-                packed = tl.load(q_ptrs, mask=offs_r[:, None, None] < k_left // 8, other=0, eviction_policy=EVICT)
+                packed = tl.load(q_ptrs, mask=offs_r[:, None, None] < k_left // 8, other=0)
             # [BLOCK_R, 1, BLOCK_N] words: every thread widens its own words in
             # place, ending with the 8 rows of k of each, which it writes to
             # shared memory (on the way to the tensor cores) as whole vectors.
@@ -333,62 +335,39 @@ def _w4a16_kernel(
 
 # The GEMM's tile choices, as data: each config holds the kernel's constexprs
 # plus num_warps and num_stages, and its name is made from them by _config:
-# BLOCK_M x BLOCK_N x BLOCK_K, then split-K (sk; "skall": one BLOCK_K tile per
-# program, as many splits as K has tiles), warps (w, when not 4), stages (s)
-# and the flags: tma (x and the packed weight through tensor descriptors where
-# the GPU and the tensors allow it, _tma_ready; pointers otherwise), dequant
-# (_dequantize_kernel first, then the GEMM over its fp16 output), pdl (that
-# GEMM launched with programmatic dependent launch where the GPU allows it,
-# _dependent_launch), tiny (per-channel scales: the q * 2**-24 unpack,
-# _tiny_nibbles), ef (evict_first on the packed weight's pointer loads).
-# _select_config picks one per problem; `python -m bench.sweep w4a16` times
-# them all on given shapes (MAINTAINING.md, "Retuning a kernel").
+# BLOCK_M x BLOCK_N x BLOCK_K, then split-K (sk), warps (w, when not 4),
+# stages (s) and the flags: tma (x and the packed weight through tensor
+# descriptors where the GPU and the tensors allow it, _tma_ready; pointers
+# otherwise), dequant (_dequantize_kernel first, then the GEMM over its fp16
+# output), pdl (that GEMM launched with programmatic dependent launch where
+# the GPU allows it, _dependent_launch), tiny (per-channel scales: the
+# q * 2**-24 unpack, _tiny_nibbles). _select_config picks one per problem;
+# `python -m bench.sweep w4a16` times them all on given shapes (MAINTAINING.md,
+# "Retuning a kernel"). Times below: H100, sweep of 2026-11-25.
 def _config(block_m: int, block_n: int, block_k: int, split_k: int = 1, warps: int = 4, stages: int = 3,
-            group_m: int = 8, tma: bool = False, dequant: bool = False, pdl: bool = False, tiny: bool = False,
-            evict: str = "", maxnreg: int | None = None) -> tuple[str, triton.Config]:
-    """(name, config) of one tile choice; split_k=0 means one BLOCK_K tile per program."""
-    name = (f"{block_m}x{block_n}x{block_k}" + {1: ""}.get(split_k, f"_sk{split_k or 'all'}")
-            + ("" if warps == 4 else f"_w{warps}") + ("" if group_m <= 8 else f"_g{group_m}") + f"_s{stages}" + "_tma" * tma + "_dequant" * dequant
-            + "_pdl" * pdl + "_tiny" * tiny + "_ef" * (evict == "evict_first") + (f"_r{maxnreg}" if maxnreg else ""))
+            group_m: int = 8, tma: bool = False, dequant: bool = False, pdl: bool = False,
+            tiny: bool = False) -> tuple[str, triton.Config]:
+    """(name, config) of one tile choice."""
+    name = (f"{block_m}x{block_n}x{block_k}" + ("" if split_k == 1 else f"_sk{split_k}")
+            + ("" if warps == 4 else f"_w{warps}") + ("" if group_m <= 8 else f"_g{group_m}") + f"_s{stages}"
+            + "_tma" * tma + "_dequant" * dequant + "_pdl" * pdl + "_tiny" * tiny)
     return name, triton.Config(dict(SPLIT_K=split_k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                                    GROUP_M=group_m, TMA=tma, DEQUANTIZED=dequant, PDL=pdl, TINY_Q=tiny,
-                                    EVICT=evict), num_warps=warps, num_stages=stages, maxnreg=maxnreg)
+                                    GROUP_M=group_m, TMA=tma, DEQUANTIZED=dequant, PDL=pdl, TINY_Q=tiny),
+                               num_warps=warps, num_stages=stages)
 
 
 _DECODE = dict(block_m=16, group_m=1)
 CONFIGS = dict([
-    # M <= 16 (decode): 16-row tiles, split-K over many programs.
-    _config(**_DECODE, block_n=64, block_k=128, split_k=8),
-    _config(**_DECODE, block_n=64, block_k=128, split_k=4),
-    _config(**_DECODE, block_n=128, block_k=128, split_k=4, stages=4),
-    _config(**_DECODE, block_n=64, block_k=128, split_k=8, tiny=True),
+    # M <= 16 (decode): 16-row tiles, split-K over many programs, the q * 2**-24 unpack.
+    # 4096^2: 12.82-13.49 us at M = 1-16 (split-K 8: 12.90-13.50, no better); K = 11008:
+    # split-K 8, 21.31-22.14 us (split-K 4: 22.82-23.10); N = 11008: 128-wide tiles,
+    # 4 stages, 21.97-22.51 us (64-wide: 23.87-24.06).
     _config(**_DECODE, block_n=64, block_k=128, split_k=4, tiny=True),
+    _config(**_DECODE, block_n=64, block_k=128, split_k=8, tiny=True),
     _config(**_DECODE, block_n=128, block_k=128, split_k=4, stages=4, tiny=True),
-    #   at most 64 registers a thread: 7 programs of 4 warps fit an SM (shared memory), not 5
-    #   (measured: docs/performance.md)
-    _config(**_DECODE, block_n=64, block_k=128, split_k=8, tiny=True, maxnreg=64),
-    _config(**_DECODE, block_n=64, block_k=128, split_k=16, tiny=True, maxnreg=64),
-    _config(**_DECODE, block_n=64, block_k=64, split_k=16, stages=4, tiny=True, maxnreg=64),
-    _config(**_DECODE, block_n=128, block_k=64, split_k=16, stages=4, tiny=True, maxnreg=64),
-    #   every K tile of a program in flight at once (stages = tiles per program + 1 at K = 4096)
-    #   (measured: docs/performance.md)
-    _config(**_DECODE, block_n=64, block_k=128, split_k=8, stages=5, tiny=True),
-    _config(**_DECODE, block_n=128, block_k=128, split_k=4, stages=5, tiny=True),
-    _config(**_DECODE, block_n=64, block_k=256, split_k=8, tiny=True),
-    #   1 KB runs of each packed row per load (measured: docs/performance.md)
-    _config(**_DECODE, block_n=256, block_k=64, split_k=8, stages=4, tiny=True),
-    _config(**_DECODE, block_n=256, block_k=64, split_k=16, tiny=True),
-    _config(**_DECODE, block_n=256, block_k=64, split_k=8, warps=8, stages=4, tiny=True),
-    #   one K tile per program, loaded straight into registers (no pipeline: num_stages=1), where
-    #   evict_first reaches the loads (measured: docs/performance.md)
-    _config(**_DECODE, block_n=64, block_k=256, split_k=0, stages=1, tiny=True),
-    _config(**_DECODE, block_n=64, block_k=256, split_k=0, stages=1, tiny=True, evict="evict_first"),
-    _config(**_DECODE, block_n=128, block_k=128, split_k=0, stages=1, tiny=True, evict="evict_first"),
-    _config(**_DECODE, block_n=128, block_k=128, split_k=0, stages=1, tiny=True, evict="evict_first", maxnreg=64),
-    _config(**_DECODE, block_n=256, block_k=128, split_k=0, stages=1, tiny=True, evict="evict_first"),
-    _config(**_DECODE, block_n=64, block_k=512, split_k=0, stages=1, tiny=True, evict="evict_first"),
-    # M = 17-767: x and the packed words through TMA.
-    _config(64, 64, 128, 4, tma=True),
+    # M = 17-767: x and the packed words through TMA; at M <= 64 the q * 2**-24 unpack
+    # (16.64 vs 17.06 us at 64 x 4096^2).
+    _config(64, 64, 128, 4, tma=True, tiny=True),
     _config(64, 64, 128, 2, tma=True),
     _config(128, 64, 64, 2, tma=True),
     _config(128, 64, 64, 2, stages=4, tma=True),
@@ -396,17 +375,14 @@ CONFIGS = dict([
     _config(128, 128, 64, stages=4, tma=True),
     _config(128, 128, 64, 2, tma=True),
     _config(128, 128, 64, tma=True),
-    _config(64, 64, 128, 4, tma=True, tiny=True),
-    _config(128, 64, 64, 2, tma=True, tiny=True),
-    # M >= 768: dequantize once, then an fp16 GEMM; or the unpack inside wide tiles
-    # (measured: docs/performance.md).
+    # M >= 768: dequantize once, then an fp16 GEMM.
     _config(128, 256, 64, warps=8, stages=4, dequant=True, pdl=True),
-    _config(128, 256, 64, warps=8, stages=3, dequant=True, pdl=True),
-    _config(128, 256, 64, warps=8, stages=3, tma=True, tiny=True),
-    _config(128, 256, 64, warps=8, stages=4, tma=True, tiny=True),
-    _config(256, 128, 64, warps=8, stages=3, tma=True, tiny=True),
+    # Candidates to re-sweep, selected for no shape: the q * 2**-24 unpack from M = 65 on
+    # (31.06 vs 31.34 us at 256 x 4096^2); the unpack inside 128 x 128 tiles, 8 warps, for
+    # M = 512-1023 (at M = 1024: 68.8 / 196.5 / 172.2 us against 66.4 / 189.2 / 167.7 for
+    # dequantize + GEMM at 4096^2 / N = 11008 / K = 11008; 254.6 vs 206.4 us at M = 4096).
+    _config(128, 64, 64, 2, tma=True, tiny=True),
     _config(128, 128, 64, warps=8, stages=4, tma=True, tiny=True),
-    _config(128, 256, 64, warps=8, stages=3, tma=True),
 ])
 
 # When set, every call runs this config whatever the shape: the tests force each
@@ -416,15 +392,12 @@ FORCE_CONFIG: triton.Config | None = None
 
 def _select_config(M: int, N: int, K: int) -> str:
     """The name of the config for one problem; measured on H100 (docs/performance.md)."""
-    # M <= 16 and M >= 768: predictions from the sm_90 compile (every K tile of a
-    # program in flight, the q * 2**-24 unpack, fused wide tiles), to be replaced by
-    # the sweep's measurements (MAINTAINING.md, "Retuning a kernel").
     if M <= 16 and N > 8192:  # wide weights: 128-wide tiles, enough of them without deep split-K
-        return "16x128x128_sk4_s5_tiny"
+        return "16x128x128_sk4_s4_tiny"
     if M <= 16:
-        return "16x64x128_sk8_s3_tiny_r64" if K > 8192 else "16x64x128_sk8_s5_tiny"
+        return "16x64x128_sk8_s3_tiny" if K > 8192 else "16x64x128_sk4_s3_tiny"
     if M <= 64:
-        return "64x64x128_sk2_s3_tma" if N > 8192 else "64x64x128_sk4_s3_tma"
+        return "64x64x128_sk2_s3_tma" if N > 8192 else "64x64x128_sk4_s3_tma_tiny"
     # 128-row tiles: split-K 2 where the N tiles alone are too few to fill the GPU,
     # wider N tiles from M = 256 on for wide weights.
     if M < 512 and N > 8192:
@@ -435,8 +408,6 @@ def _select_config(M: int, N: int, K: int) -> str:
         return "128x64x64_sk2_s4_tma" if 128 < M <= 256 else "128x64x64_sk2_s3_tma"
     if M < DEQUANT_MIN_M:
         return "128x128x64_s3_tma" if N > 8192 else "128x128x64_sk2_s3_tma"
-    if M < 2048:
-        return "128x256x64_w8_s3_tma_tiny"
     # 128x256 tiles from the first dequantized M on: with 128x128 tiles M = 768-1023 ran
     # 1.24-1.48x slower than with these (1.45-1.94 waves of programs; docs/performance.md).
     return "128x256x64_w8_s4_dequant_pdl"
@@ -460,7 +431,7 @@ def _launch(x, qweight, scales, group_size: int, cfg: triton.Config) -> torch.Te
     meta = cfg.kwargs
     pdl = meta["PDL"] and _dependent_launch(x)
     tma = meta["TMA"] and not meta["DEQUANTIZED"] and _tma_ready(x, qweight)
-    split_k = meta["SPLIT_K"] or triton.cdiv(K, meta["BLOCK_K"])  # 0: one BLOCK_K tile per program
+    split_k = meta["SPLIT_K"]
     w = _dequantize(qweight, scales, group_size, pdl) if meta["DEQUANTIZED"] else qweight
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
@@ -475,7 +446,7 @@ def _launch(x, qweight, scales, group_size: int, cfg: triton.Config) -> torch.Te
         x.stride(0), x.stride(1), w.stride(0), w.stride(1),
         scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
         GROUPED=scales.shape[0] > 1, **{**meta, "PDL": pdl, "TMA": tma, "SPLIT_K": split_k},
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"launch_pdl": True} if pdl else {}))
     return y
 

@@ -15,11 +15,14 @@ Long K tiles (512 bytes of each weight row per load) beat more, shorter ones:
 at 4096 x 4096 one program per 64 output channels and no split-K measured
 faster than split-K 4 with 256-wide tiles (docs/performance.md). The GEMM is
 launched with programmatic dependent launch so that it is already resident
-when the quantize pass ends. From M = 17 to 512, split-K (where K is long or
-the tiles few) gives each program a slice of K and an int32 partial sum; the
-last program of each tile to finish (an atomic tile counter) adds the partials
-up and dequantizes, so no separate reduction kernel is launched. Large M uses
-grouped tile order so that neighbouring programs share weight tiles in L2.
+when the quantize pass ends. Up to M = 64 the weight is still most of the
+traffic: where N <= 8192 the same 512-byte runs serve, 32 output channels per
+program. From M = 65 to 512, split-K
+(where K is long or the tiles few) gives each program a slice of K and an
+int32 partial sum; the last program of each tile to finish (an atomic tile
+counter) adds the partials up and dequantizes, so no separate reduction kernel
+is launched. Large M uses grouped tile order so that neighbouring programs
+share weight tiles in L2, and TMA loads of both operands.
 """
 
 from __future__ import annotations
@@ -201,7 +204,7 @@ def _w8a8_gemm_kernel(
     stride_am, stride_ak, stride_wk, stride_wn, stride_ym, stride_yn,
     EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    TMA: tl.constexpr = False, EVICT: tl.constexpr = "",
+    TMA: tl.constexpr = False,
 ):
     """y[BLOCK_M, BLOCK_N] tile of dequant(A_q @ W_q). With SPLIT_K > 1 each
     program writes its int32 partial sum to ws[pid_k, M, N]; the last of the
@@ -211,8 +214,7 @@ def _w8a8_gemm_kernel(
     With TMA, A and the [N, K] weight itself are read through the tensor
     descriptors a_desc ([BLOCK_M, BLOCK_K] tiles) and w_desc ([BLOCK_N,
     BLOCK_K]): the copy engine fetches whole tiles, zero-filled past the edges,
-    so the threads compute no addresses and no masks. EVICT is the cache policy
-    of the weight's pointer loads ("evict_first": each byte is read once).
+    so the threads compute no addresses and no masks.
     """
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)  # each of the SPLIT_K programs of a tile sums its own slice of K
@@ -237,11 +239,11 @@ def _w8a8_gemm_kernel(
             w = w_desc.load([pid_n * BLOCK_N, k0]).T
         elif EVEN_K:
             a = tl.load(a_ptrs)
-            w = tl.load(w_ptrs, eviction_policy=EVICT)
+            w = tl.load(w_ptrs)
         else:
             k_ok = offs_k < k_end - (k0 - k_start)
             a = tl.load(a_ptrs, mask=k_ok[None, :], other=0)
-            w = tl.load(w_ptrs, mask=k_ok[:, None], other=0, eviction_policy=EVICT)
+            w = tl.load(w_ptrs, mask=k_ok[:, None], other=0)
         acc = tl.dot(a, w, acc, out_dtype=tl.int32)
         a_ptrs += BLOCK_K * stride_ak
         w_ptrs += BLOCK_K * stride_wk
@@ -256,77 +258,52 @@ def _w8a8_gemm_kernel(
 
 # The GEMM's tile choices, as data: each config holds the kernel's constexprs
 # plus num_warps and num_stages, and its name is made from them by _config:
-# BLOCK_M x BLOCK_N x BLOCK_K, then split-K (sk; "skall": one BLOCK_K tile per
-# program, as many splits as K has tiles), warps (w, when not 4), stages (s)
-# and the flags: pdl (launched with programmatic dependent launch where the
-# GPU allows it, see _dependent_launch), tma (q_x and the weight through
-# tensor descriptors where the GPU and the tensors allow it, _tma_ready;
-# pointers otherwise), ef (evict_first on the weight's pointer loads).
-# _select_config picks one per problem; `python -m bench.sweep w8a8` times them
-# all on given shapes (MAINTAINING.md, "Retuning a kernel").
+# BLOCK_M x BLOCK_N x BLOCK_K, then split-K (sk), warps (w, when not 4),
+# stages (s) and the flags: pdl (launched with programmatic dependent launch
+# where the GPU allows it, see _dependent_launch), tma (q_x and the weight
+# through tensor descriptors where the GPU and the tensors allow it,
+# _tma_ready; pointers otherwise). _select_config picks one per problem;
+# `python -m bench.sweep w8a8` times them all on given shapes (MAINTAINING.md,
+# "Retuning a kernel"). Times below: H100, sweep of 2026-11-25.
 def _config(block_m: int, block_n: int, block_k: int, split_k: int = 1, warps: int = 4, stages: int = 3,
-            group_m: int = 8, pdl: bool = False, tma: bool = False, evict: str = "",
-            maxnreg: int | None = None) -> tuple[str, triton.Config]:
-    """(name, config) of one tile choice; split_k=0 means one BLOCK_K tile per program."""
-    name = (f"{block_m}x{block_n}x{block_k}" + {1: ""}.get(split_k, f"_sk{split_k or 'all'}")
-            + ("" if warps == 4 else f"_w{warps}") + ("" if group_m <= 8 else f"_g{group_m}") + f"_s{stages}" + "_pdl" * pdl + "_tma" * tma
-            + "_ef" * (evict == "evict_first") + (f"_r{maxnreg}" if maxnreg else ""))
+            group_m: int = 8, pdl: bool = False, tma: bool = False) -> tuple[str, triton.Config]:
+    """(name, config) of one tile choice."""
+    name = (f"{block_m}x{block_n}x{block_k}" + ("" if split_k == 1 else f"_sk{split_k}")
+            + ("" if warps == 4 else f"_w{warps}") + ("" if group_m <= 8 else f"_g{group_m}") + f"_s{stages}"
+            + "_pdl" * pdl + "_tma" * tma)
     return name, triton.Config(dict(SPLIT_K=split_k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                                    GROUP_M=group_m, PDL=pdl, TMA=tma, EVICT=evict),
-                               num_warps=warps, num_stages=stages, maxnreg=maxnreg)
+                                    GROUP_M=group_m, PDL=pdl, TMA=tma), num_warps=warps, num_stages=stages)
 
 
-_DECODE = dict(block_m=16, group_m=1, pdl=True)
 CONFIGS = dict([
-    # M <= 16 (decode): the weight streamed once; long runs of each weight row per load.
-    _config(**_DECODE, block_n=64, block_k=512, stages=4),
-    _config(**_DECODE, block_n=32, block_k=512, stages=4),
-    _config(**_DECODE, block_n=32, block_k=1024, stages=3),
-    _config(**_DECODE, block_n=64, block_k=512, split_k=2, stages=4),
-    _config(**_DECODE, block_n=32, block_k=512, split_k=2, stages=4),
-    _config(**_DECODE, block_n=16, block_k=1024, stages=3),
-    _config(**_DECODE, block_n=64, block_k=512, stages=4, warps=8),
-    _config(**_DECODE, block_n=64, block_k=512, stages=5),
-    _config(**_DECODE, block_n=64, block_k=256, split_k=4, stages=4),
-    #   through TMA: one thread issues each tile's copy (measured: docs/performance.md)
-    _config(**_DECODE, block_n=64, block_k=512, stages=4, tma=True),
-    _config(**_DECODE, block_n=32, block_k=512, split_k=2, stages=4, tma=True),
-    #   one K tile per program, loaded straight into registers (no pipeline: num_stages=1), where
-    #   evict_first reaches the loads (measured: docs/performance.md)
-    _config(**_DECODE, block_n=64, block_k=512, split_k=0, stages=1, evict="evict_first"),
-    _config(**_DECODE, block_n=32, block_k=1024, split_k=0, stages=1, evict="evict_first"),
-    _config(**_DECODE, block_n=64, block_k=1024, split_k=0, stages=1, evict="evict_first"),
+    # M <= 16 (decode): the weight streamed once, 512-byte runs of each weight row per load, one
+    # program per 64 output channels, no split-K; 5 stages: 15.28-15.52 us at 4096^2, 29.74 at
+    # N = 11008, 28.59 at K = 11008 (4 stages: 15.97-16.03, 30.90, 29.50).
+    _config(16, 64, 512, stages=5, group_m=1, pdl=True),
     # M = 17-512
     _config(64, 128, 128, 2, stages=4),
     _config(128, 64, 128, 2, stages=4),
     _config(128, 64, 128),
     _config(64, 64, 128, stages=4),
     _config(64, 128, 128, stages=4),
-    #   M = 64: the weight streamed by 128-256 programs, as at decode (measured: docs/performance.md)
-    _config(64, 64, 256, 2, stages=4, group_m=1),
-    _config(64, 64, 256, 4, stages=3, group_m=1),
+    #   M = 17-64 with N <= 8192, as at decode: 512-byte runs, 32 output channels per program
+    #   (18.08 us at 64 x 4096^2 and 33.74 at K = 11008, against 22.72 and 44.11 for
+    #   64x128x128 with split-K 2); for N > 8192, 64x64x128 (32.18 vs 37.95 us).
     _config(64, 32, 512, stages=4, group_m=1),
-    _config(64, 64, 512, stages=3, group_m=1),
-    _config(64, 64, 256, 2, stages=4, group_m=1, tma=True),
-    _config(64, 32, 256, 2, stages=4, group_m=1, tma=True),
-    _config(64, 64, 128, 4, stages=4, group_m=1, tma=True),
-    _config(64, 128, 256, 2, stages=3, group_m=1, tma=True),
-    # M > 512: int8 wgmma tiles; two warpgroups on 128 x 256 (and 256 x 128). Triton makes a dot
+    # M > 512: int8 wgmma tiles through TMA (128x128x128: 138.7 / 328.9 / 347.3 us at 4096 x 4096^2
+    # / N = 11008 / K = 11008, 2-4 % faster than the same tiles by pointers). Triton makes a dot
     # asynchronous (the next tile's loads and wgmma overlap this one) only with an fp32
     # accumulator: an int8 dot waits for its wgmma every iteration (sm_90 SASS: WARPGROUP.DEPBAR
-    # 0 after each K tile), so two CTAs per SM (<= 113 KB shared memory) or deeper K tiles hide it.
-    _config(128, 128, 128),
+    # 0 after each K tile); with 96 KB of shared memory these tiles run two CTAs per SM, one
+    # computing while the other waits.
     _config(128, 128, 128, tma=True),
-    _config(128, 256, 128, warps=8),
-    _config(128, 256, 128, warps=8, tma=True),
+    # Candidates to re-sweep, selected for no shape: decode through TMA (15.38 vs 15.52 us at
+    # 1 x 4096^2, up to 3 % slower elsewhere); M = 64 with split-K 2 through TMA (within 2 % at
+    # 4096^2 and K = 11008, 16 % slower at N = 11008); 128 x 256 tiles, two warpgroups, for
+    # long K (337.2 vs 347.3 us at 4096 x 4096 x 11008, 3-7 % slower at the other shapes).
+    _config(16, 64, 512, stages=4, group_m=1, pdl=True, tma=True),
+    _config(64, 32, 256, 2, stages=4, group_m=1, tma=True),
     _config(128, 256, 128, warps=8, stages=4, tma=True),
-    _config(256, 128, 128, warps=8, tma=True),
-    _config(128, 256, 128, warps=8, group_m=16, tma=True),
-    _config(128, 128, 128, warps=8, stages=4, tma=True),
-    #   int8 dots wait for their wgmma every iteration (Triton keeps only fp32-accumulator
-    #   dots in flight): 256-deep K tiles halve the waits (measured: docs/performance.md)
-    _config(128, 128, 256, stages=2, tma=True),
-    _config(128, 128, 256, warps=8, stages=3, tma=True),
 ])
 
 # When set, every call runs this config whatever the shape: the tests force each
@@ -336,13 +313,12 @@ FORCE_CONFIG: triton.Config | None = None
 
 def _select_config(M: int, N: int, K: int) -> str:
     """The name of the config for one problem; measured on H200 and H100 (docs/performance.md)."""
-    # M <= 16, M = 17-128 and M > 512: predictions from the sm_90 compile (twice the
-    # programs at decode, TMA loads), to be replaced by the sweep's measurements
-    # (MAINTAINING.md, "Retuning a kernel").
-    if M <= 16:  # long runs of each weight row per load, on every SM
-        return "16x32x512_s4_pdl"
+    if M <= 16:  # long runs of each weight row per load beat more programs
+        return "16x64x512_s5_pdl"
+    if M <= 64:
+        return "64x64x128_s4" if N > 8192 else "64x32x512_s4"
     if M <= 128:
-        return "64x64x256_sk2_s4_tma"
+        return "64x128x128_sk2_s4"
     if M <= 256:  # measured per shape class against torch._int_mm
         if K > 2 * N:
             return "128x64x128_sk2_s4"
@@ -358,7 +334,7 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: triton.Config) -> torc
     M, K = x.shape
     N = qweight_t.shape[1]
     meta = cfg.kwargs
-    split_k = meta["SPLIT_K"] or triton.cdiv(K, meta["BLOCK_K"])  # 0: one BLOCK_K tile per program
+    split_k = meta["SPLIT_K"]
     pdl = meta["PDL"] and _dependent_launch(x)
     launch = {"launch_pdl": True} if pdl else {}
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
@@ -382,7 +358,7 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: triton.Config) -> torc
         a.stride(0), a.stride(1), qweight_t.stride(0), qweight_t.stride(1),
         y.stride(0), y.stride(1),
         EVEN_K=(K % (meta["BLOCK_K"] * split_k) == 0), **{**meta, "PDL": pdl, "TMA": tma, "SPLIT_K": split_k},
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.maxnreg, **launch)
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch)
     return y
 
 

@@ -82,10 +82,9 @@ def launches(monkeypatch):
 # ------------------------------------------------------------------ every declared config
 
 def _tiles(cfg):
-    """(BLOCK_M, BLOCK_N, K covered by one BLOCK_K tile per split) of a quantized-GEMM config;
-    SPLIT_K=0 (one K tile per program, as many splits as K has tiles) as three splits."""
+    """(BLOCK_M, BLOCK_N, K covered by one BLOCK_K tile per split) of a quantized-GEMM config."""
     meta = cfg.kwargs
-    return meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"] * (meta["SPLIT_K"] or 3)
+    return meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"] * meta["SPLIT_K"]
 
 
 @pytest.mark.parametrize("name", sorted(w8a8_solution.CONFIGS))
@@ -138,15 +137,9 @@ def test_w8a8_ties_and_zero_rows(options, M):
         assert zero.sum() == 3 and (out[zero] == 0).all() and torch.isfinite(out).all()
 
 
-W8A8_SPLIT_K = triton.Config(dict(SPLIT_K=3, BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, GROUP_M=2, PDL=False, TMA=False,
-                                  EVICT=""),
+W8A8_SPLIT_K = triton.Config(dict(SPLIT_K=3, BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, GROUP_M=2, PDL=False, TMA=False),
                              num_warps=4, num_stages=2)
-W8A8_PATHS = {
-    "tma-split-k": triton.Config({**W8A8_SPLIT_K.kwargs, "TMA": True}, num_warps=4, num_stages=2),
-    # One K tile per program (as many splits as K has tiles), straight into registers, evict_first.
-    "tile-per-program": triton.Config({**W8A8_SPLIT_K.kwargs, "SPLIT_K": 0, "EVICT": "evict_first"},
-                                      num_warps=4, num_stages=1),
-}
+W8A8_TMA_SPLIT_K = triton.Config({**W8A8_SPLIT_K.kwargs, "TMA": True}, num_warps=4, num_stages=2)
 
 
 @pytest.mark.parametrize("shape", [(40, 72, 200), (40, 72, 192), (40, 72, 40)],
@@ -159,23 +152,20 @@ def test_w8a8_split_k(shape, force, launches):
     assert seen[0]["SPLIT_K"] == 3 and seen[0]["EVEN_K"] == (shape[2] % 96 == 0)
 
 
-@pytest.mark.parametrize("path", W8A8_PATHS)
 @pytest.mark.parametrize("shape", [(40, 72, 208), (3, 64, 96), (33, 40, 200)])
-def test_w8a8_paths_bit_exact(path, shape, force, launches):
-    force("w8a8", W8A8_PATHS[path])
+def test_w8a8_tma_split_k_bit_exact(shape, force, launches):
+    force("w8a8", W8A8_TMA_SPLIT_K)
     seen = launches(w8a8_solution._w8a8_gemm_kernel)
     _run("w8a8", shape)
-    if path == "tile-per-program":
-        assert seen[0]["SPLIT_K"] == -(-shape[2] // 32) and seen[0]["EVICT"] == "evict_first"
-    else:  # TMA needs 16-byte rows: K = 200 int8 weights are not, so that one reads by pointers
-        assert seen[0]["TMA"] == (shape[2] % 16 == 0 and (DEVICE == "cpu" or HOPPER))
+    # TMA needs 16-byte rows: K = 200 int8 weights are not, so that one reads by pointers
+    assert seen[0]["TMA"] == (shape[2] % 16 == 0 and (DEVICE == "cpu" or HOPPER))
 
 
 @pytest.mark.parametrize("layout", ["weight_view", "contiguous_kn"])
 def test_w8a8_tma_and_pointer_loads(layout, force, launches):
     # The weight is read through a descriptor of the [N, K] tensor that qweight_t views;
     # a [K, N] qweight_t with contiguous rows of N has no such rows and is read by pointers.
-    force("w8a8", W8A8_PATHS["tma-split-k"])
+    force("w8a8", W8A8_TMA_SPLIT_K)
     seen = launches(w8a8_solution._w8a8_gemm_kernel)
     (x, qweight_t, sx, sw), _ = problem("w8a8", (37, 48, 160), SEED)
     if layout == "contiguous_kn":
@@ -195,11 +185,10 @@ def test_w8a8_pdl_only_where_the_gpu_has_it(force, launches):
 # ------------------------------------------------------------------ W4A16
 
 def _w4a16_config(split_k=1, block_m=16, block_n=32, block_k=64, tma=False, dequantized=False, pdl=False,
-                  tiny=False, evict="", stages=2):
+                  tiny=False):
     """A small config of the W4A16 kernel: a code path at interpreter speed."""
     return triton.Config(dict(SPLIT_K=split_k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=2,
-                              TMA=tma, DEQUANTIZED=dequantized, PDL=pdl, TINY_Q=tiny, EVICT=evict),
-                         num_warps=4, num_stages=stages)
+                              TMA=tma, DEQUANTIZED=dequantized, PDL=pdl, TINY_Q=tiny), num_warps=4, num_stages=2)
 
 
 W4A16_PATHS = {
@@ -209,8 +198,6 @@ W4A16_PATHS = {
     # q * 2**-24 in the tile (fp16 subnormals), s * 2**24 on the result; group-wise scales ignore it.
     "tiny-split-k": _w4a16_config(split_k=3, tiny=True),
     "tiny-tma": _w4a16_config(block_m=32, tma=True, tiny=True),
-    # One K tile per program (as many splits as K has tiles), straight into registers, evict_first.
-    "tile-per-program": _w4a16_config(split_k=0, tiny=True, evict="evict_first", stages=1),
 }
 
 
@@ -288,13 +275,6 @@ def test_w4a16_extreme_nibbles_are_exact(q, path, force):
     assert (out == K * q * 0.25).all(), f"expected every output = {K * q * 0.25}, got {out.unique().tolist()}"
 
 
-def test_w4a16_tile_per_program_splits_k_into_its_tiles(force, launches):
-    force("w4a16", W4A16_PATHS["tile-per-program"])
-    seen = launches(w4a16_solution._w4a16_kernel)
-    _run("w4a16", (5, 72, 200))  # 4 K tiles of 64, the last one short
-    assert seen[0]["SPLIT_K"] == 4 and seen[0]["EVICT"] == "evict_first" and seen[0]["TINY_Q"]
-
-
 def test_w4a16_negative_nibbles_are_signed():
     # Every weight -1 (nibble 0xF): an unsigned unpack would give +15.
     M, N, K = 3, 32, 64
@@ -305,14 +285,9 @@ def test_w4a16_negative_nibbles_are_signed():
     assert (out == -K).all(), f"expected every output = {-K}, got {out.unique().tolist()}"
 
 
-@pytest.mark.parametrize("task,shape,path", [("w8a8", (40, 72, 200), "split-k"), ("w4a16", (3, 40, 200), "split-k"),
-                                             ("w8a8", (40, 72, 200), "tile-per-program"),
-                                             ("w4a16", (3, 40, 200), "tile-per-program")])
-def test_split_k_reduction_is_deterministic_and_resets_its_counters(task, shape, path, force):
-    if path == "split-k":
-        force(task, W8A8_SPLIT_K if task == "w8a8" else W4A16_PATHS["pointers-split-k"])
-    else:
-        force(task, (W8A8_PATHS if task == "w8a8" else W4A16_PATHS)[path])
+@pytest.mark.parametrize("task,shape", [("w8a8", (40, 72, 200)), ("w4a16", (3, 40, 200))])
+def test_split_k_reduction_is_deterministic_and_resets_its_counters(task, shape, force):
+    force(task, W8A8_SPLIT_K if task == "w8a8" else W4A16_PATHS["pointers-split-k"])
     args, first = _run(task, shape)  # split-K, reduced by the last program of each tile
     fn = w8a8_mm if task == "w8a8" else w4a16_mm
     for _ in range(3):
