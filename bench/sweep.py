@@ -13,9 +13,14 @@ configs there whose names match --configs (fnmatch patterns, comma-separated).
 Each is forced in turn through the file's FORCE_CONFIG, checked against the
 grader's reference on its first call, and timed with the benchmark's clock
 (grader/harness/timing.py: CUDA events, L2 flush, median), next to fp16
-torch.matmul timed in the same run. Per shape the configs are ranked fastest
-first; the one _select_config picks today is marked with *. A config that
-fails to compile or launch, or gives a wrong answer, is listed with the reason.
+torch.matmul and the task's library anchors (grader/tasks/: tinygemm for
+W4A16, torch._int_mm for W8A8, ...) timed in the same run. Per shape the
+configs are ranked fastest first, with their speed-up over fp16 and over the
+first anchor, and the fraction of the copy bandwidth (measured once per run)
+that their time means for the problem's minimum bytes (every input read once,
+the output written once; the benchmark's "util" of memory-bound rows); the
+one _select_config picks today is marked with *. A config that fails to
+compile or launch, or gives a wrong answer, is listed with the reason.
 
 Retuning (MAINTAINING.md): declare a candidate in CONFIGS, sweep it against
 the others on the shapes it is for, change _select_config, run the GPU tests.
@@ -119,7 +124,13 @@ def sweep_case(task: str, shape, options: dict, configs: dict, reps: int = 30, d
     args, extras = get(task).make_inputs(shape, options, int(torch.randint(2**31 - 1, ())), device)
     x, w = args[0], extras["weight"]
     record = dict(task=task, shape=list(shape), options=options, selected=choice(task, shape, args),
-                  fp16_ms=clock(lambda: x @ w.t(), reps=reps), configs=[])
+                  fp16_ms=clock(lambda: x @ w.t(), reps=reps), anchors_ms={},
+                  floor_bytes=get(task).minimum_bytes(shape, options), configs=[])
+    for name, anchor in get(task).anchors.items():
+        try:  # None where this PyTorch build lacks the op or rejects the shape
+            record["anchors_ms"][name] = clock(anchor(args, extras), reps=reps)
+        except (RuntimeError, NotImplementedError, AttributeError, TypeError):
+            record["anchors_ms"][name] = None
     ref_slack = reference_and_slack(task, args)
     for name, cfg in configs.items():
         row = dict(name=name, ms=None, error="")
@@ -144,21 +155,33 @@ def _label(record: dict) -> str:
     return f"{record['task']} {M}x{N}x{K}" + (f" ({opts})" if opts else "")
 
 
-def table(record: dict) -> str:
-    """The ranking of one case: fastest first, failures last; * marks today's choice."""
+def table(record: dict, copy_gbs: float | None = None) -> str:
+    """The ranking of one case: fastest first, failures last; * marks today's choice.
+    With ``copy_gbs`` (the copy bandwidth, GB/s), a column says what fraction of it
+    each time means for the problem's minimum bytes."""
     base = record["fp16_ms"]
+    anchors = record.get("anchors_ms", {})
+    first = next(iter(anchors), None)
     chosen = next((r["ms"] for r in record["configs"] if r["name"] == record["selected"]), None)
+    floor_ms = record["floor_bytes"] / (copy_gbs * 1e9) * 1e3 if copy_gbs and record.get("floor_bytes") else None
     rows = sorted(record["configs"], key=lambda r: (r["ms"] is None, r["ms"] or 0.0))
     out = []
     for rank, r in enumerate(rows, 1):
         mark = "*" if r["name"] == record["selected"] else ""
         if r["ms"] is None:
-            out.append(["-", mark + r["name"], None, None, None, r["error"]])
+            out.append(["-", mark + r["name"], None, None, None, None, None, r["error"]])
         else:
-            out.append([rank, mark + r["name"], r["ms"] * 1e3, base / r["ms"], chosen / r["ms"] if chosen else None,
-                        ""])
-    head = f"{_label(record)}: fp16 torch.matmul {base * 1e3:.2f} us; * = _select_config's choice"
-    return head + "\n" + tabulate(out, headers=["rank", "config", "us", "x fp16", "x chosen", "failed"],
+            out.append([rank, mark + r["name"], r["ms"] * 1e3, base / r["ms"],
+                        anchors[first] / r["ms"] if first and anchors[first] else None,
+                        chosen / r["ms"] if chosen else None,
+                        f"{floor_ms / r['ms']:.0%}" if floor_ms else None, ""])
+    head = f"{_label(record)}: fp16 torch.matmul {base * 1e3:.2f} us" + "".join(
+        f"; {name} {ms * 1e3:.2f} us" if ms else f"; {name} n/a" for name, ms in anchors.items())
+    if floor_ms:
+        head += f"; memory floor {floor_ms * 1e3:.2f} us at {copy_gbs:.0f} GB/s"
+    head += "; * = _select_config's choice"
+    return head + "\n" + tabulate(out, headers=["rank", "config", "us", "x fp16", f"x {first or 'anchor'}",
+                                                "x chosen", "% copy BW", "failed"],
                                   floatfmt=".2f", missingval="")
 
 
@@ -187,15 +210,19 @@ def main(argv=None) -> int:
         print("bench.sweep times on a CUDA GPU (none found); --list shows the configs without one.")
         return 1
     import triton
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}", flush=True)
+
+    from grader.harness.timing import copy_bandwidth_gbs
+    bw = copy_bandwidth_gbs()
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}; "
+          f"copy {bw:.0f} GB/s", flush=True)
     records = []
     for shape, options in todo:
         records.append(sweep_case(args.task, shape, options, configs, args.reps))
-        print(table(records[-1]) + "\n", flush=True)
+        print(table(records[-1], bw) + "\n", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                           results=records), f, indent=1)
+                           copy_gbs=bw, results=records), f, indent=1)
     return 0
 
 

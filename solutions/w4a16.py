@@ -20,7 +20,10 @@ its own). Together: 1.12-1.29x faster at M = 1-384 than plain shifts and
 conversions (docs/performance.md).
 
 With one scale per channel the scale is applied once, to the fp32 result, so
-the dot sees exact small integers; with group-wise scales each unpacked tile is
+the dot may see any fixed multiple of the small integers q: the cheapest is
+q * 2**-24 (``_tiny_nibbles``, TINY_Q), whose fp16 bit pattern is the biased
+nibble itself, so the unpack needs no OR of an exponent and the scale becomes
+s * 2**24. With group-wise scales each unpacked tile holds q exactly and is
 scaled in fp16 before its dot. Small M is memory-bound on the weight: split-K
 puts more programs to work on streaming it, and the last program of each tile
 to finish adds the fp32 partial sums (no second kernel).
@@ -34,7 +37,10 @@ Large M is compute-bound, and there the unpack in the inner loop costs more
 than it saves: every row tile unpacks every weight tile again. From
 M = DEQUANT_MIN_M up, a pre-pass writes the scaled fp16 weight [K, N] once
 (reading 0.5 and writing 2 bytes per weight) and the same GEMM kernel then
-runs as a plain fp16 GEMM over it.
+runs as a plain fp16 GEMM over it (66.4 us at 1024 x 4096^2 on the H100,
+against 68.8 us for the best fused tile, 128 x 128 with 8 warps, and 89.1 us
+for 128 x 256 tiles that share each unpacked weight tile between two
+warpgroups).
 """
 
 from __future__ import annotations
@@ -110,6 +116,24 @@ def _wait_for_previous_kernel(PDL: tl.constexpr):
         gdc_wait()
 
 
+try:  # TMA tensor descriptors, created on the host (Triton >= 3.4)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    _HAS_TMA = True
+except ImportError:  # pragma: no cover - older Triton: _tma_ready() is False
+    _HAS_TMA = False
+
+
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether tiles of these 2-D tensors can be loaded through TMA tensor
+    descriptors (``TensorDescriptor.from_tensor``): Hopper or newer, or the
+    interpreter; contiguous rows; base address and row stride 16-byte aligned.
+    A descriptor load reads zeros outside the tensor, so it needs no mask."""
+    if not _HAS_TMA or not (_interpreting() or _hopper_or_newer(tensors[0])):
+        return False
+    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+               for t in tensors)
+
+
 @triton.jit
 def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """(pid_m, pid_n) of program ``pid`` in grouped order: GROUP_M consecutive
@@ -160,24 +184,6 @@ def _split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m, pid_n, pid_k, offs_m, offs_n, M
     return acc, last
 
 
-try:  # TMA tensor descriptors, created on the host (Triton >= 3.4)
-    from triton.tools.tensor_descriptor import TensorDescriptor
-    _HAS_TMA = True
-except ImportError:  # pragma: no cover - older Triton: _tma_ready() is False
-    _HAS_TMA = False
-
-
-def _tma_ready(*tensors: torch.Tensor) -> bool:
-    """Whether tiles of these 2-D tensors can be loaded through TMA tensor
-    descriptors (``TensorDescriptor.from_tensor``): Hopper or newer, or the
-    interpreter; contiguous rows; base address and row stride 16-byte aligned.
-    A descriptor load reads zeros outside the tensor, so it needs no mask."""
-    if not _HAS_TMA or not (_interpreting() or _hopper_or_newer(tensors[0])):
-        return False
-    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
-               for t in tensors)
-
-
 # From this many rows of x, dequantize the weight once and run an fp16 GEMM.
 DEQUANT_MIN_M = 768
 
@@ -194,6 +200,26 @@ def _nibbles(packed):
     shift = (4 * tl.arange(0, 8))[None, :, None]
     bits = ((biased >> shift) & 0xF) | 0x6400
     return bits.to(tl.int16).to(tl.float16, bitcast=True) - 1032.0
+
+
+@triton.jit
+def _tiny_nibbles(packed):
+    """[R, 1, C] int32 words -> [R, 8, C] fp16 q * 2**-24: nibble j of word [r, c] in [r, j, c], scaled by 2**-24."""
+    # With one scale per channel the scale is applied to the fp32 result, so
+    # the dot may see any fixed multiple of q. q * 2**-24 is the cheapest to
+    # make: an fp16 whose exponent field is 0 is the subnormal b * 2**-24, so
+    # the biased nibble b = q + 8 is, as a bit pattern, already the fp16
+    # (q + 8) * 2**-24, and one exact fp16 subtraction of 8 * 2**-24 gives
+    # q * 2**-24. Against _nibbles this drops the OR with 0x6400: for sm_90 the
+    # 16x64x128 decode tile's loop has 266 instead of 298 instructions (SASS),
+    # and on the H100 the same tiles take 12.82 vs 13.09 us at 1 x 4096^2,
+    # 21.97 vs 23.07 us at 1 x 11008 x 4096 (16x128x128) and 16.64 vs 17.06 us at
+    # 64 x 4096^2. The tensor cores take fp16 subnormals as they are: products
+    # and sums are in fp32, where q * 2**-24 * x is a normal number.
+    biased = packed ^ -0x77777778  # 0x88888888 as an int32: q -> q + 8
+    shift = (4 * tl.arange(0, 8))[None, :, None]
+    bits = (biased >> shift) & 0xF
+    return bits.to(tl.int16).to(tl.float16, bitcast=True) - 4.76837158203125e-07  # 8 * 2**-24, exact in fp16
 
 
 @triton.jit
@@ -229,6 +255,7 @@ def _w4a16_kernel(
     stride_xm, stride_xk, stride_qr, stride_qn, stride_sg, stride_sn, stride_ym, stride_yn,
     GROUPED: tl.constexpr, DEQUANTIZED: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr, TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    TINY_Q: tl.constexpr = False,
 ):
     """One [BLOCK_M, BLOCK_N] tile of y. With SPLIT_K > 1 each program writes
     its fp32 partial sum to ws[pid_k, M, N]; the last of the tile's programs to
@@ -240,6 +267,9 @@ def _w4a16_kernel(
     x_desc ([BLOCK_M, BLOCK_K] tiles) and qw_desc ([BLOCK_K // 8, BLOCK_N]):
     the copy engine fetches whole tiles, zero-filled past the edges, with no
     address arithmetic or masks in the threads.
+
+    TINY_Q (one scale per channel only): the unpacked tile holds q * 2**-24
+    (_tiny_nibbles) and the scale applied at the end is s * 2**24.
     """
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)
@@ -279,18 +309,24 @@ def _w4a16_kernel(
             # [BLOCK_R, 1, BLOCK_N] words: every thread widens its own words in
             # place, ending with the 8 rows of k of each, which it writes to
             # shared memory (on the way to the tensor cores) as whole vectors.
-            w = _nibbles(packed)
             if GROUPED:  # one scale per word: its 8 nibbles share a group (group_size is a multiple of 8)
                 g = (k0 + 8 * offs_r) // group_size
-                w = w * tl.load(s_ptr + g[:, None, None] * stride_sg + safe_n[None, None, :] * stride_sn,
-                                mask=(8 * offs_r < k_left)[:, None, None], other=0.0)
+                w = _nibbles(packed) * tl.load(s_ptr + g[:, None, None] * stride_sg + safe_n[None, None, :] * stride_sn,
+                                               mask=(8 * offs_r < k_left)[:, None, None], other=0.0)
+            elif TINY_Q:
+                w = _tiny_nibbles(packed)
+            else:
+                w = _nibbles(packed)
             w = tl.reshape(w, (BLOCK_K, BLOCK_N))  # row 8r + j is nibble j of packed row r: plain k order
             q_ptrs += BLOCK_R * stride_qr
         acc = tl.dot(a, w, acc)
         x_ptrs += BLOCK_K * stride_xk
 
     if not (GROUPED or DEQUANTIZED):
-        acc = acc * tl.load(s_ptr + safe_n * stride_sn).to(tl.float32)[None, :]
+        s = tl.load(s_ptr + safe_n * stride_sn).to(tl.float32)
+        if TINY_Q:
+            s = s * 16777216.0  # the tile held q * 2**-24
+        acc = acc * s[None, :]
     acc, store = _split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m, pid_n, pid_k, offs_m, offs_n, M, N, BLOCK_N, SPLIT_K)
     if store:
         y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
@@ -298,53 +334,56 @@ def _w4a16_kernel(
 
 
 # The GEMM's tile choices, as data: each config holds the kernel's constexprs
-# plus num_warps and num_stages. TMA=True loads x and the packed weight through
-# tensor descriptors where the GPU and the tensors allow it (_tma_ready),
-# pointers otherwise; DEQUANTIZED=True runs _dequantize_kernel first and the
-# GEMM over its fp16 output; PDL=True launches that GEMM with programmatic
-# dependent launch where the GPU allows it (_dependent_launch). Names read
+# plus num_warps and num_stages, and its name is made from them by _config:
 # BLOCK_M x BLOCK_N x BLOCK_K, then split-K (sk), warps (w, when not 4),
-# stages (s) and the flags. _select_config picks one per problem;
+# stages (s) and the flags: tma (x and the packed weight through tensor
+# descriptors where the GPU and the tensors allow it, _tma_ready; pointers
+# otherwise), dequant (_dequantize_kernel first, then the GEMM over its fp16
+# output), pdl (that GEMM launched with programmatic dependent launch where
+# the GPU allows it, _dependent_launch), tiny (per-channel scales: the
+# q * 2**-24 unpack, _tiny_nibbles). _select_config picks one per problem;
 # `python -m bench.sweep w4a16` times them all on given shapes (MAINTAINING.md,
-# "Retuning a kernel").
-CONFIGS = {
-    "16x64x128_sk8_s3": triton.Config(
-        dict(SPLIT_K=8, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, TMA=False, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "16x64x128_sk4_s3": triton.Config(
-        dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, TMA=False, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "16x128x128_sk4_s4": triton.Config(
-        dict(SPLIT_K=4, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, TMA=False, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=4),
-    "64x64x128_sk4_s3_tma": triton.Config(
-        dict(SPLIT_K=4, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "64x64x128_sk2_s3_tma": triton.Config(
-        dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "128x64x64_sk2_s3_tma": triton.Config(
-        dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "128x64x64_sk2_s4_tma": triton.Config(
-        dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=4),
-    "128x64x64_s3_tma": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "128x128x64_s4_tma": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=4),
-    "128x128x64_sk2_s3_tma": triton.Config(
-        dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "128x128x64_s3_tma": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, TMA=True, DEQUANTIZED=False,
-             PDL=False), num_warps=4, num_stages=3),
-    "128x256x64_w8_s4_dequant_pdl": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, TMA=False, DEQUANTIZED=True, PDL=True),
-        num_warps=8, num_stages=4),
-}
+# "Retuning a kernel"). Times below: H100, sweep of 2026-11-25.
+def _config(block_m: int, block_n: int, block_k: int, split_k: int = 1, warps: int = 4, stages: int = 3,
+            group_m: int = 8, tma: bool = False, dequant: bool = False, pdl: bool = False,
+            tiny: bool = False) -> tuple[str, triton.Config]:
+    """(name, config) of one tile choice."""
+    name = (f"{block_m}x{block_n}x{block_k}" + ("" if split_k == 1 else f"_sk{split_k}")
+            + ("" if warps == 4 else f"_w{warps}") + ("" if group_m <= 8 else f"_g{group_m}") + f"_s{stages}"
+            + "_tma" * tma + "_dequant" * dequant + "_pdl" * pdl + "_tiny" * tiny)
+    return name, triton.Config(dict(SPLIT_K=split_k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                                    GROUP_M=group_m, TMA=tma, DEQUANTIZED=dequant, PDL=pdl, TINY_Q=tiny),
+                               num_warps=warps, num_stages=stages)
+
+
+_DECODE = dict(block_m=16, group_m=1)
+CONFIGS = dict([
+    # M <= 16 (decode): 16-row tiles, split-K over many programs, the q * 2**-24 unpack.
+    # 4096^2: 12.82-13.49 us at M = 1-16 (split-K 8: 12.90-13.50, no better); K = 11008:
+    # split-K 8, 21.31-22.14 us (split-K 4: 22.82-23.10); N = 11008: 128-wide tiles,
+    # 4 stages, 21.97-22.51 us (64-wide: 23.87-24.06).
+    _config(**_DECODE, block_n=64, block_k=128, split_k=4, tiny=True),
+    _config(**_DECODE, block_n=64, block_k=128, split_k=8, tiny=True),
+    _config(**_DECODE, block_n=128, block_k=128, split_k=4, stages=4, tiny=True),
+    # M = 17-767: x and the packed words through TMA; at M <= 64 the q * 2**-24 unpack
+    # (16.64 vs 17.06 us at 64 x 4096^2).
+    _config(64, 64, 128, 4, tma=True, tiny=True),
+    _config(64, 64, 128, 2, tma=True),
+    _config(128, 64, 64, 2, tma=True),
+    _config(128, 64, 64, 2, stages=4, tma=True),
+    _config(128, 64, 64, tma=True),
+    _config(128, 128, 64, stages=4, tma=True),
+    _config(128, 128, 64, 2, tma=True),
+    _config(128, 128, 64, tma=True),
+    # M >= 768: dequantize once, then an fp16 GEMM.
+    _config(128, 256, 64, warps=8, stages=4, dequant=True, pdl=True),
+    # Candidates to re-sweep, selected for no shape: the q * 2**-24 unpack from M = 65 on
+    # (31.06 vs 31.34 us at 256 x 4096^2); the unpack inside 128 x 128 tiles, 8 warps, for
+    # M = 512-1023 (at M = 1024: 68.8 / 196.5 / 172.2 us against 66.4 / 189.2 / 167.7 for
+    # dequantize + GEMM at 4096^2 / N = 11008 / K = 11008; 254.6 vs 206.4 us at M = 4096).
+    _config(128, 64, 64, 2, tma=True, tiny=True),
+    _config(128, 128, 64, warps=8, stages=4, tma=True, tiny=True),
+])
 
 # When set, every call runs this config whatever the shape: the tests force each
 # code path with it, and bench/sweep.py times each config through it.
@@ -354,11 +393,11 @@ FORCE_CONFIG: triton.Config | None = None
 def _select_config(M: int, N: int, K: int) -> str:
     """The name of the config for one problem; measured on H100 (docs/performance.md)."""
     if M <= 16 and N > 8192:  # wide weights: 128-wide tiles, enough of them without deep split-K
-        return "16x128x128_sk4_s4"
+        return "16x128x128_sk4_s4_tiny"
     if M <= 16:
-        return "16x64x128_sk4_s3" if 4 < M and K <= 8192 else "16x64x128_sk8_s3"
+        return "16x64x128_sk8_s3_tiny" if K > 8192 else "16x64x128_sk4_s3_tiny"
     if M <= 64:
-        return "64x64x128_sk2_s3_tma" if N > 8192 else "64x64x128_sk4_s3_tma"
+        return "64x64x128_sk2_s3_tma" if N > 8192 else "64x64x128_sk4_s3_tma_tiny"
     # 128-row tiles: split-K 2 where the N tiles alone are too few to fill the GPU,
     # wider N tiles from M = 256 on for wide weights.
     if M < 512 and N > 8192:
@@ -406,8 +445,9 @@ def _launch(x, qweight, scales, group_size: int, cfg: triton.Config) -> torch.Te
         x, w, x_desc, qw_desc, scales, y, ws, counters, M, N, K, group_size,
         x.stride(0), x.stride(1), w.stride(0), w.stride(1),
         scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
-        GROUPED=scales.shape[0] > 1, **{**meta, "PDL": pdl, "TMA": tma},
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}))
+        GROUPED=scales.shape[0] > 1, **{**meta, "PDL": pdl, "TMA": tma, "SPLIT_K": split_k},
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"launch_pdl": True} if pdl else {}))
     return y
 
 

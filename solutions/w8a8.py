@@ -15,11 +15,14 @@ Long K tiles (512 bytes of each weight row per load) beat more, shorter ones:
 at 4096 x 4096 one program per 64 output channels and no split-K measured
 faster than split-K 4 with 256-wide tiles (docs/performance.md). The GEMM is
 launched with programmatic dependent launch so that it is already resident
-when the quantize pass ends. From M = 17 to 512, split-K (where K is long or
-the tiles few) gives each program a slice of K and an int32 partial sum; the
-last program of each tile to finish (an atomic tile counter) adds the partials
-up and dequantizes, so no separate reduction kernel is launched. Large M uses
-grouped tile order so that neighbouring programs share weight tiles in L2.
+when the quantize pass ends. Up to M = 64 the weight is still most of the
+traffic: where N <= 8192 the same 512-byte runs serve, 32 output channels per
+program. From M = 65 to 512, split-K
+(where K is long or the tiles few) gives each program a slice of K and an
+int32 partial sum; the last program of each tile to finish (an atomic tile
+counter) adds the partials up and dequantizes, so no separate reduction kernel
+is launched. Large M uses grouped tile order so that neighbouring programs
+share weight tiles in L2, and TMA loads of both operands.
 """
 
 from __future__ import annotations
@@ -93,6 +96,24 @@ def _wait_for_previous_kernel(PDL: tl.constexpr):
     """With PDL, wait until the previous kernel has finished and its writes are visible."""
     if PDL:
         gdc_wait()
+
+
+try:  # TMA tensor descriptors, created on the host (Triton >= 3.4)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    _HAS_TMA = True
+except ImportError:  # pragma: no cover - older Triton: _tma_ready() is False
+    _HAS_TMA = False
+
+
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether tiles of these 2-D tensors can be loaded through TMA tensor
+    descriptors (``TensorDescriptor.from_tensor``): Hopper or newer, or the
+    interpreter; contiguous rows; base address and row stride 16-byte aligned.
+    A descriptor load reads zeros outside the tensor, so it needs no mask."""
+    if not _HAS_TMA or not (_interpreting() or _hopper_or_newer(tensors[0])):
+        return False
+    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+               for t in tensors)
 
 
 @triton.jit
@@ -179,16 +200,21 @@ def _quantize_rows_kernel(
 
 @triton.jit
 def _w8a8_gemm_kernel(
-    a_ptr, w_ptr, sx_ptr, sw_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K,
+    a_ptr, w_ptr, a_desc, w_desc, sx_ptr, sw_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K,
     stride_am, stride_ak, stride_wk, stride_wn, stride_ym, stride_yn,
     EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    TMA: tl.constexpr = False,
 ):
     """y[BLOCK_M, BLOCK_N] tile of dequant(A_q @ W_q). With SPLIT_K > 1 each
     program writes its int32 partial sum to ws[pid_k, M, N]; the last of the
     tile's programs to finish (tile counter in cnt) adds them up and stores y.
 
     A is q_x ([M, K] int8); W is the [K, N] K-major view of the int8 weight.
+    With TMA, A and the [N, K] weight itself are read through the tensor
+    descriptors a_desc ([BLOCK_M, BLOCK_K] tiles) and w_desc ([BLOCK_N,
+    BLOCK_K]): the copy engine fetches whole tiles, zero-filled past the edges,
+    so the threads compute no addresses and no masks.
     """
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)  # each of the SPLIT_K programs of a tile sums its own slice of K
@@ -208,7 +234,10 @@ def _w8a8_gemm_kernel(
     _wait_for_previous_kernel(PDL)  # A is written by the quantize pass
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     for k0 in range(k_start, k_end, BLOCK_K):
-        if EVEN_K:
+        if TMA:  # split-K slices are whole BLOCK_K tiles, so only the last one is ragged, at K itself
+            a = a_desc.load([pid_m * BLOCK_M, k0])
+            w = w_desc.load([pid_n * BLOCK_N, k0]).T
+        elif EVEN_K:
             a = tl.load(a_ptrs)
             w = tl.load(w_ptrs)
         else:
@@ -228,27 +257,54 @@ def _w8a8_gemm_kernel(
 
 
 # The GEMM's tile choices, as data: each config holds the kernel's constexprs
-# (PDL=True: launch with programmatic dependent launch where the GPU allows it,
-# see _dependent_launch) plus num_warps and num_stages. Names read
-# BLOCK_M x BLOCK_N x BLOCK_K, then split-K (sk), stages (s) and PDL.
-# _select_config picks one per problem; `python -m bench.sweep w8a8` times them
-# all on given shapes (MAINTAINING.md, "Retuning a kernel").
-CONFIGS = {
-    "16x64x512_s4_pdl": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_M=1, PDL=True), num_warps=4, num_stages=4),
-    "64x128x128_sk2_s4": triton.Config(
-        dict(SPLIT_K=2, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=4),
-    "128x64x128_sk2_s4": triton.Config(
-        dict(SPLIT_K=2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=4),
-    "128x64x128_s3": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=3),
-    "64x64x128_s4": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=4),
-    "64x128x128_s4": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=4),
-    "128x128x128_s3": triton.Config(
-        dict(SPLIT_K=1, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, PDL=False), num_warps=4, num_stages=3),
-}
+# plus num_warps and num_stages, and its name is made from them by _config:
+# BLOCK_M x BLOCK_N x BLOCK_K, then split-K (sk), warps (w, when not 4),
+# stages (s) and the flags: pdl (launched with programmatic dependent launch
+# where the GPU allows it, see _dependent_launch), tma (q_x and the weight
+# through tensor descriptors where the GPU and the tensors allow it,
+# _tma_ready; pointers otherwise). _select_config picks one per problem;
+# `python -m bench.sweep w8a8` times them all on given shapes (MAINTAINING.md,
+# "Retuning a kernel"). Times below: H100, sweep of 2026-11-25.
+def _config(block_m: int, block_n: int, block_k: int, split_k: int = 1, warps: int = 4, stages: int = 3,
+            group_m: int = 8, pdl: bool = False, tma: bool = False) -> tuple[str, triton.Config]:
+    """(name, config) of one tile choice."""
+    name = (f"{block_m}x{block_n}x{block_k}" + ("" if split_k == 1 else f"_sk{split_k}")
+            + ("" if warps == 4 else f"_w{warps}") + ("" if group_m <= 8 else f"_g{group_m}") + f"_s{stages}"
+            + "_pdl" * pdl + "_tma" * tma)
+    return name, triton.Config(dict(SPLIT_K=split_k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                                    GROUP_M=group_m, PDL=pdl, TMA=tma), num_warps=warps, num_stages=stages)
+
+
+CONFIGS = dict([
+    # M <= 16 (decode): the weight streamed once, 512-byte runs of each weight row per load, one
+    # program per 64 output channels, no split-K; 5 stages: 15.28-15.52 us at 4096^2, 29.74 at
+    # N = 11008, 28.59 at K = 11008 (4 stages: 15.97-16.03, 30.90, 29.50).
+    _config(16, 64, 512, stages=5, group_m=1, pdl=True),
+    # M = 17-512
+    _config(64, 128, 128, 2, stages=4),
+    _config(128, 64, 128, 2, stages=4),
+    _config(128, 64, 128),
+    _config(64, 64, 128, stages=4),
+    _config(64, 128, 128, stages=4),
+    #   M = 17-64 with N <= 8192, as at decode: 512-byte runs, 32 output channels per program
+    #   (18.08 us at 64 x 4096^2 and 33.74 at K = 11008, against 22.72 and 44.11 for
+    #   64x128x128 with split-K 2); for N > 8192, 64x64x128 (32.18 vs 37.95 us).
+    _config(64, 32, 512, stages=4, group_m=1),
+    # M > 512: int8 wgmma tiles through TMA (128x128x128: 138.7 / 328.9 / 347.3 us at 4096 x 4096^2
+    # / N = 11008 / K = 11008, 2-4 % faster than the same tiles by pointers). Triton makes a dot
+    # asynchronous (the next tile's loads and wgmma overlap this one) only with an fp32
+    # accumulator: an int8 dot waits for its wgmma every iteration (sm_90 SASS: WARPGROUP.DEPBAR
+    # 0 after each K tile); with 96 KB of shared memory these tiles run two CTAs per SM, one
+    # computing while the other waits.
+    _config(128, 128, 128, tma=True),
+    # Candidates to re-sweep, selected for no shape: decode through TMA (15.38 vs 15.52 us at
+    # 1 x 4096^2, up to 3 % slower elsewhere); M = 64 with split-K 2 through TMA (within 2 % at
+    # 4096^2 and K = 11008, 16 % slower at N = 11008); 128 x 256 tiles, two warpgroups, for
+    # long K (337.2 vs 347.3 us at 4096 x 4096 x 11008, 3-7 % slower at the other shapes).
+    _config(16, 64, 512, stages=4, group_m=1, pdl=True, tma=True),
+    _config(64, 32, 256, 2, stages=4, group_m=1, tma=True),
+    _config(128, 256, 128, warps=8, stages=4, tma=True),
+])
 
 # When set, every call runs this config whatever the shape: the tests force each
 # code path with it, and bench/sweep.py times each config through it.
@@ -258,7 +314,9 @@ FORCE_CONFIG: triton.Config | None = None
 def _select_config(M: int, N: int, K: int) -> str:
     """The name of the config for one problem; measured on H200 and H100 (docs/performance.md)."""
     if M <= 16:  # long runs of each weight row per load beat more programs
-        return "16x64x512_s4_pdl"
+        return "16x64x512_s5_pdl"
+    if M <= 64:
+        return "64x64x128_s4" if N > 8192 else "64x32x512_s4"
     if M <= 128:
         return "64x128x128_sk2_s4"
     if M <= 256:  # measured per shape class against torch._int_mm
@@ -269,7 +327,7 @@ def _select_config(M: int, N: int, K: int) -> str:
         return "64x64x128_s4"
     if M <= 512:
         return "64x128x128_sk2_s4" if K > 2 * N else "64x128x128_s4"
-    return "128x128x128_s3"
+    return "128x128x128_s3_tma"
 
 
 def _launch(x, qweight_t, input_scale, weight_scale, cfg: triton.Config) -> torch.Tensor:
@@ -288,11 +346,18 @@ def _launch(x, qweight_t, input_scale, weight_scale, cfg: triton.Config) -> torc
         BLOCK_M=qm, BLOCK_K=qk, PDL=pdl, num_warps=4)
     tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
     ws, counters = _split_k_workspace(y, split_k, tiles, torch.int32)
+    w_rows = qweight_t.t()  # the [N, K] weight itself (a view)
+    tma = meta["TMA"] and _tma_ready(a, w_rows)
+    if tma:
+        a_desc = TensorDescriptor.from_tensor(a, [meta["BLOCK_M"], meta["BLOCK_K"]])
+        w_desc = TensorDescriptor.from_tensor(w_rows, [meta["BLOCK_N"], meta["BLOCK_K"]])
+    else:
+        a_desc = w_desc = None
     _w8a8_gemm_kernel[(tiles, split_k)](
-        a, qweight_t, input_scale, weight_scale, y, ws, counters, M, N, K,
+        a, qweight_t, a_desc, w_desc, input_scale, weight_scale, y, ws, counters, M, N, K,
         a.stride(0), a.stride(1), qweight_t.stride(0), qweight_t.stride(1),
         y.stride(0), y.stride(1),
-        EVEN_K=(K % (meta["BLOCK_K"] * split_k) == 0), **{**meta, "PDL": pdl},
+        EVEN_K=(K % (meta["BLOCK_K"] * split_k) == 0), **{**meta, "PDL": pdl, "TMA": tma, "SPLIT_K": split_k},
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch)
     return y
 

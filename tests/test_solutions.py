@@ -137,8 +137,9 @@ def test_w8a8_ties_and_zero_rows(options, M):
         assert zero.sum() == 3 and (out[zero] == 0).all() and torch.isfinite(out).all()
 
 
-W8A8_SPLIT_K = triton.Config(dict(SPLIT_K=3, BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, GROUP_M=2, PDL=False),
+W8A8_SPLIT_K = triton.Config(dict(SPLIT_K=3, BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, GROUP_M=2, PDL=False, TMA=False),
                              num_warps=4, num_stages=2)
+W8A8_TMA_SPLIT_K = triton.Config({**W8A8_SPLIT_K.kwargs, "TMA": True}, num_warps=4, num_stages=2)
 
 
 @pytest.mark.parametrize("shape", [(40, 72, 200), (40, 72, 192), (40, 72, 40)],
@@ -151,6 +152,29 @@ def test_w8a8_split_k(shape, force, launches):
     assert seen[0]["SPLIT_K"] == 3 and seen[0]["EVEN_K"] == (shape[2] % 96 == 0)
 
 
+@pytest.mark.parametrize("shape", [(40, 72, 208), (3, 64, 96), (33, 40, 200)])
+def test_w8a8_tma_split_k_bit_exact(shape, force, launches):
+    force("w8a8", W8A8_TMA_SPLIT_K)
+    seen = launches(w8a8_solution._w8a8_gemm_kernel)
+    _run("w8a8", shape)
+    # TMA needs 16-byte rows: K = 200 int8 weights are not, so that one reads by pointers
+    assert seen[0]["TMA"] == (shape[2] % 16 == 0 and (DEVICE == "cpu" or HOPPER))
+
+
+@pytest.mark.parametrize("layout", ["weight_view", "contiguous_kn"])
+def test_w8a8_tma_and_pointer_loads(layout, force, launches):
+    # The weight is read through a descriptor of the [N, K] tensor that qweight_t views;
+    # a [K, N] qweight_t with contiguous rows of N has no such rows and is read by pointers.
+    force("w8a8", W8A8_TMA_SPLIT_K)
+    seen = launches(w8a8_solution._w8a8_gemm_kernel)
+    (x, qweight_t, sx, sw), _ = problem("w8a8", (37, 48, 160), SEED)
+    if layout == "contiguous_kn":
+        qweight_t = qweight_t.contiguous()
+    out = w8a8_mm(x, qweight_t, sx, sw)
+    assert torch.equal(out, w8a8_reference(x, qweight_t, sx, sw)), f"seed {SEED}: not bit-exact"
+    assert seen[0]["TMA"] == (layout == "weight_view" and (DEVICE == "cpu" or HOPPER))
+
+
 def test_w8a8_pdl_only_where_the_gpu_has_it(force, launches):
     force("w8a8", triton.Config({**W8A8_SPLIT_K.kwargs, "PDL": True}, num_warps=4, num_stages=2))
     seen = launches(w8a8_solution._w8a8_gemm_kernel)
@@ -160,16 +184,20 @@ def test_w8a8_pdl_only_where_the_gpu_has_it(force, launches):
 
 # ------------------------------------------------------------------ W4A16
 
-def _w4a16_config(split_k=1, block_m=16, block_n=32, block_k=64, tma=False, dequantized=False, pdl=False):
+def _w4a16_config(split_k=1, block_m=16, block_n=32, block_k=64, tma=False, dequantized=False, pdl=False,
+                  tiny=False):
     """A small config of the W4A16 kernel: a code path at interpreter speed."""
     return triton.Config(dict(SPLIT_K=split_k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=2,
-                              TMA=tma, DEQUANTIZED=dequantized, PDL=pdl), num_warps=4, num_stages=2)
+                              TMA=tma, DEQUANTIZED=dequantized, PDL=pdl, TINY_Q=tiny), num_warps=4, num_stages=2)
 
 
 W4A16_PATHS = {
     "pointers-split-k": _w4a16_config(split_k=3),
     "tma-split-k": _w4a16_config(split_k=2, block_m=32, tma=True),
     "dequantized": _w4a16_config(block_m=32, dequantized=True, pdl=True),
+    # q * 2**-24 in the tile (fp16 subnormals), s * 2**24 on the result; group-wise scales ignore it.
+    "tiny-split-k": _w4a16_config(split_k=3, tiny=True),
+    "tiny-tma": _w4a16_config(block_m=32, tma=True, tiny=True),
 }
 
 
@@ -229,6 +257,22 @@ def test_w4a16_tma_and_pointer_loads(layout, force, launches):
         x = torch.cat([x.new_zeros(3), x.flatten()])[3:].view(x.shape)
     _check("w4a16", w4a16_mm(x, qweight, scales), w4a16_reference(x, qweight, scales), shape)
     assert seen[0]["TMA"] == (layout == "aligned" and (DEVICE == "cpu" or HOPPER))
+
+
+@pytest.mark.parametrize("path", W4A16_PATHS)
+@pytest.mark.parametrize("q", [-8, -1, 7])
+def test_w4a16_extreme_nibbles_are_exact(q, path, force):
+    # Every weight q (-8 is the nibble 0x8, -1 is 0xF) and x = 1, scales a power of two: the
+    # output is exactly K * q * s in every path (an unsigned or off-by-bias unpack is far off).
+    force("w4a16", W4A16_PATHS[path])
+    M, N, K = 3, 40, 200
+    x = torch.ones(M, K, dtype=torch.float16, device=DEVICE)
+    word = sum((q & 0xF) << (4 * j) for j in range(8))
+    qweight = torch.full((K // 8, N), word - (1 << 32) if word >= 1 << 31 else word, dtype=torch.int32,
+                         device=DEVICE)
+    scales = torch.full((1, N), 0.25, dtype=torch.float16, device=DEVICE)
+    out = w4a16_mm(x, qweight, scales)
+    assert (out == K * q * 0.25).all(), f"expected every output = {K * q * 0.25}, got {out.unique().tolist()}"
 
 
 def test_w4a16_negative_nibbles_are_signed():
@@ -389,11 +433,13 @@ def test_hopper_pdl_configs_launch_with_pdl(task, name, force, launches):
 
 
 @needs_hopper
-@pytest.mark.parametrize("name", [n for n, c in sorted(w4a16_solution.CONFIGS.items()) if c.kwargs["TMA"]])
-def test_hopper_tma_configs_load_through_descriptors(name, force, launches):
-    force("w4a16", name)
-    gemm = launches(w4a16_solution._w4a16_kernel)
+@pytest.mark.parametrize("task,name", [(t, n) for t in ("w8a8", "w4a16") for n, c in sorted(MODULES[t].CONFIGS.items())
+                                       if c.kwargs.get("TMA")])
+def test_hopper_tma_configs_load_through_descriptors(task, name, force, launches):
+    force(task, name)
+    gemm = launches(w8a8_solution._w8a8_gemm_kernel if task == "w8a8" else w4a16_solution._w4a16_kernel)
     for M in (1, 333):
-        _run("w4a16", (M, 4096, 4096))
-        _run("w4a16", (M, 4096, 4096), group_size=128)
+        _run(task, (M, 4096, 4096))
+        if task == "w4a16":
+            _run(task, (M, 4096, 4096), group_size=128)
     assert gemm and all(k["TMA"] for k in gemm)

@@ -62,3 +62,19 @@ def test_list_needs_no_gpu(capsys):
     assert sweep.main(["w4a16", "--shapes", "1x4096x4096,800x4096x4096", "--list"]) == 0
     out = capsys.readouterr().out
     assert "w4a16 1x4096x4096: " in out and "num_stages=" in out
+
+
+def test_anchors_and_the_copy_bandwidth_share_are_in_the_ranking():
+    from grader.tasks import get
+    from solutions import w8a8
+    name = next(iter(w8a8.CONFIGS))
+    record = sweep.sweep_case("w8a8", (5, 40, 64), {}, {name: w8a8.CONFIGS[name]}, reps=1, device=DEVICE,
+                              clock=None if HAS_CUDA else _clock)
+    assert set(record["anchors_ms"]) == set(get("w8a8").anchors) and record["floor_bytes"] == 5 * 64 * 2 + 40 * 64 \
+        + 5 * 4 + 40 * 4 + 5 * 40 * 2
+    # A copy bandwidth at which the floor takes exactly a quarter of the config's time.
+    gbs = record["floor_bytes"] / (record["configs"][0]["ms"] * 1e-3 / 4) / 1e9
+    head, _, _, row = sweep.table(record, gbs).splitlines()[:4]
+    assert "int_mm" in head and "memory floor" in head and "x int_mm" in sweep.table(record, gbs).splitlines()[1]
+    assert row.split()[1] == "*" + name or row.split()[1] == name
+    assert "25%" in row.split()
