@@ -61,3 +61,22 @@ def test_the_breakdown_names_its_sections_and_restores_what_it_timed():
     assert "checks" not in after and "config" not in after
     for b in (before, after):
         assert b["total"] >= sum(v for k, v in b.items() if k not in ("other", "total")) > 0
+
+
+def test_a_recorded_run_renders_in_the_performance_doc(tmp_path, monkeypatch):
+    import json
+
+    import tools.render_results as render
+
+    row = dict(layer="w8a8", M=1, N=4096, K=4096, density=None, bias=False,
+               eager_us={"after": 20.0, "before": 150.0, "fp16": 25.0}, host_us={"after": 14.0, "before": 140.0,
+                                                                             "fp16": 8.0},
+               breakdown_us={}, meets={"eager <= fp16": True, "host <= 15 us": True})
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "2030-01-01-h100.json").write_text(json.dumps(
+        {"date": "2030-01-01", "eager": [dict(gpu="NVIDIA H100", torch="2.11", triton="3.6", results=[row])]}))
+    monkeypatch.setattr(render, "ROOT", tmp_path)
+    text = render.eager_tables()
+    assert "### NVIDIA H100, 2030-01-01" in text and "ok ok" in text
+    line = next(t for t in text.splitlines() if t.startswith("w8a8"))
+    assert line.split()[2:5] == ["20.0", "150.0", "25.0"]
