@@ -65,12 +65,13 @@ class _Launch:
 
         ``plain()`` is the ``kernel[grid](...)`` launch. Triton then binds and
         specializes every argument and hashes the result to find the compiled
-        kernel, tens of microseconds of host time per launch: the plan's first
-        launch does that once, and with ``bind`` (a GPU, every pointer 16-byte
-        aligned, as when it compiled) later calls launch the kernel it returned
-        directly. That launcher takes every parameter in order and skips the
-        constexprs (compiled in), whose places the meta values fill: each kernel
-        here declares its constexprs last.
+        kernel, on the host, at every launch (``python -m bench.eager`` shows
+        what that costs): the plan's first launch does it once, and with
+        ``bind`` (a GPU, every pointer 16-byte aligned, as when it compiled)
+        later calls launch the kernel it returned directly. That launcher takes
+        every parameter in order and skips the constexprs (compiled in), whose
+        places the meta values fill: each kernel here declares its constexprs
+        last.
         """
         if bind and self.compiled is not None:
             self.compiled[self.grid](*args, *self.meta.values())

@@ -124,12 +124,13 @@ class _Launch:
 
         ``plain()`` is the ``kernel[grid](...)`` launch. Triton then binds and
         specializes every argument and hashes the result to find the compiled
-        kernel, tens of microseconds of host time per launch: the plan's first
-        launch does that once, and with ``bind`` (a GPU, every pointer 16-byte
-        aligned, as when it compiled) later calls launch the kernel it returned
-        directly. That launcher takes every parameter in order and skips the
-        constexprs (compiled in), whose places the meta values fill: each kernel
-        here declares its constexprs last.
+        kernel, on the host, at every launch (``python -m bench.eager`` shows
+        what that costs): the plan's first launch does it once, and with
+        ``bind`` (a GPU, every pointer 16-byte aligned, as when it compiled)
+        later calls launch the kernel it returned directly. That launcher takes
+        every parameter in order and skips the constexprs (compiled in), whose
+        places the meta values fill: each kernel here declares its constexprs
+        last.
         """
         if bind and self.compiled is not None:
             self.compiled[self.grid](*args, *self.meta.values())
@@ -447,8 +448,9 @@ def _select_config(M: int, N: int, K: int) -> str:
 
 def _dequantize_launch(K: int, N: int, pdl: bool = False, block_k: int = 64, block_n: int = 128,
                        num_warps: int = 4) -> _Launch:
-    return _Launch((triton.cdiv(K, block_k), triton.cdiv(N, block_n), 1), dict(BLOCK_K=block_k, BLOCK_N=block_n, PDL=pdl),
-                   dict(num_warps=num_warps))
+    """The dequantize pass's launch for a [K, N] weight: one program per block_k x block_n tile."""
+    return _Launch((triton.cdiv(K, block_k), triton.cdiv(N, block_n), 1),
+                   dict(BLOCK_K=block_k, BLOCK_N=block_n, PDL=pdl), dict(num_warps=num_warps))
 
 
 def _dequantize(qweight, scales, group_size: int, launch: _Launch | None = None, bind: bool = False) -> torch.Tensor:
@@ -458,7 +460,8 @@ def _dequantize(qweight, scales, group_size: int, launch: _Launch | None = None,
     w = torch.empty((K, N), device=qweight.device, dtype=torch.float16)
     args = (qweight, scales, w, N, K, group_size, qweight.stride(0), qweight.stride(1),
             scales.stride(0), scales.stride(1), w.stride(0), w.stride(1))
-    launch.launch(args, bind and _aligned(w), lambda: _dequantize_kernel[launch.grid](*args, **launch.meta, **launch.options))
+    launch.launch(args, bind and _aligned(w),
+                  lambda: _dequantize_kernel[launch.grid](*args, **launch.meta, **launch.options))
     return w
 
 
