@@ -8,6 +8,7 @@ weights are set; it builds the quantized or sparse weight that the kernel uses.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -22,7 +23,17 @@ from .w8a8 import w8a8_mm
 
 def symmetric_scale(t: torch.Tensor, qmax: int, dim: int) -> torch.Tensor:
     """max|t| / qmax along ``dim`` (kept), in float32, clamped away from 0."""
-    return (t.abs().amax(dim=dim, keepdim=True).float() / qmax).clamp_min(SCALE_EPS)
+    # max|t| is the infinity norm: one reduction kernel that reads t and casts
+    # to float32 on the way, exactly (a maximum and a widening cast round
+    # nothing). Then divide and clamp in place. Three kernels on the GPU where
+    # abs, amax, float, divide and clamp took five: the W8A8 layer does this
+    # for every call. vector_norm does not narrow float64, which takes the
+    # long way.
+    if t.dtype == torch.float64:
+        amax = t.abs().amax(dim=dim, keepdim=True).float()
+    else:
+        amax = torch.linalg.vector_norm(t, math.inf, dim=dim, keepdim=True, dtype=torch.float32)
+    return amax.div_(qmax).clamp_min_(SCALE_EPS)
 
 
 def quantize_symmetric(t: torch.Tensor, scale: torch.Tensor, qmin: int, qmax: int) -> torch.Tensor:
@@ -62,7 +73,11 @@ def _flatten_input(x: torch.Tensor, in_features: int, layer: str) -> torch.Tenso
         raise ValueError(f"{layer}: expected input of shape [..., {in_features}], got {shape}")
     if not x.is_floating_point():
         raise ValueError(f"{layer}: expected a floating-point input, got {x.dtype}")
-    return x.reshape(-1, in_features).to(torch.float16).contiguous()
+    # Each step only where it does something: a forward's host time is part of its cost.
+    x2d = x if x.dim() == 2 else x.reshape(-1, in_features)
+    if x2d.dtype != torch.float16:
+        x2d = x2d.to(torch.float16)
+    return x2d.contiguous()
 
 
 class _PreparedLinear(nn.Linear):
@@ -86,8 +101,8 @@ class _PreparedLinear(nn.Linear):
         x2d = _flatten_input(x, self.in_features, name)
         y = self._kernel(x2d)
         if self.bias is not None:
-            y = y + self.bias.to(y.dtype)
-        return y.reshape(*x.shape[:-1], self.out_features)
+            y += self.bias.to(y.dtype)  # in place: y is the kernel's own new tensor
+        return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)
 
 
 class QuantizedLinear_w8a8(_PreparedLinear):
@@ -173,10 +188,12 @@ class SparseLinear(_PreparedLinear):
     @property
     def weight_bsr(self) -> torch.Tensor:
         """The prepared weight as a torch.sparse_bsr tensor [out_features, in_features]."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.sparse_bsr_tensor(self.bsr_crow_indices, self.bsr_col_indices, self.bsr_values,
-                                           size=(self.out_features, self.in_features))
+        # A view of the three buffers (no copy), built for every forward: cheap
+        # once the invariant check is asked for explicitly, which is what
+        # silences PyTorch's warning (catching warnings costs more than the view).
+        return torch.sparse_bsr_tensor(self.bsr_crow_indices, self.bsr_col_indices, self.bsr_values,
+                                       size=(self.out_features, self.in_features),
+                                       check_invariants=torch.sparse.check_sparse_tensor_invariants.is_enabled())
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # A checkpoint of a prepared layer holds its BSR buffers, whose sizes depend

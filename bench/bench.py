@@ -9,6 +9,11 @@ copy bandwidth (memory-bound rows) or of the measured matmul peak
 (compute-bound rows) that the kernel reaches. What is timed comes from the
 task registry (grader/tasks/): each task's inputs, its ``bench_cases`` and its
 library ``anchors``; the kernel is the reference solution's entry point.
+
+Rows with M <= 16 also get "eager": the task's layer (solutions.layers) with
+the row's weight, one forward in a loop of back-to-back forwards with the
+host's time included, next to fp16 nn.Linear's in the same loop
+(bench/eager.py says how; ``python -m bench.eager`` breaks it down).
 """
 
 from __future__ import annotations
@@ -40,12 +45,31 @@ def reference_entry(task: Task):
     return getattr(importlib.import_module(f"solutions.{Path(task.file).stem}"), task.entry)
 
 
+EAGER_MAX_M = 16  # rows that also get the eager column: decode, where the host's time shows
+
+
+def eager_ms(task: Task, x: torch.Tensor, w: torch.Tensor, options: dict) -> dict:
+    """The task's layer and fp16 nn.Linear on weight ``w``, one forward each in eager mode,
+    host included (bench/eager.py: back to back over copies that overflow the L2 cache)."""
+    from bench.eager import copies_for, eager_us, layer_from, linear_from, weight_bytes
+
+    kw = {"group_size": options["group_size"]} if options.get("group_size") else {}
+    probe = layer_from(task.name, w, **kw)
+    layers = [probe] + [layer_from(task.name, w, **kw) for _ in range(copies_for(weight_bytes(probe)) - 1)]
+    linears = [linear_from(w) for _ in range(copies_for(w.numel() * w.element_size()))]
+    with torch.inference_mode():
+        return {name: eager_us([(lambda m=mods[i % len(mods)]: m(x)) for i in range(200)]) / 1e3
+                for name, mods in (("eager", layers), ("fp16_eager", linears))}
+
+
 def bench_case(task: Task, shape, options: dict, peaks: dict, bw: float) -> dict:
     """One record: the reference, fp16 torch.matmul and the task's library anchors, timed
     on the same fresh inputs (the grader's own, grader/tasks/)."""
     args, extras = task.make_inputs(shape, options, int(torch.randint(2**31 - 1, ())), "cuda")
     x, w, entry = args[0], extras["weight"], reference_entry(task)
     t = {"fp16": median_ms(lambda: x @ w.t()), "kernel": median_ms(lambda: entry(*args))}
+    if shape[0] <= EAGER_MAX_M:
+        t.update(eager_ms(task, x, w, options))
     for name, anchor in task.anchors.items():
         try:
             t[name] = _try(anchor(args, extras))
@@ -80,17 +104,21 @@ def row(r: dict) -> list:
         shape = f"{r['M']} @{r['density']:.0%}"
     else:
         shape = f"{r['M']}x{r['N']}x{r['K']}"
-    anchors = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in t.items() if k not in ("fp16", "kernel", "target") and v)
+    anchors = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in t.items()
+                        if k not in ("fp16", "kernel", "target", "eager", "fp16_eager") and v)
     if t.get("target"):   # recorded by earlier runs: a performance target of that day
         anchors += (", " if anchors else "") + f"target<={t['target'] * 1e3:.1f}"
-    return [r["task"], shape, t["fp16"] * 1e3, t["kernel"] * 1e3, t["fp16"] / t["kernel"], anchors,
+    # Results files from before the eager column have no such times: "-".
+    eager = f"{t['eager'] * 1e3:.1f} / {t['fp16_eager'] * 1e3:.1f}" if t.get("eager") else "-"
+    return [r["task"], shape, t["fp16"] * 1e3, t["kernel"] * 1e3, t["fp16"] / t["kernel"], eager, anchors,
             f"{r['util']:.0%} {r['bound']}"]
 
 
 def table(records: list[dict]) -> str:
     """The benchmark's table (docs/performance.md is rendered from results files with it)."""
     return tabulate([row(r) for r in records],
-                    headers=["op", "M x N x K", "fp16 us", "kernel us", "ratio", "anchors (us)", "util"],
+                    headers=["op", "M x N x K", "fp16 us", "kernel us", "ratio", "eager us (fp16)",
+                             "anchors (us)", "util"],
                     floatfmt=".2f")
 
 

@@ -20,11 +20,93 @@ so the GEMM reads both operands at the same gathered columns.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
 import torch
 import triton
 import triton.language as tl
 
 from .utils import BSR_BLOCK, check_dds_inputs
+
+
+def _interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+# The launch-plan helpers of w8a8.py and w4a16.py, copied (tests/test_api.py compares them).
+
+# Launch plans. What a call decides from its problem (the inputs' shapes,
+# strides, dtypes, devices and address alignment, and the current GPU) is
+# worked out once per problem and kept: the input checks (they read nothing
+# else), the config, the grids and launch options, and the kernel Triton
+# compiled for each launch. Only decisions are kept, never data: every call
+# reads the tensors it is given.
+_PLANS: dict = {}
+_MAX_PLANS = 4096  # problems remembered; past that the table starts afresh
+
+# When False, every call checks its inputs, picks its config and launches
+# through kernel[grid](...), as in the interpreter: bench/eager.py times both.
+REUSE_PLANS = True
+
+
+@dataclasses.dataclass
+class _Launch:
+    """One kernel launch of a plan: grid (three dimensions), constexprs, launch
+    options (num_warps, ...), and once bound the kernel Triton compiled for it."""
+    grid: tuple
+    meta: dict
+    options: dict
+    compiled: object = None
+
+    def launch(self, args: tuple, bind: bool, plain) -> None:
+        """Launch the kernel on ``args``, its arguments before the constexprs.
+
+        ``plain()`` is the ``kernel[grid](...)`` launch. Triton then binds and
+        specializes every argument and hashes the result to find the compiled
+        kernel, on the host, at every launch (``python -m bench.eager`` shows
+        what that costs): the plan's first launch does it once, and with
+        ``bind`` (a GPU, every pointer 16-byte aligned, as when it compiled)
+        later calls launch the kernel it returned directly. That launcher takes
+        every parameter in order and skips the constexprs (compiled in), whose
+        places the meta values fill: each kernel here declares its constexprs
+        last.
+        """
+        if bind and self.compiled is not None:
+            self.compiled[self.grid](*args, *self.meta.values())
+            return
+        compiled = plain()
+        if bind:
+            self.compiled = compiled
+
+
+def _tensor_key(t: torch.Tensor) -> tuple:
+    """What a launch depends on of one tensor (Triton specializes a pointer on its dtype and
+    on whether its address is a multiple of 16)."""
+    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
+
+
+def _current_gpu(t: torch.Tensor):
+    """The GPU Triton launches on (the current one, whatever t's device), or None off the GPU."""
+    return torch.cuda.current_device() if t.is_cuda else None
+
+
+def _remember(key: tuple, plan: dict) -> None:
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = plan
+
+
+def _aligned(*tensors: torch.Tensor) -> bool:
+    return all(t.data_ptr() % 16 == 0 for t in tensors)
+
+
+def _bindable(*tensors: torch.Tensor) -> bool:
+    """Whether a plan for these inputs may launch its compiled kernels directly:
+    on a GPU, not in the interpreter, every input 16-byte aligned (the outputs are
+    checked per call)."""
+    return tensors[0].is_cuda and not _interpreting() and _aligned(*tensors)
 
 
 @triton.jit
@@ -195,39 +277,63 @@ def _select_config(M: int, N: int, K: int, nnz_blocks: int) -> str:
     return "m256_bps1_s2"
 
 
-def _launch(x, weight_bsr, cfg: triton.Config) -> torch.Tensor:
-    M, K = x.shape
-    N = weight_bsr.shape[0]
+def _plan(x, values, crow, col, M: int, N: int, K: int, cfg: triton.Config) -> dict:
+    """What a call of this problem decides (``_plan_key``): the kernels, their grids."""
+    plan = dict(M=M, N=N, K=K, bind=_bindable(x, values, crow, col), grouped=None, dds=None)
     num_block_rows = N // BSR_BLOCK
-    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
-    values = weight_bsr.values().contiguous()
     if "G" in cfg.kwargs:
-        _launch_grouped(x, values, weight_bsr.crow_indices(), weight_bsr.col_indices(), y, cfg)
+        NB, KB = N // BSR_BLOCK, K // BSR_BLOCK
+        G, chunk = cfg.kwargs["G"], 4
+        groups = triton.cdiv(NB, G)
+        plan["groups"] = groups
+        plan["densify"] = _Launch(
+            (NB, triton.cdiv(KB, chunk), 1),
+            dict(G=G, BLOCK=BSR_BLOCK, CHUNK=chunk, ROW_CAP=triton.next_power_of_2(KB), UNION_CHUNK=32), {})
+        plan["grouped"] = _Launch(
+            (triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * groups, 1, 1),
+            dict(BLOCK=BSR_BLOCK, LIST_CAP=triton.next_power_of_2(KB), **cfg.kwargs),
+            dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+    else:
+        plan["num_block_rows"] = num_block_rows
+        plan["dds"] = _Launch(
+            (triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * num_block_rows, 1, 1), dict(BLOCK=BSR_BLOCK, **cfg.kwargs),
+            dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+    return plan
+
+
+def _plan_key(x, weight_bsr, values, crow, col) -> tuple:
+    return (_tensor_key(x), weight_bsr.layout, weight_bsr.dtype, weight_bsr.shape, _tensor_key(values),
+            _tensor_key(crow), _tensor_key(col), _current_gpu(x))
+
+
+def _launch(plan: dict, x, values, crow, col) -> torch.Tensor:
+    M, N = plan["M"], plan["N"]
+    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
+    if plan["grouped"]:
+        _launch_grouped(plan, x, values, crow, col, y)
         return y
-    grid = (triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * num_block_rows,)
-    _dds_kernel[grid](
-        x, values, weight_bsr.crow_indices(), weight_bsr.col_indices(), y, M, num_block_rows,
-        x.stride(0), x.stride(1), y.stride(0), y.stride(1),
-        BLOCK=BSR_BLOCK, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    dds = plan["dds"]
+    args = (x, values, crow, col, y, M, plan["num_block_rows"], x.stride(0), x.stride(1), y.stride(0), y.stride(1))
+    dds.launch(args, plan["bind"] and _aligned(y), lambda: _dds_kernel[dds.grid](*args, **dds.meta, **dds.options))
     return y
 
 
-def _launch_grouped(x, values, crow, col, y, cfg: triton.Config) -> None:
-    M, K = x.shape
-    N = y.shape[1]
-    NB, KB = N // BSR_BLOCK, K // BSR_BLOCK
-    G, chunk = cfg.kwargs["G"], 4
-    groups = triton.cdiv(NB, G)
+def _launch_grouped(plan: dict, x, values, crow, col, y) -> None:
+    M, N, K = plan["M"], plan["N"], plan["K"]
+    KB = K // BSR_BLOCK
+    groups = plan["groups"]
     w = torch.empty((N, K), device=x.device, dtype=torch.float16)
     union_cols = torch.empty((groups, KB), device=x.device, dtype=torch.int32)
     union_len = torch.empty((groups,), device=x.device, dtype=torch.int32)
-    _densify_kernel[(NB, triton.cdiv(KB, chunk))](
-        values, crow, col, w, union_cols, union_len, NB, KB, K,
-        G=G, BLOCK=BSR_BLOCK, CHUNK=chunk, ROW_CAP=triton.next_power_of_2(KB), UNION_CHUNK=32)
-    _grouped_kernel[(triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * groups,)](
-        x, w, union_cols, union_len, y, M, N, K, KB, groups,
-        x.stride(0), x.stride(1), y.stride(0), y.stride(1), BLOCK=BSR_BLOCK,
-        LIST_CAP=triton.next_power_of_2(KB), **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    bind = plan["bind"] and _aligned(y, w, union_cols, union_len)
+    densify, grouped = plan["densify"], plan["grouped"]
+    densify_args = (values, crow, col, w, union_cols, union_len, N // BSR_BLOCK, KB, K)
+    densify.launch(densify_args, bind,
+                   lambda: _densify_kernel[densify.grid](*densify_args, **densify.meta, **densify.options))
+    grouped_args = (x, w, union_cols, union_len, y, M, N, K, KB, groups,
+                    x.stride(0), x.stride(1), y.stride(0), y.stride(1))
+    grouped.launch(grouped_args, bind,
+                   lambda: _grouped_kernel[grouped.grid](*grouped_args, **grouped.meta, **grouped.options))
 
 
 def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:
@@ -245,11 +351,26 @@ def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: wrong dtype, rank, layout, blocksize or K mismatch.
     """
-    M, N, K = check_dds_inputs(x, weight_bsr)
-    if M == 0:  # no rows: an empty result, as nn.Linear gives
-        return torch.empty((0, N), device=x.device, dtype=torch.float16)
-    if N == 0:
-        return torch.empty((M, 0), device=x.device, dtype=torch.float16)
-    nnz_blocks = weight_bsr.values().shape[0]
-    cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K, nnz_blocks)]
-    return _launch(x.contiguous(), weight_bsr, cfg)
+    plan = key = None
+    if FORCE_CONFIG is None and REUSE_PLANS:
+        try:  # the problem as the kernels see it; what is not a BSR tensor is for the checks to refuse
+            x, values = x.contiguous(), weight_bsr.values().contiguous()
+            crow, col = weight_bsr.crow_indices(), weight_bsr.col_indices()
+            key = _plan_key(x, weight_bsr, values, crow, col)
+            plan = _PLANS.get(key)
+        except Exception:  # noqa: BLE001
+            key = None
+    if plan is None:
+        M, N, K = check_dds_inputs(x, weight_bsr)
+        if M == 0:  # no rows: an empty result, as nn.Linear gives
+            return torch.empty((0, N), device=x.device, dtype=torch.float16)
+        if N == 0:
+            return torch.empty((M, 0), device=x.device, dtype=torch.float16)
+        x, values = x.contiguous(), weight_bsr.values().contiguous()
+        crow, col = weight_bsr.crow_indices(), weight_bsr.col_indices()
+        nnz_blocks = values.shape[0]
+        cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K, nnz_blocks)]
+        plan = _plan(x, values, crow, col, M, N, K, cfg)
+        if key is not None:
+            _remember(key, plan)
+    return _launch(plan, x, values, crow, col)

@@ -102,6 +102,78 @@ def _dependent_launch(t: torch.Tensor) -> bool:
     return _HAS_PDL and not _interpreting() and _hopper_or_newer(t)
 
 
+# Launch plans. What a call decides from its problem (the inputs' shapes,
+# strides, dtypes, devices and address alignment, and the current GPU) is
+# worked out once per problem and kept: the input checks (they read nothing
+# else), the config, the grids and launch options, and the kernel Triton
+# compiled for each launch. Only decisions are kept, never data: every call
+# reads the tensors it is given.
+_PLANS: dict = {}
+_MAX_PLANS = 4096  # problems remembered; past that the table starts afresh
+
+# When False, every call checks its inputs, picks its config and launches
+# through kernel[grid](...), as in the interpreter: bench/eager.py times both.
+REUSE_PLANS = True
+
+
+@dataclasses.dataclass
+class _Launch:
+    """One kernel launch of a plan: grid (three dimensions), constexprs, launch
+    options (num_warps, ...), and once bound the kernel Triton compiled for it."""
+    grid: tuple
+    meta: dict
+    options: dict
+    compiled: object = None
+
+    def launch(self, args: tuple, bind: bool, plain) -> None:
+        """Launch the kernel on ``args``, its arguments before the constexprs.
+
+        ``plain()`` is the ``kernel[grid](...)`` launch. Triton then binds and
+        specializes every argument and hashes the result to find the compiled
+        kernel, on the host, at every launch (``python -m bench.eager`` shows
+        what that costs): the plan's first launch does it once, and with
+        ``bind`` (a GPU, every pointer 16-byte aligned, as when it compiled)
+        later calls launch the kernel it returned directly. That launcher takes
+        every parameter in order and skips the constexprs (compiled in), whose
+        places the meta values fill: each kernel here declares its constexprs
+        last.
+        """
+        if bind and self.compiled is not None:
+            self.compiled[self.grid](*args, *self.meta.values())
+            return
+        compiled = plain()
+        if bind:
+            self.compiled = compiled
+
+
+def _tensor_key(t: torch.Tensor) -> tuple:
+    """What a launch depends on of one tensor (Triton specializes a pointer on its dtype and
+    on whether its address is a multiple of 16)."""
+    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
+
+
+def _current_gpu(t: torch.Tensor):
+    """The GPU Triton launches on (the current one, whatever t's device), or None off the GPU."""
+    return torch.cuda.current_device() if t.is_cuda else None
+
+
+def _remember(key: tuple, plan: dict) -> None:
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = plan
+
+
+def _aligned(*tensors: torch.Tensor) -> bool:
+    return all(t.data_ptr() % 16 == 0 for t in tensors)
+
+
+def _bindable(*tensors: torch.Tensor) -> bool:
+    """Whether a plan for these inputs may launch its compiled kernels directly:
+    on a GPU, not in the interpreter, every input 16-byte aligned (the outputs are
+    checked per call)."""
+    return tensors[0].is_cuda and not _interpreting() and _aligned(*tensors)
+
+
 @triton.jit
 def _release_next_kernel(PDL: tl.constexpr):
     """Let a kernel launched after this one with ``launch_pdl=True`` start now."""
@@ -413,41 +485,63 @@ def _select_config(M: int, N: int, K: int) -> str:
     return "128x256x64_w8_s4_dequant_pdl"
 
 
-def _dequantize(qweight, scales, group_size: int, pdl: bool = False,
-                block_k: int = 64, block_n: int = 128, num_warps: int = 4) -> torch.Tensor:
+def _dequantize_launch(K: int, N: int, pdl: bool = False, block_k: int = 64, block_n: int = 128,
+                       num_warps: int = 4) -> _Launch:
+    """The dequantize pass's launch for a [K, N] weight: one program per block_k x block_n tile."""
+    return _Launch((triton.cdiv(K, block_k), triton.cdiv(N, block_n), 1),
+                   dict(BLOCK_K=block_k, BLOCK_N=block_n, PDL=pdl), dict(num_warps=num_warps))
+
+
+def _dequantize(qweight, scales, group_size: int, launch: _Launch | None = None, bind: bool = False) -> torch.Tensor:
     """The scaled fp16 weight [K, N] (N contiguous, the layout of x @ w)."""
     K, N = 8 * qweight.shape[0], qweight.shape[1]
+    launch = launch or _dequantize_launch(K, N)
     w = torch.empty((K, N), device=qweight.device, dtype=torch.float16)
-    _dequantize_kernel[(triton.cdiv(K, block_k), triton.cdiv(N, block_n))](
-        qweight, scales, w, N, K, group_size, qweight.stride(0), qweight.stride(1),
-        scales.stride(0), scales.stride(1), w.stride(0), w.stride(1),
-        BLOCK_K=block_k, BLOCK_N=block_n, PDL=pdl, num_warps=num_warps)
+    args = (qweight, scales, w, N, K, group_size, qweight.stride(0), qweight.stride(1),
+            scales.stride(0), scales.stride(1), w.stride(0), w.stride(1))
+    launch.launch(args, bind and _aligned(w),
+                  lambda: _dequantize_kernel[launch.grid](*args, **launch.meta, **launch.options))
     return w
 
 
-def _launch(x, qweight, scales, group_size: int, cfg: triton.Config) -> torch.Tensor:
-    M, K = x.shape
-    N = qweight.shape[1]
+def _plan(x, qweight, scales, M: int, N: int, K: int, group_size: int, cfg: triton.Config) -> dict:
+    """What a call of this problem decides (``_plan_key``): config, TMA, PDL, grids."""
     meta = cfg.kwargs
     pdl = meta["PDL"] and _dependent_launch(x)
     tma = meta["TMA"] and not meta["DEQUANTIZED"] and _tma_ready(x, qweight)
     split_k = meta["SPLIT_K"]
-    w = _dequantize(qweight, scales, group_size, pdl) if meta["DEQUANTIZED"] else qweight
-    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
-    ws, counters = _split_k_workspace(y, split_k, tiles, torch.float32)
-    if tma:
-        x_desc = TensorDescriptor.from_tensor(x, [meta["BLOCK_M"], meta["BLOCK_K"]])
-        qw_desc = TensorDescriptor.from_tensor(qweight, [meta["BLOCK_K"] // 8, meta["BLOCK_N"]])
+    return dict(
+        M=M, N=N, K=K, group_size=group_size, split_k=split_k, tiles=tiles, bind=_bindable(x, qweight, scales),
+        x_block=[meta["BLOCK_M"], meta["BLOCK_K"]] if tma else None,
+        qw_block=[meta["BLOCK_K"] // 8, meta["BLOCK_N"]] if tma else None,
+        dequantize=_dequantize_launch(K, N, pdl) if meta["DEQUANTIZED"] else None,
+        gemm=_Launch((tiles, split_k, 1), dict(GROUPED=scales.shape[0] > 1, **{"TINY_Q": False, **meta, "PDL": pdl, "TMA": tma}),
+                     dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}))),
+    )
+
+
+def _plan_key(x, qweight, scales) -> tuple:
+    return _tensor_key(x), _tensor_key(qweight), _tensor_key(scales), _current_gpu(x)
+
+
+def _launch(plan: dict, x, qweight, scales) -> torch.Tensor:
+    M, N, K, group_size = plan["M"], plan["N"], plan["K"], plan["group_size"]
+    bind = plan["bind"]
+    dequantize, gemm = plan["dequantize"], plan["gemm"]
+    w = _dequantize(qweight, scales, group_size, dequantize, bind) if dequantize else qweight
+    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
+    ws, counters = _split_k_workspace(y, plan["split_k"], plan["tiles"], torch.float32)
+    bind = bind and _aligned(w, y, ws, counters)
+    if plan["x_block"]:
+        x_desc = TensorDescriptor.from_tensor(x, plan["x_block"])
+        qw_desc = TensorDescriptor.from_tensor(qweight, plan["qw_block"])
     else:
         x_desc = qw_desc = None
-    _w4a16_kernel[(tiles, split_k)](
-        x, w, x_desc, qw_desc, scales, y, ws, counters, M, N, K, group_size,
-        x.stride(0), x.stride(1), w.stride(0), w.stride(1),
-        scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
-        GROUPED=scales.shape[0] > 1, **{**meta, "PDL": pdl, "TMA": tma, "SPLIT_K": split_k},
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **({"launch_pdl": True} if pdl else {}))
+    args = (x, w, x_desc, qw_desc, scales, y, ws, counters, M, N, K, group_size,
+            x.stride(0), x.stride(1), w.stride(0), w.stride(1),
+            scales.stride(0), scales.stride(1), y.stride(0), y.stride(1))
+    gemm.launch(args, bind, lambda: _w4a16_kernel[gemm.grid](*args, **gemm.meta, **gemm.options))
     return y
 
 
@@ -467,8 +561,21 @@ def w4a16_mm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> to
     Raises:
         ValueError: wrong dtype, rank or shape, or K not a multiple of 8.
     """
-    M, N, K, group_size = check_w4a16_inputs(x, qweight, scales)
-    if M == 0:  # no rows: an empty result, as nn.Linear gives
-        return torch.empty((0, N), device=x.device, dtype=torch.float16)
-    cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K)]
-    return _launch(x.contiguous(), qweight, scales, group_size, cfg)
+    plan = key = None
+    if FORCE_CONFIG is None and REUSE_PLANS:
+        try:  # the problem as the kernels see it; what is not a tensor is for the checks to refuse
+            x = x.contiguous()
+            key = _plan_key(x, qweight, scales)
+            plan = _PLANS.get(key)
+        except Exception:  # noqa: BLE001
+            key = None
+    if plan is None:
+        M, N, K, group_size = check_w4a16_inputs(x, qweight, scales)
+        if M == 0:  # no rows: an empty result, as nn.Linear gives
+            return torch.empty((0, N), device=x.device, dtype=torch.float16)
+        x = x.contiguous()
+        cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K)]
+        plan = _plan(x, qweight, scales, M, N, K, group_size, cfg)
+        if key is not None:
+            _remember(key, plan)
+    return _launch(plan, x, qweight, scales)

@@ -84,6 +84,78 @@ def _dependent_launch(t: torch.Tensor) -> bool:
     return _HAS_PDL and not _interpreting() and _hopper_or_newer(t)
 
 
+# Launch plans. What a call decides from its problem (the inputs' shapes,
+# strides, dtypes, devices and address alignment, and the current GPU) is
+# worked out once per problem and kept: the input checks (they read nothing
+# else), the config, the grids and launch options, and the kernel Triton
+# compiled for each launch. Only decisions are kept, never data: every call
+# reads the tensors it is given.
+_PLANS: dict = {}
+_MAX_PLANS = 4096  # problems remembered; past that the table starts afresh
+
+# When False, every call checks its inputs, picks its config and launches
+# through kernel[grid](...), as in the interpreter: bench/eager.py times both.
+REUSE_PLANS = True
+
+
+@dataclasses.dataclass
+class _Launch:
+    """One kernel launch of a plan: grid (three dimensions), constexprs, launch
+    options (num_warps, ...), and once bound the kernel Triton compiled for it."""
+    grid: tuple
+    meta: dict
+    options: dict
+    compiled: object = None
+
+    def launch(self, args: tuple, bind: bool, plain) -> None:
+        """Launch the kernel on ``args``, its arguments before the constexprs.
+
+        ``plain()`` is the ``kernel[grid](...)`` launch. Triton then binds and
+        specializes every argument and hashes the result to find the compiled
+        kernel, on the host, at every launch (``python -m bench.eager`` shows
+        what that costs): the plan's first launch does it once, and with
+        ``bind`` (a GPU, every pointer 16-byte aligned, as when it compiled)
+        later calls launch the kernel it returned directly. That launcher takes
+        every parameter in order and skips the constexprs (compiled in), whose
+        places the meta values fill: each kernel here declares its constexprs
+        last.
+        """
+        if bind and self.compiled is not None:
+            self.compiled[self.grid](*args, *self.meta.values())
+            return
+        compiled = plain()
+        if bind:
+            self.compiled = compiled
+
+
+def _tensor_key(t: torch.Tensor) -> tuple:
+    """What a launch depends on of one tensor (Triton specializes a pointer on its dtype and
+    on whether its address is a multiple of 16)."""
+    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
+
+
+def _current_gpu(t: torch.Tensor):
+    """The GPU Triton launches on (the current one, whatever t's device), or None off the GPU."""
+    return torch.cuda.current_device() if t.is_cuda else None
+
+
+def _remember(key: tuple, plan: dict) -> None:
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = plan
+
+
+def _aligned(*tensors: torch.Tensor) -> bool:
+    return all(t.data_ptr() % 16 == 0 for t in tensors)
+
+
+def _bindable(*tensors: torch.Tensor) -> bool:
+    """Whether a plan for these inputs may launch its compiled kernels directly:
+    on a GPU, not in the interpreter, every input 16-byte aligned (the outputs are
+    checked per call)."""
+    return tensors[0].is_cuda and not _interpreting() and _aligned(*tensors)
+
+
 @triton.jit
 def _release_next_kernel(PDL: tl.constexpr):
     """Let a kernel launched after this one with ``launch_pdl=True`` start now."""
@@ -330,35 +402,58 @@ def _select_config(M: int, N: int, K: int) -> str:
     return "128x128x128_s3_tma"
 
 
-def _launch(x, qweight_t, input_scale, weight_scale, cfg: triton.Config) -> torch.Tensor:
-    M, K = x.shape
-    N = qweight_t.shape[1]
+def _plan(x, qweight_t, input_scale, weight_scale, M: int, N: int, K: int, cfg: triton.Config) -> dict:
+    """What a call of this problem decides (``_plan_key``): config, grids, PDL."""
     meta = cfg.kwargs
     split_k = meta["SPLIT_K"]
     pdl = meta["PDL"] and _dependent_launch(x)
-    launch = {"launch_pdl": True} if pdl else {}
-    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
-    a = torch.empty((M, K), device=x.device, dtype=torch.int8)
     # Few rows per tile: rows past M would still pay for their divisions.
     qm, qk = (1, 256) if M <= 16 else (4, 512)
-    _quantize_rows_kernel[(triton.cdiv(M, qm), triton.cdiv(K, qk))](
-        x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1),
-        BLOCK_M=qm, BLOCK_K=qk, PDL=pdl, num_warps=4)
     tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
-    ws, counters = _split_k_workspace(y, split_k, tiles, torch.int32)
     w_rows = qweight_t.t()  # the [N, K] weight itself (a view)
-    tma = meta["TMA"] and _tma_ready(a, w_rows)
-    if tma:
-        a_desc = TensorDescriptor.from_tensor(a, [meta["BLOCK_M"], meta["BLOCK_K"]])
-        w_desc = TensorDescriptor.from_tensor(w_rows, [meta["BLOCK_N"], meta["BLOCK_K"]])
+    # TMA for the quantized x (a fresh contiguous [M, K] int8 tensor each call: its
+    # rows are 16-byte aligned when K is) and the weight rows.
+    tma = meta["TMA"] and K % 16 == 0 and _tma_ready(w_rows)
+    return dict(
+        M=M, N=N, K=K, split_k=split_k, tiles=tiles, bind=_bindable(x, qweight_t, input_scale, weight_scale),
+        a_block=[meta["BLOCK_M"], meta["BLOCK_K"]] if tma else None,
+        w_block=[meta["BLOCK_N"], meta["BLOCK_K"]] if tma else None,
+        quantize=_Launch((triton.cdiv(M, qm), triton.cdiv(K, qk), 1), dict(BLOCK_M=qm, BLOCK_K=qk, PDL=pdl),
+                         dict(num_warps=4)),
+        gemm=_Launch((tiles, split_k, 1),
+                     dict(EVEN_K=(K % (meta["BLOCK_K"] * split_k) == 0), **{**meta, "PDL": pdl, "TMA": tma}),
+                     dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}))),
+    )
+
+
+def _as_fp32(scale: torch.Tensor) -> torch.Tensor:
+    """A scale as the kernels read it: float32, contiguous (the same tensor when it already is)."""
+    return scale.to(torch.float32).contiguous()
+
+
+def _plan_key(x, qweight_t, input_scale, weight_scale) -> tuple:
+    return (_tensor_key(x), _tensor_key(qweight_t), _tensor_key(input_scale), _tensor_key(weight_scale),
+            _current_gpu(x))
+
+
+def _launch(plan: dict, x, qweight_t, input_scale, weight_scale) -> torch.Tensor:
+    M, N, K = plan["M"], plan["N"], plan["K"]
+    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
+    a = torch.empty((M, K), device=x.device, dtype=torch.int8)
+    ws, counters = _split_k_workspace(y, plan["split_k"], plan["tiles"], torch.int32)
+    bind = plan["bind"] and _aligned(y, a, ws, counters)
+    quantize, gemm = plan["quantize"], plan["gemm"]
+    quantize_args = (x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1))
+    quantize.launch(quantize_args, bind,
+                    lambda: _quantize_rows_kernel[quantize.grid](*quantize_args, **quantize.meta, **quantize.options))
+    if plan["a_block"]:
+        a_desc = TensorDescriptor.from_tensor(a, plan["a_block"])
+        w_desc = TensorDescriptor.from_tensor(qweight_t.t(), plan["w_block"])
     else:
         a_desc = w_desc = None
-    _w8a8_gemm_kernel[(tiles, split_k)](
-        a, qweight_t, a_desc, w_desc, input_scale, weight_scale, y, ws, counters, M, N, K,
-        a.stride(0), a.stride(1), qweight_t.stride(0), qweight_t.stride(1),
-        y.stride(0), y.stride(1),
-        EVEN_K=(K % (meta["BLOCK_K"] * split_k) == 0), **{**meta, "PDL": pdl, "TMA": tma, "SPLIT_K": split_k},
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch)
+    gemm_args = (a, qweight_t, a_desc, w_desc, input_scale, weight_scale, y, ws, counters, M, N, K,
+                 a.stride(0), a.stride(1), qweight_t.stride(0), qweight_t.stride(1), y.stride(0), y.stride(1))
+    gemm.launch(gemm_args, bind, lambda: _w8a8_gemm_kernel[gemm.grid](*gemm_args, **gemm.meta, **gemm.options))
     return y
 
 
@@ -388,12 +483,22 @@ def w8a8_mm(
     Raises:
         ValueError: wrong dtype, rank or shape of any input.
     """
-    M, N, K = check_w8a8_inputs(x, qweight_t, input_scale, weight_scale)
-    if M == 0:  # no rows: an empty result, as nn.Linear gives
-        return torch.empty((0, N), device=x.device, dtype=torch.float16)
-    x = x.contiguous()
-    cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K)]
+    plan = key = None
+    if FORCE_CONFIG is None and REUSE_PLANS:
+        try:  # the problem as given, dtypes included; what is not a tensor is for the checks to refuse
+            key = _plan_key(x, qweight_t, input_scale, weight_scale)
+            plan = _PLANS.get(key)
+        except Exception:  # noqa: BLE001
+            key = None
+    if plan is None:
+        M, N, K = check_w8a8_inputs(x, qweight_t, input_scale, weight_scale)
+        if M == 0:  # no rows: an empty result, as nn.Linear gives
+            return torch.empty((0, N), device=x.device, dtype=torch.float16)
     # The kernels read float32 scales: fp16 ones (the course's layers) are converted once, here.
-    input_scale = input_scale.to(torch.float32).contiguous()
-    weight_scale = weight_scale.to(torch.float32).contiguous()
-    return _launch(x, qweight_t, input_scale, weight_scale, cfg)
+    x, input_scale, weight_scale = x.contiguous(), _as_fp32(input_scale), _as_fp32(weight_scale)
+    if plan is None:
+        cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K)]
+        plan = _plan(x, qweight_t, input_scale, weight_scale, M, N, K, cfg)
+        if key is not None:
+            _remember(key, plan)
+    return _launch(plan, x, qweight_t, input_scale, weight_scale)

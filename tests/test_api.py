@@ -89,8 +89,29 @@ def test_the_quant_solutions_carry_identical_helpers():
     w8a8, w4a16 = (_shared_block(ROOT / "solutions" / n) for n in ("w8a8.py", "w4a16.py"))
     assert w8a8 == w4a16
     for helper in ("_split_k_reduce", "_split_k_workspace", "_tile_counters", "_grouped_tile",
-                   "_dependent_launch", "_release_next_kernel", "_wait_for_previous_kernel"):
+                   "_dependent_launch", "_release_next_kernel", "_wait_for_previous_kernel",
+                   "_tensor_key", "_current_gpu", "_remember", "_aligned", "_bindable", "_interpreting"):
         assert f"def {helper}(" in w8a8
+    assert "class _Launch:" in w8a8
+
+
+def _plan_block(path: Path) -> str:
+    """The launch-plan helpers: from the comment that announces them to the end of _bindable."""
+    text = path.read_text()
+    start = text.index("# Launch plans.")
+    end = next(n.end_lineno for n in ast.parse(text).body
+               if isinstance(n, ast.FunctionDef) and n.name == "_bindable")
+    return text[start:len("\n".join(text.splitlines()[:end]))]
+
+
+def test_every_solution_carries_the_same_launch_plan_helpers():
+    blocks = {n: _plan_block(ROOT / "solutions" / n) for n in KERNEL_FILES}
+    assert len(set(blocks.values())) == 1, sorted(blocks)
+    interpreting = {n: next(ast.get_source_segment((ROOT / "solutions" / n).read_text(), f)
+                            for f in ast.parse((ROOT / "solutions" / n).read_text()).body
+                            if isinstance(f, ast.FunctionDef) and f.name == "_interpreting")
+                    for n in KERNEL_FILES}
+    assert len(set(interpreting.values())) == 1
 
 
 def test_layer_class_names():

@@ -1,5 +1,7 @@
 """The three predefined layers: weight preparation, [..., K] inputs, bias, errors."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -132,3 +134,42 @@ def test_sparse_layer_weight_moves_and_round_trips_through_state_dict():
     fresh = SparseLinear(64, 64, bias=True).to(DEVICE)   # not prepared, other weights
     fresh.load_state_dict(moved.state_dict())
     assert torch.equal(fresh(x), moved(x))
+
+
+def _scale_as_written_before(t, qmax, dim):
+    """The layers' scale as it was first written: abs, amax, float, divide, clamp."""
+    return (t.abs().amax(dim=dim, keepdim=True).float() / qmax).clamp_min(1e-8)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_symmetric_scale_is_bit_for_bit_the_documented_formula(dtype):
+    from solutions.layers import symmetric_scale
+
+    finfo = torch.finfo(dtype)
+    g = torch.Generator(device=DEVICE).manual_seed(1)
+    t = torch.randn(9, 300, generator=g, device=DEVICE).to(dtype) * 3
+    t[0] = 0                                            # clamped to SCALE_EPS
+    t[1] = -0.0
+    t[2, :] = finfo.tiny * 4                            # every |t| / qmax below SCALE_EPS
+    t[3, 7] = -finfo.max                                # the largest magnitude, negative
+    t[4, 5] = float("nan")
+    t[5, 9] = float("-inf")
+    t[6] = torch.arange(300, device=DEVICE).to(dtype) * finfo.eps  # values at the rounding edge
+    t[7, ::2] = torch.finfo(torch.float16).smallest_normal / 2    # fp16 subnormals
+    t[8] = 127 * 1e-8                                   # at the clamp
+    for qmax in (127, 7):
+        for dim, view in ((1, t), (0, t.t().contiguous()), (2, t.reshape(9, 3, 100))):
+            got, want = symmetric_scale(view, qmax, dim), _scale_as_written_before(view, qmax, dim)
+            assert got.dtype == torch.float32 and got.shape == want.shape
+            assert torch.equal(got.isnan(), want.isnan())
+            assert torch.equal(got.nan_to_num(), want.nan_to_num()), (dtype, qmax, dim)
+
+
+def test_sparse_layer_forward_warns_nothing_and_views_its_buffers():
+    layer = _layer(SparseLinear).prepare_for_eval()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bsr = layer.weight_bsr
+        layer(torch.randn(3, 64, device=DEVICE, dtype=torch.float16))
+    assert not caught, [str(w.message) for w in caught]
+    assert bsr.values().data_ptr() == layer.bsr_values.data_ptr()

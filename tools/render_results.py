@@ -8,9 +8,11 @@ Each results/<date>-<gpu>.json holds what was measured on one GPU that day:
 grades, and the thresholds it placed): docs/grading.md puts the reference's
 and the tutorial-style kernels' ratios next to the rubric's thresholds, shows
 what the placement rule makes of every recorded run, and each calibration's
-table of old and new thresholds; and ``bench``, a list of `make bench` runs
+table of old and new thresholds; ``bench``, a list of `make bench` runs
 (bench/bench.py's --json), which docs/performance.md shows as tables, with
-how far later runs stray from the first.
+how far later runs stray from the first; and ``eager``, a list of
+`python -m bench.eager` runs (the layers in eager mode, host included),
+shown there too.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ BEGIN, END = "<!-- thresholds:begin (tools/render_results.py) -->", "<!-- thresh
 CAL_BEGIN, CAL_END = "<!-- calibration:begin (tools/render_results.py) -->", "<!-- calibration:end -->"
 PERF_DOC = ROOT / "docs" / "performance.md"
 PERF_BEGIN, PERF_END = "<!-- bench:begin (tools/render_results.py) -->", "<!-- bench:end -->"
+EAGER_BEGIN, EAGER_END = "<!-- eager:begin (tools/render_results.py) -->", "<!-- eager:end -->"
 
 
 def _runs() -> list[tuple[Path, dict]]:
@@ -121,6 +124,22 @@ def bench_tables() -> str:
     return "\n".join(out)
 
 
+def eager_tables() -> str:
+    from bench.eager import table as eager_table
+
+    out = []
+    for p in sorted((ROOT / "results").glob("*.json")):
+        run = json.loads(p.read_text())
+        for i, eager in enumerate(run.get("eager") or []):
+            out += [f"### {eager['gpu']}, {run['date']}" + (f", run {i + 1}" if i else ""), "",
+                    f"torch {eager['torch']}, triton {eager['triton']} (`{p.relative_to(ROOT)}`, "
+                    f"{eager.get('label', 'run 1')}).", "", "```", eager_table(eager["results"]), "```", ""]
+    if not out:
+        out = ["No run recorded yet (`python -m bench.eager` on a GPU; MAINTAINING.md says where its "
+               "output goes).", ""]
+    return "\n".join(out)
+
+
 def _between(text: str, begin: str, end: str, body: str) -> str:
     head, rest = text.split(begin, 1)
     _, tail = rest.split(end, 1)
@@ -132,7 +151,7 @@ def render(text: str) -> str:
 
 
 def render_performance(text: str) -> str:
-    return _between(text, PERF_BEGIN, PERF_END, bench_tables())
+    return _between(_between(text, PERF_BEGIN, PERF_END, bench_tables()), EAGER_BEGIN, EAGER_END, eager_tables())
 
 
 if __name__ == "__main__":
