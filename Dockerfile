@@ -1,10 +1,11 @@
-# TA grading image: the same grader as `make grade`, with student code run as another user.
+# Grading image: the same grader as `make grade`, with student code run as another user.
 #   docker build -t quant-grader .
 #   docker run --rm --gpus all --network none --hostname localhost \
 #     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
 #     --security-opt systempaths=unconfined \
 #     -v "$PWD/submissions:/submissions:ro" -v "$PWD/batch-reports:/reports" \
-#     quant-grader batch /submissions --out /reports
+#     quant-grader grader grade /submissions/alice.zip --report-dir /reports/alice
+# A whole class (the TA's image): ... quant-grader classroom batch /submissions --out /reports
 # Any official pytorch/pytorch *-runtime tag that matches the host driver works.
 # tools/docker_check.sh builds this image and checks the users and the sandbox.
 ARG BASE_IMAGE=pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime
@@ -29,6 +30,7 @@ RUN pip install --no-cache-dir -r requirements.txt
 
 COPY assignment/ assignment/
 COPY grader/ grader/
+COPY classroom/ classroom/
 COPY tools/ tools/
 COPY Makefile handout.md ./
 # grader: owns the grader's files, read-only even to itself, and nobody else may read them
@@ -43,5 +45,5 @@ RUN useradd --create-home --uid 1000 grader \
  && mkdir -p /reports && chown grader /reports && chmod 0700 /reports
 
 USER 1000
-ENTRYPOINT ["python", "-m", "grader"]
-CMD ["--help"]
+ENTRYPOINT ["python", "-m"]
+CMD ["grader", "--help"]

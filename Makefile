@@ -51,18 +51,18 @@ test: setup
 endif
 
 batch: setup
-	$(PY) -m grader batch $(SUBMISSIONS) --out $(BATCH_DIR) $(GRADE_FLAGS)
+	$(PY) -m classroom batch $(SUBMISSIONS) --out $(BATCH_DIR) $(GRADE_FLAGS)
 
 regrade: setup
 	@test -n "$(STUDENT)" || { echo "usage: make regrade STUDENT=id (the id column of class.csv, the file name, an email or a SID)"; exit 2; }
-	$(PY) -m grader batch $(SUBMISSIONS) --out $(BATCH_DIR) --student "$(STUDENT)" $(GRADE_FLAGS)
+	$(PY) -m classroom regrade $(SUBMISSIONS) "$(STUDENT)" --out $(BATCH_DIR) $(GRADE_FLAGS)
 
 gradebook: setup
-	$(PY) -m grader gradebook $(BATCH_DIR)/class.csv --format $(FORMAT) $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)")
+	$(PY) -m classroom gradebook $(BATCH_DIR)/class.csv --format $(FORMAT) $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)")
 
 merge: setup
 	@test -n "$(GRADESCOPE_SCORES)" || { echo "usage: make merge GRADESCOPE_SCORES=file.csv [FORMAT=gradescope|canvas] (Gradescope's Download Grades CSV of the assignment)"; exit 2; }
-	$(PY) -m grader merge "$(GRADESCOPE_SCORES)" $(BATCH_DIR)/class.csv --format $(FORMAT) $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)")
+	$(PY) -m classroom merge "$(GRADESCOPE_SCORES)" $(BATCH_DIR)/class.csv --format $(FORMAT) $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)")
 
 dist: setup
 	$(PY) -m tools.dist dist

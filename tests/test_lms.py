@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import batch, gpus
-from grader.cli import main
-from grader.lms import gradebook, layouts, roster
-from grader.lms.csvio import CsvError
+from classroom import batch, gpus
+from classroom.cli import main
+from classroom.lms import gradebook, layouts, roster
+from classroom.lms.csvio import CsvError
 from grader.rubric import DEFAULT_RUBRIC, load_rubric
 from tests.fakes import install_fake_grade
 
@@ -562,7 +562,7 @@ PARALLEL_BATCH = """
 import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {root!r})
-import grader.batch as b
+import classroom.batch as b
 from grader.rubric import load_rubric
 b.grade_command = lambda path, reports, rubric: [sys.executable, {script!r}, str(path), str(reports), {log!r}]
 sys.exit(b.run_batch({folder!r}, {out!r}, load_rubric({rubric!r}), gpus="0,1"))

@@ -120,10 +120,16 @@ rc=$?
 
 # The grader itself still grades in the image (stub kernels of assignment/: 0 points, a report).
 # shellcheck disable=SC2086
-if docker run --rm --network none $GPU_FLAGS ${RUN_FLAGS:-} "$IMAGE" grade /grader/assignment \
+if docker run --rm --network none $GPU_FLAGS ${RUN_FLAGS:-} "$IMAGE" grader grade /grader/assignment \
      --report-dir /tmp/report --device cpu --tasks dds >/dev/null 2>&1; then
   echo "PASS make grade runs in the image"
 else
   echo "FAIL make grade runs in the image"; rc=1
+fi
+# shellcheck disable=SC2086
+if docker run --rm --network none ${RUN_FLAGS:-} "$IMAGE" classroom --help >/dev/null 2>&1; then
+  echo "PASS the classroom runs in the image"
+else
+  echo "FAIL the classroom runs in the image"; rc=1
 fi
 exit $rc

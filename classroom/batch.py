@@ -7,7 +7,7 @@ Layout of the output folder:
     OUT/staged/<id>/        kernel files that came loose (Canvas, Moodle), graded from here
     OUT/roster.csv, OUT/batch.json   the roster and a --layout given, reused by later runs
 
-Where the submissions are and whose they are is grader/lms/ (layouts.py:
+Where the submissions are and whose they are is classroom/lms/ (layouts.py:
 plain, Gradescope export, Canvas and Moodle downloads; roster.py).
 ``<id>`` is a folder-safe id (``student_id``); class.csv keeps the original
 name, the submitters' names, emails and SIDs. A student's folder appears
@@ -31,7 +31,7 @@ pipes for an escaped process to hold). The batch is the child subreaper of
 everything it starts (Linux), so when a student is done, timed out or
 interrupted, every process left from that student's grading, including ones
 that started a new session or double-forked, is killed and reaped. With
---gpus (grader/gpus.py) one grade process per GPU runs at a time, and a
+--gpus (classroom/gpus.py) one grade process per GPU runs at a time, and a
 token in each one's environment tells whose leftovers are whose.
 """
 
@@ -57,13 +57,14 @@ from pathlib import Path
 from tabulate import tabulate
 from tqdm import tqdm
 
+from grader.report import REPORT_FILES, error_result, escape_name, one_line, write_reports
+from grader.rubric import Rubric, rubric_hash
+
 from .gpus import GpuSpecError, Stopped, run_parallel, visible_gpus
 from .lms.csvio import DIR_MODE, FILE_MODE, CsvError, to_csv
 from .lms.csvio import write_atomic as _write_atomic
 from .lms.intake import discover, select
 from .lms.layouts import Entry, LayoutError, find_entries, student_id  # noqa: F401 - find_entries, student_id: API
-from .report import REPORT_FILES, error_result, escape_name, one_line, write_reports
-from .rubric import Rubric, rubric_hash
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT_JSON_BYTES = 8 << 20      # largest report.json the batch reads
@@ -490,7 +491,7 @@ def write_class_files(out: Path, entries: list[Entry], tasks: list[str], current
     """Rebuild class.csv and summary.md from whatever reports exist now. A
     report that cannot be used becomes that student's grader_error row.
     ``current_hash``: the rubric now in use, to list reports made under another.
-    ``not_submitted``: roster members (grader.lms.roster.Member) without a
+    ``not_submitted``: roster members (classroom.lms.roster.Member) without a
     submission, one ``no_submission`` row each."""
     rows = []
     for entry in entries:
@@ -601,7 +602,7 @@ def _warn_if_not_isolated() -> None:
     try:
         import torch
 
-        from .harness.sandbox import backend
+        from grader.harness.sandbox import backend
         b = backend(gpu=torch.cuda.is_available())
         problem = None if b.isolated else b.summary()
     except Exception as e:  # noqa: BLE001 - no sandbox at all is the same warning
