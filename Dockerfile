@@ -17,7 +17,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1
 
 # sudo: the grader (uid 1000) starts each task's worker as `student` (uid 1001) through one
-# sudoers rule that allows nothing else; setpriv (util-linux) adds no_new_privs.
+# sudoers rule that allows nothing else; setpriv (util-linux) adds no_new_privs. closefrom_override
+# lets the grader keep the worker's pipes open through sudo (sudo -C).
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends sudo util-linux procps \
@@ -39,7 +40,8 @@ COPY Makefile handout.md ./
 RUN useradd --create-home --uid 1000 grader \
  && useradd --no-create-home --uid 1001 --shell /usr/sbin/nologin student \
  && usermod -aG student grader \
- && echo "grader ALL=(student) NOPASSWD: ALL" > /etc/sudoers.d/grader-student \
+ && printf '%s\n' "Defaults:grader closefrom_override" "grader ALL=(student) NOPASSWD: ALL" \
+      > /etc/sudoers.d/grader-student \
  && chmod 0440 /etc/sudoers.d/grader-student \
  && chown -R grader:grader /grader && chmod -R u=rX,go= /grader \
  && mkdir -p /reports && chown grader /reports && chmod 0700 /reports

@@ -35,21 +35,6 @@ def _grade_args(p: argparse.ArgumentParser) -> None:
                         "performance is not timed)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="time limit of the whole run, seconds; each task gets a share (Gradescope)")
-    p.add_argument("--die-with-parent", type=int, default=None, metavar="PID", help=argparse.SUPPRESS)
-
-
-def _die_with_parent(ppid: int) -> None:
-    """Linux: have the kernel kill this process when its parent (the batch,
-    process ``ppid``) dies, even by SIGKILL; exit at once if it already has."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != ppid:
-        os._exit(1)
 
 
 CLASSROOM_COMMANDS = ("batch", "regrade", "gradebook", "merge")
@@ -66,8 +51,6 @@ def main(argv=None) -> int:
     if not argv or argv[0] not in ("grade", "-h", "--help"):
         argv.insert(0, "grade")
     args = parser.parse_args(argv)
-    if getattr(args, "die_with_parent", None) and sys.platform.startswith("linux"):
-        _die_with_parent(args.die_with_parent)
 
     from .report import escape_name
     from .rubric import DEFAULT_RUBRIC, RubricError, load_rubric

@@ -3,8 +3,10 @@ leave a results.json.
 
     python -m grader.gradescope [--root /autograder] [--budget-s SECONDS]
 
-The grade itself runs as a child process (``python -m grader grade``) with
-the rubric's ``gradescope_budget_s`` as its budget: each task gets a share of
+The grade itself runs as a child process (``python -m grader grade``), under
+the grader's process supervisor (grader/harness/proc.py: at the deadline or
+when the grade ends, it and everything it started are killed), with the
+rubric's ``gradescope_budget_s`` as its budget: each task gets a share of
 what is left, so a hanging kernel costs its own task, and the run ends in
 time. Whatever happens to that child (a crash, the memory limit, the budget
 running out, a grader bug), this process writes a results.json that says
@@ -20,12 +22,12 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from .harness import proc
 from .rubric import DEFAULT_RUBRIC, Settings, tomllib
 
 GRACE_S = 20   # after the budget: time for the child to write its reports before it is killed
@@ -74,28 +76,26 @@ def _why(code: int | None, timed_out: bool, budget: float) -> str:
     return f"the grader exited with code {code} without a usable report"
 
 
+def grade_command(root: Path, report_dir: Path, seed: int, budget: float) -> list[str]:
+    """The grade of ``root``/submission, with 10 % of the budget kept for start-up and reports."""
+    return [sys.executable, "-m", "grader", "grade", str(root / "submission"), "--report-dir", str(report_dir),
+            "--seed", str(seed), "--budget-s", f"{0.9 * budget:.0f}"]
+
+
 def run(root: Path, budget: float, seed: int) -> dict:
     """Grade ``root``/submission; the results.json to upload (the grader's, or a fallback)."""
     started = time.monotonic()
     report_dir = Path(tempfile.mkdtemp(prefix="gradescope-report-"))
-    cmd = [sys.executable, "-m", "grader", "grade", str(root / "submission"), "--report-dir", str(report_dir),
-           "--seed", str(seed), "--budget-s", f"{0.9 * budget:.0f}"]   # 10 %: start-up and reports
-    proc = subprocess.Popen(cmd, start_new_session=True)
-    timed_out = False
+    # The supervisor kills the grade, and whatever it left behind, at the deadline or when it ends.
+    p = proc.start(grade_command(root, report_dir, seed, budget), deadline_s=budget + GRACE_S)
     try:
-        code = proc.wait(timeout=budget + GRACE_S)
-    except subprocess.TimeoutExpired:
-        timed_out, code = True, None
+        code = p.wait()
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)   # whatever the grade left behind goes with it
-        except OSError:
-            pass
-        proc.wait()
+        p.kill()
     seconds = time.monotonic() - started
-    results = None if timed_out else _readable(report_dir / "results.json")
+    results = None if p.timed_out else _readable(report_dir / "results.json")
     shutil.rmtree(report_dir, ignore_errors=True)
-    return results if results is not None else _fallback(_why(code, timed_out, budget), seed, seconds)
+    return results if results is not None else _fallback(_why(code, p.timed_out, budget), seed, seconds)
 
 
 def main(argv=None) -> int:

@@ -245,18 +245,17 @@ def test_a_failed_grade_is_a_grader_error_in_every_format(tmp_path, fake, mode, 
 def test_a_stop_signal_during_clean_up_waits_for_it(tmp_path, fake, monkeypatch):
     rubric, pids = fake
     subs = _students(tmp_path, {"a": "escape", "b": "ok"})
-    calls = []
+    real_install = batch._install
 
-    def children_then_sigterm():
-        calls.append(1)
-        if len(calls) == 2:  # the first look for leftovers, inside the clean-up
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real_children()
-    real_children = batch._children
-    monkeypatch.setattr(batch, "_children", children_then_sigterm)
-    assert run_batch(str(subs), str(tmp_path / "out"), rubric) == 128 + signal.SIGTERM
-    assert _survivors(pids) == []  # the clean-up ran to its end first
-    assert _rows(tmp_path / "out")["b"]["flags"] == "not_graded"
+    def sigterm_then_install(*args):
+        os.kill(os.getpid(), signal.SIGTERM)   # arrives while a's folder is being installed
+        real_install(*args)
+    monkeypatch.setattr(batch, "_install", sigterm_then_install)
+    out = tmp_path / "out"
+    assert run_batch(str(subs), str(out), rubric) == 128 + signal.SIGTERM
+    assert _survivors(pids) == []
+    _complete(out)                                   # the installation ran to its end first
+    assert _rows(out)["a"]["total"] == "1.0" and _rows(out)["b"]["flags"] == "not_graded"
 
 
 BATCH_WITH_FAKE = """

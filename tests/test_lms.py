@@ -542,9 +542,9 @@ def test_a_hang_on_one_gpu_costs_only_that_student(tmp_path, fake):
 
 
 def test_a_student_clean_up_leaves_other_gpus_processes_alone(tmp_path, fake):
-    """While one GPU's student runs a helper that left its tree (reparented to
-    the batch), the other GPU's students finish and are cleaned up: the helper
-    lives on until its own student is done, then dies with it."""
+    """While one GPU's student runs a helper that left its tree (re-parented to
+    that student's supervisor), the other GPU's students finish and are cleaned
+    up: the helper lives on until its own student is done, then dies with it."""
     rubric, log = fake
     folder = _many(tmp_path, 5)
     (folder / "s00" / "w8a8.py").write_text("# fake: helper\n# fake: correctness=50 performance=25\n")

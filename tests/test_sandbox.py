@@ -37,22 +37,6 @@ def _backend(name: str, gpu: bool = False) -> sandbox.Backend:
         pytest.skip(f"backend {name} does not work here: {e}")
 
 
-_STUDENT_ALONE = {"test_sudo_switch_of_the_docker_image"}
-
-
-@pytest.fixture(autouse=True)
-def _student_user_lock(request):
-    """Tests that run student processes share a lock that the sudo test takes alone: its cleanup
-    (kill -1 as student) would kill the student processes of tests running beside it."""
-    import fcntl
-    fd = os.open(os.path.join(tempfile.gettempdir(), "sandbox-tests-student.lock"),
-                 os.O_RDWR | os.O_CREAT, 0o600)
-    exclusive = request.node.name in _STUDENT_ALONE
-    fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-    yield
-    os.close(fd)
-
-
 @pytest.fixture(params=sandbox.BACKENDS)
 def b(request) -> sandbox.Backend:
     return _backend(request.param)
