@@ -26,10 +26,10 @@ own children, whose process ids cannot be reused before it reaps them, round
 after round as their descendants are re-parented to it: whatever else runs
 on the machine, under whatever user, is never touched. A child of another
 user (the sandbox's student, reached through sudo in the Docker image) is
-killed by its process id as that user, ``sudo -n -u <owner> -- kill -KILL
-<pids>``; never ``kill -1``, which would kill every process of that user,
-other students' included. Outside Linux (a student's laptop) there is no
-subreaper: the command's process group is killed.
+killed by its process id as that user (``sudo -n -u <owner> -- kill -KILL
+<pids>``), never by a signal to all of that user's processes, which would
+kill other students' workers too. Outside Linux (a student's laptop) there
+is no subreaper: the command's process group is killed.
 """
 
 from __future__ import annotations
