@@ -135,3 +135,17 @@ class DockerUsers:
 
     def close(self) -> None:
         subprocess.run(["rm", "-rf", str(self.top)])
+
+
+if __name__ == "__main__":
+    # python -m tests.docker_users CMD...: run CMD as the image's grader user, e.g. the sandbox's
+    # tests as the image runs them: python -m tests.docker_users python -m pytest tests/test_sandbox.py
+    if why := DockerUsers.unavailable():
+        sys.exit(why)
+    users = DockerUsers()
+    try:
+        tmp = users.writable("tmp")
+        argv = [sys.executable if a == "python" else a for a in sys.argv[1:]]
+        sys.exit(users.popen(argv, {"TMPDIR": str(tmp)}).wait())
+    finally:
+        users.close()
