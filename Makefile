@@ -19,7 +19,7 @@ GRADESCOPE_SCORES ?=
 
 export PYTHON VENV NO_VENV
 
-.PHONY: help setup grade test batch regrade gradebook merge dist gradescope bench calibrate clean
+.PHONY: help setup grade test batch regrade gradebook merge dist gradescope bench calibrate docs clean
 
 help:
 	@echo "make grade                 grade assignment/ (SUBMISSION=path for a folder or .zip)"
@@ -33,6 +33,7 @@ ifneq ($(wildcard solutions),)
 	@echo "make gradescope            build a Gradescope autograder zip (TA)"
 	@echo "make bench                 GPU benchmark of the reference solutions"
 	@echo "make calibrate             place the performance thresholds on this GPU (TA; CALIBRATE_FLAGS=...)"
+	@echo "make docs                  regenerate the docs' tables and the handout's totals from the rubric and results/"
 endif
 
 setup:
@@ -75,6 +76,9 @@ bench: setup
 
 calibrate: setup
 	$(PY) -m tools.calibrate $(CALIBRATE_FLAGS)
+
+docs: setup
+	$(PY) -m tools.render_results
 
 clean:
 	rm -rf $(REPORT_DIR) dist .pytest_cache

@@ -28,20 +28,29 @@ import time
 from pathlib import Path
 
 from .harness import proc
-from .rubric import DEFAULT_RUBRIC, Settings, tomllib
+from .rubric import DEFAULT_RUBRIC, RubricError, default_settings_raw, tomllib
 
 GRACE_S = 20   # after the budget: time for the child to write its reports before it is killed
 
 
+UNREADABLE_BUDGET_S = 120   # no rubric can be read: the grade stops at once and says why; this bounds it
+
+
 def budget_s(rubric: Path = DEFAULT_RUBRIC) -> float:
-    """The rubric's ``gradescope_budget_s``, read without validating the rubric
-    (that imports torch; the grade validates it and says what is wrong)."""
+    """The rubric's ``gradescope_budget_s`` (or the shipped rubric's, its default), read
+    without validating the rubric (that imports torch; the grade validates it and says
+    what is wrong)."""
     try:
         value = tomllib.loads(rubric.read_text(encoding="utf-8")).get("settings", {}).get("gradescope_budget_s")
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
         value = None
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e6
-    return float(value) if ok else Settings.gradescope_budget_s
+    if ok:
+        return float(value)
+    try:
+        return float(default_settings_raw()["gradescope_budget_s"])
+    except RubricError:
+        return UNREADABLE_BUDGET_S
 
 
 def _fallback(reason: str, seed: int, seconds: float) -> dict:

@@ -94,31 +94,24 @@ class TestSpec:
 
 @dataclass(frozen=True)
 class Settings:
-    cap_at_max: bool = True
-    points_step: float = 0.25
-    task_timeout_s: float = 240
-    cpu_task_timeout_s: float = 600
-    timed_batch_ms: float = 5.0
-    timing_rounds: int = 3
-    static_checks: bool = True
-    extra_allowed_imports: tuple = ()
-    # Gradescope runs without a GPU: its results.json leaves the performance
-    # tests out ("omit", one line says they are graded on a GPU) or lists them
-    # with 0 points ("informational").
-    gradescope_performance: str = "omit"
-    # The whole Gradescope run (python -m grader.gradescope) must fit in this
-    # many seconds; each task gets an equal share of what is left.
-    gradescope_budget_s: float = 480
-    # A timed call faster than this fraction of its memory floor (bytes that
-    # must move / the copy bandwidth measured at the start) is not trusted.
-    memory_floor_trust: float = 0.8
-    # A ratio within this relative margin of full_ratio or zero_ratio is
-    # borderline: up to borderline_rounds more timed rounds fix its score.
-    borderline_margin: float = 0.03
-    borderline_rounds: int = 4
-    # The GPUs the performance thresholds were placed on, "GPU name, YYYY-MM-DD"
-    # each (make calibrate writes it); grading on another GPU adds a warning.
-    calibrated_on: tuple = ()
+    """The ``[settings]`` of a rubric. What each one means, and its default, is in
+    grader/rubric.toml, their one home: a rubric that leaves a setting out gets
+    the value written there (``default_settings``); SETTINGS_SPEC gives each
+    one's type and range."""
+    cap_at_max: bool
+    points_step: float
+    task_timeout_s: float
+    cpu_task_timeout_s: float
+    timed_batch_ms: float
+    timing_rounds: int
+    static_checks: bool
+    extra_allowed_imports: tuple
+    gradescope_performance: str
+    gradescope_budget_s: float
+    memory_floor_trust: float
+    borderline_margin: float
+    borderline_rounds: int
+    calibrated_on: tuple
 
 
 @dataclass(frozen=True)
@@ -286,7 +279,7 @@ def _shape(c: _Checker, table, key, place, value) -> tuple[int, int, int]:
     return tuple(value)
 
 
-def _settings(c: _Checker, raw: dict) -> Settings:
+def _check_settings(c: _Checker, raw: dict) -> None:
     table = ("settings",)
     c.unknown(table, "[settings]", raw, SETTINGS_SPEC)
     for key, value in raw.items():
@@ -295,11 +288,44 @@ def _settings(c: _Checker, raw: dict) -> Settings:
             c.check(table, key, "[settings]", value, kind, high=extra)
         else:
             c.check(table, key, "[settings]", value, kind, low, extra)
-    raw = dict(raw)
+
+
+_DEFAULTS: dict = {}
+
+
+def default_settings_raw(path: Path = DEFAULT_RUBRIC) -> dict:
+    """The ``[settings]`` written in the shipped rubric (grader/rubric.toml), every one of them
+    checked: the defaults of every rubric. Reading them imports neither torch nor the registry."""
+    key = str(path)
+    if key not in _DEFAULTS:
+        try:
+            text = path.read_text(encoding="utf-8")
+            raw = tomllib.loads(text).get("settings", {})
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise RubricError(f"{path}: cannot read the default settings: {e}") from e
+        c = _Checker(str(path), text)
+        if not isinstance(raw, dict):
+            c.table((), "settings", "", raw)
+        _check_settings(c, raw)
+        missing = [k for k in SETTINGS_SPEC if k not in raw]
+        if missing:
+            c.fail(("settings",), None, "[settings]", f"missing {', '.join(missing)}: this file holds every "
+                   "setting's default, so it must set each one")
+        _DEFAULTS[key] = raw
+    return dict(_DEFAULTS[key])
+
+
+def _settings(c: _Checker, raw: dict) -> Settings:
+    _check_settings(c, raw)
+    merged = {**default_settings_raw(), **raw}
     for key in ("extra_allowed_imports", "calibrated_on"):
-        if key in raw:
-            raw[key] = tuple(raw[key])
-    return Settings(**raw)
+        merged[key] = tuple(merged[key])
+    return Settings(**merged)
+
+
+def default_settings() -> Settings:
+    """The settings of a rubric that sets none: those of grader/rubric.toml."""
+    return _settings(_Checker(str(DEFAULT_RUBRIC), None), {})
 
 
 def _task(c: _Checker, name: str, entry) -> Task:
