@@ -69,7 +69,7 @@ dist: setup
 	$(PY) -m tools.dist dist
 
 gradescope: setup
-	$(PY) -m tools.gradescope dist/gradescope.zip
+	$(PY) -m tools.gradescope_zip dist/gradescope.zip
 
 bench: setup
 	$(PY) -m bench.bench

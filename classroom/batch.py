@@ -60,7 +60,7 @@ from grader.harness import proc
 from grader.report import REPORT_FILES, error_result, escape_name, one_line, write_reports
 from grader.rubric import Rubric, rubric_hash
 
-from .gpus import GpuSpecError, Stopped, run_parallel, visible_gpus
+from .gpus import GpuListError, Stopped, run_parallel, visible_gpus
 from .lms.csvio import DIR_MODE, FILE_MODE, CsvError, to_csv
 from .lms.csvio import write_atomic as _write_atomic
 from .lms.intake import discover, select
@@ -516,7 +516,7 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
         return _usage_error(f"{folder}: not a folder of submissions{hint}")
     try:
         slots = visible_gpus(gpus) if gpus else []
-    except GpuSpecError as e:
+    except GpuListError as e:
         return _usage_error(str(e))
     _warn_if_not_isolated()
     students = out / "students"

@@ -122,7 +122,7 @@ def test_make_grade_in_the_bundle_gives_zero(bundle):
 
 
 def test_gradescope_zip(tmp_path):
-    from tools.gradescope import build as build_gradescope
+    from tools.gradescope_zip import build as build_gradescope
     out = build_gradescope(tmp_path / "gs.zip")
     with zipfile.ZipFile(out) as zf:
         names = set(zf.namelist())
@@ -161,7 +161,7 @@ def test_the_bundle_holds_the_engine_alone(bundle):
 
 
 def test_the_gradescope_zip_holds_the_engine_alone(tmp_path):
-    from tools.gradescope import build as build_gradescope
+    from tools.gradescope_zip import build as build_gradescope
     with zipfile.ZipFile(build_gradescope(tmp_path / "gs.zip")) as zf:
         _no_classroom_code((i.filename, zf.read(i).decode(errors="replace")) for i in zf.infolist()
                            if not i.is_dir())
@@ -179,5 +179,5 @@ def test_make_help_in_the_bundle_lists_only_what_works_there(bundle):
                "docs"}
     assert set(_help_targets(ROOT)) == {"grade"} | ta_only  # the project lists them all
     assert _help_targets(bundle) == ["grade"]
-    for missing in ("tests", "tools/dist.py", "tools/gradescope.py", "bench"):
+    for missing in ("tests", "tools/dist.py", "tools/gradescope_zip.py", "bench"):
         assert not (bundle / missing).exists(), missing

@@ -20,7 +20,7 @@ import pytest
 
 from grader.rubric import load_rubric
 from tests.helpers import validate_gradescope
-from tools.gradescope import build
+from tools.gradescope_zip import build
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ("w8a8.py", "w4a16.py", "dds.py")

@@ -494,7 +494,7 @@ def test_gpu_lists():
     assert gpus.visible_gpus("0,GPU-1a2b-3c", {}) == ["0", "GPU-1a2b-3c"]
     for spec, env, why in (("all", {}, "no CUDA GPU"), ("0,0", {}, "listed twice"), ("0;rm", {}, "expected 'all'"),
                            ("2", {"CUDA_VISIBLE_DEVICES": "4"}, "index 2 is not one of them")):
-        with pytest.raises(gpus.GpuSpecError, match=why):
+        with pytest.raises(gpus.GpuListError, match=why):
             gpus.visible_gpus(spec, env, count=lambda: 0)
 
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from grader.rubric import (DEFAULT_RUBRIC, SETTINGS_SPEC, RubricError, Settings, load_rubric, parse_rubric,
+from grader.rubric import (DEFAULT_RUBRIC, SETTINGS_SCHEMA, RubricError, Settings, load_rubric, parse_rubric,
                            rubric_hash, tomllib)
 from tests.fakes import ROOT, rubric_toml
 
@@ -34,7 +34,7 @@ def _line(text: str, needle: str) -> int:
 
 def test_the_test_rubric_and_the_default_rubric_load():
     assert load_rubric(DEFAULT_RUBRIC).tests
-    assert SETTINGS_SPEC.keys() == Settings.__dataclass_fields__.keys()
+    assert SETTINGS_SCHEMA.keys() == Settings.__dataclass_fields__.keys()
 
 
 MISTAKES = [  # (old, new, words the error must hold, text on the line it must name)
@@ -137,7 +137,7 @@ def test_every_setting_has_its_default_in_the_shipped_rubric_only(tmp_path):
 
     from grader.rubric import default_settings, default_settings_raw
     shipped = tomllib.loads(DEFAULT_RUBRIC.read_text())["settings"]
-    assert shipped.keys() == SETTINGS_SPEC.keys()
+    assert shipped.keys() == SETTINGS_SCHEMA.keys()
     fields = dataclasses.fields(Settings)
     assert all(f.default is dataclasses.MISSING for f in fields), "a default in Python would be a second home"
     bare = parse_rubric({"schema_version": 1, "settings": {"timing_rounds": 7}, "tasks": {}, "tests": []})
