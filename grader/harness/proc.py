@@ -59,7 +59,6 @@ class Supervised:
         self.killed = False                 # kill() ended it
         self.timed_out = False              # the deadline ended it
         self.error: str | None = None       # why the command could not start
-        self.survivors: list[int] = []      # processes kill_tree could not kill (another user, no sudo)
 
     @property
     def stdout(self):
@@ -85,7 +84,6 @@ class Supervised:
             rc = sup if sup != 0 else -signal.SIGKILL
         self.timed_out = bool(report.get("timed_out"))
         self.error = report.get("error")
-        self.survivors = list(report.get("survivors", []))
         self.returncode = rc
         self._close()
         return rc
@@ -404,9 +402,11 @@ def _supervise(fds: str) -> None:
             timed_out = True
             break
     status, survivors = kill_tree(child.pid)
+    if survivors:   # another user's, with no sudo rule to kill them: say so where the log is read
+        sys.stderr.write(f"supervisor: could not kill processes {survivors} of another user\n")
     if status is None:
         status = child.returncode if child.returncode is not None else -signal.SIGKILL
-    report(returncode=status, killed=killed or bool(stop), timed_out=timed_out, survivors=survivors)
+    report(returncode=status, killed=killed or bool(stop), timed_out=timed_out)
 
 
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--supervise":
