@@ -279,9 +279,10 @@ sys.path.insert(0, ROOT)
 from grader.harness import sandbox
 b = sandbox.backend()
 print("BACKEND", b.name, b.switch, b.user, flush=True)
-procs = {}
+procs, tops = {}, []
 for name in ("a", "b"):
     top = sandbox.task_dir("iso-")
+    tops.append(top)
     (top / "scratch").mkdir()
     jail = sandbox.Jail(scratch=top / "scratch", env={"PATH": "/usr/bin:/bin"}, writable=[MARKS])
     procs[name] = sandbox.spawn([sys.executable, "-c", CODES[name]], jail, stdout=subprocess.DEVNULL)
@@ -289,6 +290,8 @@ print("STARTED", flush=True)
 for line in sys.stdin:
     procs[line.strip()].kill()
     print("KILLED", procs[line.strip()].wait(), flush=True)
+for top in tops:
+    subprocess.run(["rm", "-rf", str(top)])
 """
 
 
@@ -329,6 +332,8 @@ def test_one_clean_up_leaves_the_same_users_other_tree_alone(marks, token, switc
         h.stdin.flush()
         assert h.stdout.readline().startswith("KILLED")
         assert _wait_for(lambda: not survivors(token), 10)
+        h.stdin.close()   # the helper removes its task folders and ends
+        assert h.wait(60) == 0
     finally:
         h.kill()
         h.wait()
