@@ -19,7 +19,7 @@ GRADESCOPE_SCORES ?=
 
 export PYTHON VENV NO_VENV
 
-.PHONY: help setup grade test batch regrade gradebook merge dist gradescope bench calibrate clean
+.PHONY: help setup grade test batch regrade gradebook merge dist gradescope bench calibrate docs clean
 
 help:
 	@echo "make grade                 grade assignment/ (SUBMISSION=path for a folder or .zip)"
@@ -33,6 +33,7 @@ ifneq ($(wildcard solutions),)
 	@echo "make gradescope            build a Gradescope autograder zip (TA)"
 	@echo "make bench                 GPU benchmark of the reference solutions"
 	@echo "make calibrate             place the performance thresholds on this GPU (TA; CALIBRATE_FLAGS=...)"
+	@echo "make docs                  regenerate the docs' tables and the handout's totals from the rubric and results/"
 endif
 
 setup:
@@ -51,30 +52,33 @@ test: setup
 endif
 
 batch: setup
-	$(PY) -m grader batch $(SUBMISSIONS) --out $(BATCH_DIR) $(GRADE_FLAGS)
+	$(PY) -m classroom batch $(SUBMISSIONS) --out $(BATCH_DIR) $(GRADE_FLAGS)
 
 regrade: setup
 	@test -n "$(STUDENT)" || { echo "usage: make regrade STUDENT=id (the id column of class.csv, the file name, an email or a SID)"; exit 2; }
-	$(PY) -m grader batch $(SUBMISSIONS) --out $(BATCH_DIR) --student "$(STUDENT)" $(GRADE_FLAGS)
+	$(PY) -m classroom regrade $(SUBMISSIONS) "$(STUDENT)" --out $(BATCH_DIR) $(GRADE_FLAGS)
 
 gradebook: setup
-	$(PY) -m grader gradebook $(BATCH_DIR)/class.csv --format $(FORMAT) $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)")
+	$(PY) -m classroom gradebook $(BATCH_DIR)/class.csv --format $(FORMAT) $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)")
 
 merge: setup
 	@test -n "$(GRADESCOPE_SCORES)" || { echo "usage: make merge GRADESCOPE_SCORES=file.csv [FORMAT=gradescope|canvas] (Gradescope's Download Grades CSV of the assignment)"; exit 2; }
-	$(PY) -m grader merge "$(GRADESCOPE_SCORES)" $(BATCH_DIR)/class.csv --format $(FORMAT) $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)")
+	$(PY) -m classroom merge "$(GRADESCOPE_SCORES)" $(BATCH_DIR)/class.csv --format $(FORMAT) $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)")
 
 dist: setup
 	$(PY) -m tools.dist dist
 
 gradescope: setup
-	$(PY) -m tools.gradescope dist/gradescope.zip
+	$(PY) -m tools.gradescope_zip dist/gradescope.zip
 
 bench: setup
 	$(PY) -m bench.bench
 
 calibrate: setup
 	$(PY) -m tools.calibrate $(CALIBRATE_FLAGS)
+
+docs: setup
+	$(PY) -m tools.render_results
 
 clean:
 	rm -rf $(REPORT_DIR) dist .pytest_cache

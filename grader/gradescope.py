@@ -3,8 +3,10 @@ leave a results.json.
 
     python -m grader.gradescope [--root /autograder] [--budget-s SECONDS]
 
-The grade itself runs as a child process (``python -m grader grade``) with
-the rubric's ``gradescope_budget_s`` as its budget: each task gets a share of
+The grade itself runs as a child process (``python -m grader grade``), under
+the grader's process supervisor (grader/harness/proc.py: at the deadline or
+when the grade ends, it and everything it started are killed), with the
+rubric's ``gradescope_budget_s`` as its budget: each task gets a share of
 what is left, so a hanging kernel costs its own task, and the run ends in
 time. Whatever happens to that child (a crash, the memory limit, the budget
 running out, a grader bug), this process writes a results.json that says
@@ -20,26 +22,35 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from .rubric import DEFAULT_RUBRIC, Settings, tomllib
+from .harness import proc
+from .rubric import DEFAULT_RUBRIC, RubricError, default_settings_raw, tomllib
 
 GRACE_S = 20   # after the budget: time for the child to write its reports before it is killed
 
 
+UNREADABLE_BUDGET_S = 120   # no rubric can be read: the grade stops at once and says why; this bounds it
+
+
 def budget_s(rubric: Path = DEFAULT_RUBRIC) -> float:
-    """The rubric's ``gradescope_budget_s``, read without validating the rubric
-    (that imports torch; the grade validates it and says what is wrong)."""
+    """The rubric's ``gradescope_budget_s`` (or the shipped rubric's, its default), read
+    without validating the rubric (that imports torch; the grade validates it and says
+    what is wrong)."""
     try:
         value = tomllib.loads(rubric.read_text(encoding="utf-8")).get("settings", {}).get("gradescope_budget_s")
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
         value = None
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e6
-    return float(value) if ok else Settings.gradescope_budget_s
+    if ok:
+        return float(value)
+    try:
+        return float(default_settings_raw()["gradescope_budget_s"])
+    except RubricError:
+        return UNREADABLE_BUDGET_S
 
 
 def _fallback(reason: str, seed: int, seconds: float) -> dict:
@@ -74,28 +85,26 @@ def _why(code: int | None, timed_out: bool, budget: float) -> str:
     return f"the grader exited with code {code} without a usable report"
 
 
+def grade_command(root: Path, report_dir: Path, seed: int, budget: float) -> list[str]:
+    """The grade of ``root``/submission, with 10 % of the budget kept for start-up and reports."""
+    return [sys.executable, "-m", "grader", "grade", str(root / "submission"), "--report-dir", str(report_dir),
+            "--seed", str(seed), "--budget-s", f"{0.9 * budget:.0f}"]
+
+
 def run(root: Path, budget: float, seed: int) -> dict:
     """Grade ``root``/submission; the results.json to upload (the grader's, or a fallback)."""
     started = time.monotonic()
     report_dir = Path(tempfile.mkdtemp(prefix="gradescope-report-"))
-    cmd = [sys.executable, "-m", "grader", "grade", str(root / "submission"), "--report-dir", str(report_dir),
-           "--seed", str(seed), "--budget-s", f"{0.9 * budget:.0f}"]   # 10 %: start-up and reports
-    proc = subprocess.Popen(cmd, start_new_session=True)
-    timed_out = False
+    # The supervisor kills the grade, and whatever it left behind, at the deadline or when it ends.
+    p = proc.start(grade_command(root, report_dir, seed, budget), deadline_s=budget + GRACE_S)
     try:
-        code = proc.wait(timeout=budget + GRACE_S)
-    except subprocess.TimeoutExpired:
-        timed_out, code = True, None
+        code = p.wait()
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)   # whatever the grade left behind goes with it
-        except OSError:
-            pass
-        proc.wait()
+        p.kill()
     seconds = time.monotonic() - started
-    results = None if timed_out else _readable(report_dir / "results.json")
+    results = None if p.timed_out else _readable(report_dir / "results.json")
     shutil.rmtree(report_dir, ignore_errors=True)
-    return results if results is not None else _fallback(_why(code, timed_out, budget), seed, seconds)
+    return results if results is not None else _fallback(_why(code, p.timed_out, budget), seed, seconds)
 
 
 def main(argv=None) -> int:

@@ -190,7 +190,7 @@ def timing_verdict(spec: TestSpec, timing: Timing, bandwidth_gbs: float, setting
                "cuda_graph": timing.graph}
     if timing.wrong:
         return Verdict(False, f"the output of a timed call is wrong: {timing.wrong}", details=details)
-    floor_ms = spec.task_spec.minimum_bytes(spec.shape, spec.options) / (bandwidth_gbs * 1e9) * 1e3
+    floor_ms = spec.registered_task.minimum_bytes(spec.shape, spec.options) / (bandwidth_gbs * 1e9) * 1e3
     details["memory_floor_ms"] = floor_ms
     if t < settings.memory_floor_trust * floor_ms:
         return Verdict(False, f"timed at {t * 1e3:.1f} us, below the memory floor of {floor_ms * 1e3:.1f} us "

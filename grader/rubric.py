@@ -38,8 +38,9 @@ class RubricError(ValueError):
 
 
 @dataclass(frozen=True)
-class Task:
-    """A ``[tasks.<name>]`` table: a registered task this rubric grades."""
+class RubricTask:
+    """A ``[tasks.<name>]`` table: how this rubric grades a task of the registry
+    (``registered``, a grader.tasks.Task: file, entry, inputs, reference, ...)."""
     name: str
     title: str
     # [M, N, K] of the one call whose data movement the CPU run counts (feedback
@@ -51,17 +52,17 @@ class Task:
     hidden_points: float = 0.0
 
     @property
-    def spec(self):
+    def registered(self):
         """What the registry knows about the task (a grader.tasks.Task)."""
         return _registry().get(self.name)
 
     @property
     def file(self) -> str:   # the kernel file a submission provides, e.g. "w8a8.py"
-        return self.spec.file
+        return self.registered.file
 
     @property
     def entry(self) -> str:  # the function the grader calls, e.g. "w8a8_mm"
-        return self.spec.entry
+        return self.registered.entry
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class TestSpec:
     options: dict = field(default_factory=dict)
 
     @property
-    def task_spec(self):
+    def registered_task(self):
         """The registry's task of this test (a grader.tasks.Task: inputs, reference, tolerance, ...)."""
         return _registry().get(self.task)
 
@@ -94,38 +95,31 @@ class TestSpec:
 
 @dataclass(frozen=True)
 class Settings:
-    cap_at_max: bool = True
-    points_step: float = 0.25
-    task_timeout_s: float = 240
-    cpu_task_timeout_s: float = 600
-    timed_batch_ms: float = 5.0
-    timing_rounds: int = 3
-    static_checks: bool = True
-    extra_allowed_imports: tuple = ()
-    # Gradescope runs without a GPU: its results.json leaves the performance
-    # tests out ("omit", one line says they are graded on a GPU) or lists them
-    # with 0 points ("informational").
-    gradescope_performance: str = "omit"
-    # The whole Gradescope run (python -m grader.gradescope) must fit in this
-    # many seconds; each task gets an equal share of what is left.
-    gradescope_budget_s: float = 480
-    # A timed call faster than this fraction of its memory floor (bytes that
-    # must move / the copy bandwidth measured at the start) is not trusted.
-    memory_floor_trust: float = 0.8
-    # A ratio within this relative margin of full_ratio or zero_ratio is
-    # borderline: up to borderline_rounds more timed rounds fix its score.
-    borderline_margin: float = 0.03
-    borderline_rounds: int = 4
-    # The GPUs the performance thresholds were placed on, "GPU name, YYYY-MM-DD"
-    # each (make calibrate writes it); grading on another GPU adds a warning.
-    calibrated_on: tuple = ()
+    """The ``[settings]`` of a rubric. What each one means, and its default, is in
+    grader/rubric.toml, their one home: a rubric that leaves a setting out gets
+    the value written there (``default_settings``); SETTINGS_SCHEMA gives each
+    one's type and range."""
+    cap_at_max: bool
+    points_step: float
+    task_timeout_s: float
+    cpu_task_timeout_s: float
+    timed_batch_ms: float
+    timing_rounds: int
+    static_checks: bool
+    extra_allowed_imports: tuple
+    gradescope_performance: str
+    gradescope_budget_s: float
+    memory_floor_trust: float
+    borderline_margin: float
+    borderline_rounds: int
+    calibrated_on: tuple
 
 
 @dataclass(frozen=True)
 class Rubric:
     schema_version: int
     settings: Settings
-    tasks: dict[str, Task]
+    tasks: dict[str, RubricTask]
     tests: tuple[TestSpec, ...]
     source: str
     hash: str = ""   # rubric_hash of the file it was loaded from ("" when built in memory)
@@ -140,7 +134,7 @@ class Rubric:
 # for unknown keys: a quoted number or a misspelt key must stop the grader
 # with one line naming the place, not turn a class into grader errors.
 
-SETTINGS_SPEC = {  # [settings] key -> (kind, lowest, lowest excluded) | ("choice", None, choices)
+SETTINGS_SCHEMA = {  # [settings] key -> (kind, lowest, lowest excluded) | ("choice", None, choices)
     "cap_at_max": ("bool", None, False),
     "points_step": ("number", 0, False),
     "task_timeout_s": ("number", 0, True),
@@ -286,29 +280,62 @@ def _shape(c: _Checker, table, key, place, value) -> tuple[int, int, int]:
     return tuple(value)
 
 
-def _settings(c: _Checker, raw: dict) -> Settings:
+def _check_settings(c: _Checker, raw: dict) -> None:
     table = ("settings",)
-    c.unknown(table, "[settings]", raw, SETTINGS_SPEC)
+    c.unknown(table, "[settings]", raw, SETTINGS_SCHEMA)
     for key, value in raw.items():
-        kind, low, extra = SETTINGS_SPEC[key]
+        kind, low, extra = SETTINGS_SCHEMA[key]
         if kind == "choice":
             c.check(table, key, "[settings]", value, kind, high=extra)
         else:
             c.check(table, key, "[settings]", value, kind, low, extra)
-    raw = dict(raw)
+
+
+_DEFAULTS: dict = {}
+
+
+def default_settings_raw(path: Path = DEFAULT_RUBRIC) -> dict:
+    """The ``[settings]`` written in the shipped rubric (grader/rubric.toml), every one of them
+    checked: the defaults of every rubric. Reading them imports neither torch nor the registry."""
+    key = str(path)
+    if key not in _DEFAULTS:
+        try:
+            text = path.read_text(encoding="utf-8")
+            raw = tomllib.loads(text).get("settings", {})
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise RubricError(f"{path}: cannot read the default settings: {e}") from e
+        c = _Checker(str(path), text)
+        if not isinstance(raw, dict):
+            c.table((), "settings", "", raw)
+        _check_settings(c, raw)
+        missing = [k for k in SETTINGS_SCHEMA if k not in raw]
+        if missing:
+            c.fail(("settings",), None, "[settings]", f"missing {', '.join(missing)}: this file holds every "
+                   "setting's default, so it must set each one")
+        _DEFAULTS[key] = raw
+    return dict(_DEFAULTS[key])
+
+
+def _settings(c: _Checker, raw: dict) -> Settings:
+    _check_settings(c, raw)
+    merged = {**default_settings_raw(), **raw}
     for key in ("extra_allowed_imports", "calibrated_on"):
-        if key in raw:
-            raw[key] = tuple(raw[key])
-    return Settings(**raw)
+        merged[key] = tuple(merged[key])
+    return Settings(**merged)
 
 
-def _task(c: _Checker, name: str, entry) -> Task:
+def default_settings() -> Settings:
+    """The settings of a rubric that sets none: those of grader/rubric.toml."""
+    return _settings(_Checker(str(DEFAULT_RUBRIC), None), {})
+
+
+def _task(c: _Checker, name: str, entry) -> RubricTask:
     table, place = ("tasks", name), f"[tasks.{name}]"
     registry = _registry()
     if name not in registry.TASKS:
         c.fail(table, None, "", f"unknown task {name!r}; the task registry (grader/tasks/) has "
                f"{', '.join(registry.TASKS)}")
-    spec = registry.get(name)
+    registered = registry.get(name)
     c.table(("tasks",), name, "", entry)
     c.unknown(table, place, entry, TASK_KEYS)
     if "title" in entry:
@@ -316,17 +343,17 @@ def _task(c: _Checker, name: str, entry) -> Task:
     if "hidden_points" in entry:
         c.check(table, "hidden_points", place, entry["hidden_points"], "number", 0)
     for key in ("file", "entry"):   # the registry's: repeating them is fine, changing them is not
-        if key in entry and entry[key] != getattr(spec, key):
-            c.fail(table, key, place, f"{key} of task {name} is {getattr(spec, key)!r} (set in grader/tasks/"
+        if key in entry and entry[key] != getattr(registered, key):
+            c.fail(table, key, place, f"{key} of task {name} is {getattr(registered, key)!r} (set in grader/tasks/"
                    f"{name}.py, the contract with the stubs), got {_shown(entry[key])}; leave {key} out")
     movement = None
     if "movement_shape" in entry:
         movement = _shape(c, table, "movement_shape", place, entry["movement_shape"])
-        problem = spec.shape_problem(movement, spec.defaults({}))
+        problem = registered.shape_problem(movement, registered.defaults({}))
         if problem:
             c.fail(table, "movement_shape", place, f"movement_shape: {problem}")
-    return Task(name=name, title=entry.get("title", spec.title), movement_shape=movement,
-                hidden_points=float(entry.get("hidden_points", 0)))
+    return RubricTask(name=name, title=entry.get("title", registered.title), movement_shape=movement,
+                      hidden_points=float(entry.get("hidden_points", 0)))
 
 
 def _test(c: _Checker, entry: dict, index: int, tasks: dict) -> TestSpec:
@@ -341,8 +368,8 @@ def _test(c: _Checker, entry: dict, index: int, tasks: dict) -> TestSpec:
     if not isinstance(task, str) or task not in tasks:
         c.fail(table, "task", where, f"task must be one of {sorted(tasks)} (the [tasks.*] tables), got {_shown(task)}")
     c.check(table, "kind", where, kind, "choice", high=KINDS)
-    spec = _registry().get(task)
-    c.unknown(table, where, entry, TEST_KEYS | set(spec.options))
+    registered = _registry().get(task)
+    c.unknown(table, where, entry, TEST_KEYS | set(registered.options))
     c.check(table, "points", where, entry["points"], "number", 0)
     for key in ("hidden", "bonus"):
         if key in entry:
@@ -353,10 +380,10 @@ def _test(c: _Checker, entry: dict, index: int, tasks: dict) -> TestSpec:
     cpu_shape = _shape(c, table, "cpu_shape", where, entry["cpu_shape"]) if "cpu_shape" in entry else None
     options = {k: v for k, v in entry.items() if k not in TEST_KEYS}
     for key, value in options.items():
-        option = spec.options[key]
+        option = registered.options[key]
         c.check(table, key, where, value, option.kind, option.low, False, option.high)
     for key, value in (("shape", shape), ("cpu_shape", cpu_shape)):
-        problem = value and spec.shape_problem(value, spec.defaults(options))
+        problem = value and registered.shape_problem(value, registered.defaults(options))
         if problem:
             c.fail(table, key, where, f"{key}: {problem}")
     full, zero = entry.get("full_ratio"), entry.get("zero_ratio")
@@ -500,4 +527,4 @@ def set_values(text: str, values: dict) -> str:
     return result
 
 
-assert set(SETTINGS_SPEC) == {f.name for f in fields(Settings)}, "SETTINGS_SPEC must list every setting"
+assert set(SETTINGS_SCHEMA) == {f.name for f in fields(Settings)}, "SETTINGS_SCHEMA must list every setting"

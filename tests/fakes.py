@@ -106,7 +106,7 @@ def install_fake_grade(tmp_path: Path, monkeypatch, source: str, folder: str) ->
     command: argv = submission, report folder, and a folder of its own, returned."""
     import sys
 
-    from grader import batch
+    from classroom import batch
 
     script = tmp_path / "fake_grade.py"
     script.write_text(f"ROOT = {str(ROOT)!r}\n" + source)

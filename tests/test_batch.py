@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import batch
-from grader.batch import find_entries, load_report, run_batch, student_id, write_class_files
+from classroom import batch
+from classroom.batch import find_entries, load_report, run_batch, student_id, write_class_files
 from grader.rubric import load_rubric
 from tests.fakes import ROOT, SOLUTION, install_fake_grade, rubric_toml, submission
 from tests.helpers import HAS_CUDA
@@ -245,27 +245,26 @@ def test_a_failed_grade_is_a_grader_error_in_every_format(tmp_path, fake, mode, 
 def test_a_stop_signal_during_clean_up_waits_for_it(tmp_path, fake, monkeypatch):
     rubric, pids = fake
     subs = _students(tmp_path, {"a": "escape", "b": "ok"})
-    calls = []
+    real_install = batch._install
 
-    def children_then_sigterm():
-        calls.append(1)
-        if len(calls) == 2:  # the first look for leftovers, inside the clean-up
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real_children()
-    real_children = batch._children
-    monkeypatch.setattr(batch, "_children", children_then_sigterm)
-    assert run_batch(str(subs), str(tmp_path / "out"), rubric) == 128 + signal.SIGTERM
-    assert _survivors(pids) == []  # the clean-up ran to its end first
-    assert _rows(tmp_path / "out")["b"]["flags"] == "not_graded"
+    def sigterm_then_install(*args):
+        os.kill(os.getpid(), signal.SIGTERM)   # arrives while a's folder is being installed
+        real_install(*args)
+    monkeypatch.setattr(batch, "_install", sigterm_then_install)
+    out = tmp_path / "out"
+    assert run_batch(str(subs), str(out), rubric) == 128 + signal.SIGTERM
+    assert _survivors(pids) == []
+    _complete(out)                                   # the installation ran to its end first
+    assert _rows(out)["a"]["total"] == "1.0" and _rows(out)["b"]["flags"] == "not_graded"
 
 
 BATCH_WITH_FAKE = """
 import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even if started in the background
 sys.path.insert(0, {root!r})
-import grader.batch as b
+import classroom.batch as b
 b.grade_command = lambda path, reports, rubric: [sys.executable, {script!r}, str(path), str(reports), {pids!r}]
-from grader.cli import main
+from classroom.cli import main
 sys.exit(main(["batch", {subs!r}, "--out", {out!r}, "--rubric", {rubric!r}, *{extra!r}]))
 """
 
@@ -417,7 +416,7 @@ def test_reports_made_under_another_rubric_are_listed(tmp_path, fake, capsys):
 
 
 def test_one_student_is_regraded_by_id_or_by_file_name(tmp_path, fake, capsys):
-    from grader.cli import main
+    from classroom.cli import main
     rubric, _ = fake
     subs = _students(tmp_path, {"alice": "ok", "bob": "ok"})
     (subs / "carol.zip").write_bytes(b"PK\x03\x04 not a zip")
@@ -432,12 +431,19 @@ def test_one_student_is_regraded_by_id_or_by_file_name(tmp_path, fake, capsys):
     assert (out / "students" / "alice" / "report.json").read_bytes() == before["alice"]
     mtime = (out / "students" / "carol" / "report.json").stat().st_mtime_ns
     time.sleep(0.01)
-    assert main([*args, "--student", "carol.zip"]) == 0  # the original name
+    assert main(["regrade", str(subs), "carol.zip", "--out", str(out), "--rubric", rubric.source]) == 0  # by name
     assert (out / "students" / "carol" / "report.json").stat().st_mtime_ns > mtime
     capsys.readouterr()
     assert main([*args, "--student", "zed"]) == 2
     assert "no submission 'zed'" in capsys.readouterr().err
     assert set(_rows(out)) == {"alice", "bob", "carol"}
+
+
+def test_the_engine_points_classroom_commands_to_the_classroom(capsys):
+    from grader.cli import main as grader_main
+    for command in ("batch", "regrade", "gradebook", "merge"):
+        assert grader_main([command, "submissions"]) == 2
+        assert f"python -m classroom {command}" in capsys.readouterr().err
 
 
 def test_an_interrupted_force_run_is_finished_on_resume_without_force(tmp_path, fake):
@@ -508,7 +514,7 @@ def _finished(out: Path) -> dict:
 
 
 def _batch(subs, out, rubric_path, tmp, **popen):
-    cmd = [sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), "--rubric", str(rubric_path)]
+    cmd = [sys.executable, "-m", "classroom", "batch", str(subs), "--out", str(out), "--rubric", str(rubric_path)]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp)), **popen)
 

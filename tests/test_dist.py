@@ -123,7 +123,7 @@ def test_make_grade_in_the_bundle_gives_zero(bundle):
 
 
 def test_gradescope_zip(tmp_path):
-    from tools.gradescope import build as build_gradescope
+    from tools.gradescope_zip import build as build_gradescope
     out = build_gradescope(tmp_path / "gs.zip")
     with zipfile.ZipFile(out) as zf:
         names = set(zf.namelist())
@@ -136,6 +136,38 @@ def test_gradescope_zip(tmp_path):
         assert "${AUTOGRADER_ROOT:-/autograder}" in run and "python3 -m grader.gradescope" in run
 
 
+# Names only the classroom defines: each must be in classroom/ (checked), and none may ship.
+CLASSROOM_MARKERS = ["run_batch", "write_class_files", "CSV_FIELDS_HEAD", "read_gradescope_scores",
+                     "from classroom", "import classroom"]
+
+
+def _no_classroom_code(names_and_texts) -> None:
+    classroom = "\n".join(p.read_text() for p in (ROOT / "classroom").rglob("*.py"))
+    for m in CLASSROOM_MARKERS[:4]:
+        assert m in classroom, m
+    for name, text in names_and_texts:
+        assert not name.startswith("classroom/"), f"{name}: the classroom ships with the engine"
+        for m in CLASSROOM_MARKERS:
+            assert m not in text, f"{name} carries classroom code ({m})"
+
+
+def test_the_bundle_holds_the_engine_alone(bundle):
+    assert not (bundle / "classroom").exists()
+    _no_classroom_code((f.relative_to(bundle).as_posix(), f.read_text(errors="replace")) for f in _files(bundle))
+    # the bundle's Dockerfile builds (no COPY of a folder that is not there) and runs the engine
+    dockerfile = (bundle / "Dockerfile").read_text()
+    copied = re.findall(r"^COPY (\S+)/ ", dockerfile, re.M)
+    assert copied and all((bundle / c).is_dir() for c in copied), copied
+    assert 'CMD ["grader", "--help"]' in dockerfile
+
+
+def test_the_gradescope_zip_holds_the_engine_alone(tmp_path):
+    from tools.gradescope_zip import build as build_gradescope
+    with zipfile.ZipFile(build_gradescope(tmp_path / "gs.zip")) as zf:
+        _no_classroom_code((i.filename, zf.read(i).decode(errors="replace")) for i in zf.infolist()
+                           if not i.is_dir())
+
+
 def _help_targets(cwd: Path) -> list[str]:
     out = subprocess.run(["make", "-s", "help"], cwd=cwd, capture_output=True, text=True).stdout
     return re.findall(r"^make (\w+)", out, re.M)
@@ -144,8 +176,9 @@ def _help_targets(cwd: Path) -> list[str]:
 def test_make_help_in_the_bundle_lists_only_what_works_there(bundle):
     # `make grade` is the one target that works there (test_make_grade_in_the_bundle_gives_zero);
     # the others need the project's tests, tools, benchmark or a class of submissions.
-    ta_only = {"test", "batch", "regrade", "gradebook", "merge", "dist", "gradescope", "bench", "calibrate"}
+    ta_only = {"test", "batch", "regrade", "gradebook", "merge", "dist", "gradescope", "bench", "calibrate",
+               "docs"}
     assert set(_help_targets(ROOT)) == {"grade"} | ta_only  # the project lists them all
     assert _help_targets(bundle) == ["grade"]
-    for missing in ("tests", "tools/dist.py", "tools/gradescope.py", "bench"):
+    for missing in ("tests", "tools/dist.py", "tools/gradescope_zip.py", "bench"):
         assert not (bundle / missing).exists(), missing

@@ -24,9 +24,11 @@ def test_hadolint_clean():
 def test_same_requirements_and_grader_as_make():
     assert re.search(r"^COPY requirements\.txt ", DOCKERFILE, re.M)
     assert "pip install --no-cache-dir -r requirements.txt" in DOCKERFILE
-    assert 'ENTRYPOINT ["python", "-m", "grader"]' in DOCKERFILE
-    assert "-m grader" in (ROOT / "Makefile").read_text()
-    for path in ("assignment/", "grader/"):
+    # the image runs `python -m grader ...` (one submission) or `python -m classroom ...` (a class)
+    assert 'ENTRYPOINT ["python", "-m"]' in DOCKERFILE and 'CMD ["grader", "--help"]' in DOCKERFILE
+    makefile = (ROOT / "Makefile").read_text()
+    assert "-m grader grade" in makefile and "-m classroom batch" in makefile
+    for path in ("assignment/", "grader/", "classroom/"):
         assert f"COPY {path} {path}" in DOCKERFILE
 
 

@@ -168,11 +168,9 @@ def test_performance_not_run_is_never_a_failure_on_gradescope(tmp_path, mode):
     assert gs["score"] == sum(t["score"] for t in gs["tests"])
 
 
-def test_default_rubric_totals():
-    r = load_rubric()
-    main = lambda kind: sum(t.points for t in r.tests if t.kind == kind and not t.bonus)  # noqa: E731
-    assert (main("correctness"), main("performance")) == (60, 40)
-    assert all(t.cpu_shape for t in r.tests if t.kind == "correctness")
+def test_every_correctness_test_of_the_default_rubric_runs_on_the_cpu():
+    # (its totals are the handout's: tests/test_docs.py; make docs writes them there)
+    assert all(t.cpu_shape for t in load_rubric().tests if t.kind == "correctness")
 
 
 def test_rubric_errors_name_the_entry():

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from grader.rubric import load_rubric
 from tests.helpers import validate_gradescope
-from tools.gradescope import build
+from tools.gradescope_zip import build
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ("w8a8.py", "w4a16.py", "dds.py")
@@ -70,7 +71,8 @@ def _files(folder: Path, **override: str) -> dict[str, bytes]:
 
 def test_reference_gets_every_correctness_point(tmp_path, bundle):
     results, _ = _run(_autograder(tmp_path, bundle, _files(ROOT / "solutions")))
-    assert results["score"] == 60
+    rubric = load_rubric()
+    assert results["score"] == sum(t.points for t in rubric.tests if t.kind == "correctness" and not t.bonus)
     assert "graded separately on a GPU" in results["output"] and "Seed " in results["output"]
     assert not any("perf" in t["name"] for t in results["tests"])      # rubric default: omit
     assert all(t.get("status") == "passed" for t in results["tests"])

@@ -1,5 +1,7 @@
-"""The layout shows the trust boundary: the grader's import graph has no cycles, and the
-worker (grader/worker/, run inside the sandbox) imports nothing from the trusted side."""
+"""The layout shows the two products and the trust boundary: grader/ (the engine: grades one
+submission, ships to students and to Gradescope) never imports classroom/ (the TA's shell);
+neither package's import graph has a cycle; and the worker (grader/worker/, run inside the
+sandbox) imports nothing from the trusted side."""
 
 from __future__ import annotations
 
@@ -10,23 +12,28 @@ from pathlib import Path
 from grader.submission import WORKER_FILES
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "grader"
+PACKAGES = ("grader", "classroom")
 # What the worker may import besides its own package: it is staged alone into the jail.
 WORKER_THIRD_PARTY = {"torch", "triton", "numpy"}
 
 
 def _modules() -> dict[str, Path]:
     mods = {}
-    for p in PACKAGE.rglob("*.py"):
-        if "tests" in p.relative_to(PACKAGE).parts:
-            continue
-        name = ".".join(p.relative_to(ROOT).with_suffix("").parts)
-        mods[name.removesuffix(".__init__")] = p
+    for package in PACKAGES:
+        for p in (ROOT / package).rglob("*.py"):
+            if "tests" in p.relative_to(ROOT / package).parts:
+                continue
+            name = ".".join(p.relative_to(ROOT).with_suffix("").parts)
+            mods[name.removesuffix(".__init__")] = p
     return mods
 
 
+def _ours(module: str) -> bool:
+    return module.split(".")[0] in PACKAGES
+
+
 def _imports(name: str, path: Path, mods: dict) -> tuple[set[str], set[str]]:
-    """(grader modules imported, top-level names of other imports), function-level imports included."""
+    """(modules of ours imported, top-level names of other imports), function-level imports included."""
     pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     inside, outside = set(), set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -36,12 +43,16 @@ def _imports(name: str, path: Path, mods: dict) -> tuple[set[str], set[str]]:
             for alias in node.names:
                 inside.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in mods else base)
         elif isinstance(node, ast.ImportFrom) and node.module:
-            (inside if node.module.split(".")[0] == "grader" else outside).add(
-                node.module if node.module.startswith("grader") else node.module.split(".")[0])
+            if _ours(node.module):
+                for alias in node.names:   # `from grader import report` imports the module grader.report
+                    sub = f"{node.module}.{alias.name}"
+                    inside.add(sub if sub in mods else node.module)
+            else:
+                outside.add(node.module.split(".")[0])
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                (inside if alias.name.split(".")[0] == "grader" else outside).add(
-                    alias.name if alias.name.startswith("grader") else alias.name.split(".")[0])
+                (inside if _ours(alias.name) else outside).add(
+                    alias.name if _ours(alias.name) else alias.name.split(".")[0])
     return {m for m in inside if m != name}, outside
 
 
@@ -69,6 +80,16 @@ def test_the_import_graph_has_no_cycles():
             visit(n, [n])
 
 
+def test_the_engine_imports_nothing_from_the_classroom():
+    mods, graph = _graph()
+    engine = {n for n in mods if n.split(".")[0] == "grader"}
+    assert engine and any(n.startswith("classroom.") for n in mods), "both packages must be found"
+    for n in sorted(engine):
+        assert not {m for m in graph[n][0] if m.split(".")[0] == "classroom"}, \
+            f"{n} imports the classroom: the engine must grade and ship without it"
+        assert "classroom" not in graph[n][1], n
+
+
 def test_the_worker_imports_nothing_from_the_trusted_side():
     mods, graph = _graph()
     worker = {n for n in mods if n.startswith("grader.worker")}
@@ -83,22 +104,37 @@ def test_the_worker_imports_nothing_from_the_trusted_side():
 def test_every_worker_module_is_staged_into_the_jail():
     # The worker runs from a staged copy of grader/worker/: a module left out of WORKER_FILES
     # exists in the checkout but not in the jail (an import error on a GPU only, for vmm.py).
-    on_disk = {p.name for p in (PACKAGE / "worker").glob("*.py")} - {"__init__.py"}
+    on_disk = {p.name for p in (ROOT / "grader" / "worker").glob("*.py")} - {"__init__.py"}
     assert set(WORKER_FILES) == on_disk
+
+
+def _fake_tree(tmp_path, monkeypatch, files: dict[str, str]) -> None:
+    for rel, text in {"grader/__init__.py": "", "classroom/__init__.py": "", **files}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
 
 
 def test_a_cycle_would_be_found(tmp_path, monkeypatch):
     # The cycle check itself: two modules that import each other.
-    fake = tmp_path / "grader"
-    fake.mkdir()
-    (fake / "__init__.py").write_text("")
-    (fake / "a.py").write_text("from . import b\n")
-    (fake / "b.py").write_text("from .a import x\n")
-    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
-    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    _fake_tree(tmp_path, monkeypatch, {"grader/a.py": "from . import b\n", "grader/b.py": "from .a import x\n"})
     try:
         test_the_import_graph_has_no_cycles()
     except AssertionError as e:
         assert "grader.a -> grader.b -> grader.a" in str(e) or "grader.b -> grader.a -> grader.b" in str(e)
     else:
         raise AssertionError("the cycle was not found")
+
+
+def test_an_engine_import_of_the_classroom_would_be_found(tmp_path, monkeypatch):
+    # The boundary check itself, for each way of writing the import, even inside a function.
+    for text in ("from classroom import batch\n", "import classroom.lms\n",
+                 "def f():\n    from classroom.lms.csvio import cell\n"):
+        _fake_tree(tmp_path, monkeypatch, {"grader/report.py": text, "classroom/batch.py": "",
+                                           "classroom/lms/__init__.py": "", "classroom/lms/csvio.py": ""})
+        try:
+            test_the_engine_imports_nothing_from_the_classroom()
+        except AssertionError as e:
+            assert "grader.report imports the classroom" in str(e)
+        else:
+            raise AssertionError(f"not found: {text!r}")

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import batch, gpus
-from grader.cli import main
-from grader.lms import gradebook, layouts, roster
-from grader.lms.csvio import CsvError
+from classroom import batch, gpus
+from classroom.cli import main
+from classroom.lms import gradebook, layouts, roster
+from classroom.lms.csvio import CsvError
 from grader.rubric import DEFAULT_RUBRIC, load_rubric
 from tests.fakes import install_fake_grade
 
@@ -494,7 +494,7 @@ def test_gpu_lists():
     assert gpus.visible_gpus("0,GPU-1a2b-3c", {}) == ["0", "GPU-1a2b-3c"]
     for spec, env, why in (("all", {}, "no CUDA GPU"), ("0,0", {}, "listed twice"), ("0;rm", {}, "expected 'all'"),
                            ("2", {"CUDA_VISIBLE_DEVICES": "4"}, "index 2 is not one of them")):
-        with pytest.raises(gpus.GpuSpecError, match=why):
+        with pytest.raises(gpus.GpuListError, match=why):
             gpus.visible_gpus(spec, env, count=lambda: 0)
 
 
@@ -542,9 +542,9 @@ def test_a_hang_on_one_gpu_costs_only_that_student(tmp_path, fake):
 
 
 def test_a_student_clean_up_leaves_other_gpus_processes_alone(tmp_path, fake):
-    """While one GPU's student runs a helper that left its tree (reparented to
-    the batch), the other GPU's students finish and are cleaned up: the helper
-    lives on until its own student is done, then dies with it."""
+    """While one GPU's student runs a helper that left its tree (re-parented to
+    that student's supervisor), the other GPU's students finish and are cleaned
+    up: the helper lives on until its own student is done, then dies with it."""
     rubric, log = fake
     folder = _many(tmp_path, 5)
     (folder / "s00" / "w8a8.py").write_text("# fake: helper\n# fake: correctness=50 performance=25\n")
@@ -562,7 +562,7 @@ PARALLEL_BATCH = """
 import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {root!r})
-import grader.batch as b
+import classroom.batch as b
 from grader.rubric import load_rubric
 b.grade_command = lambda path, reports, rubric: [sys.executable, {script!r}, str(path), str(reports), {log!r}]
 sys.exit(b.run_batch({folder!r}, {out!r}, load_rubric({rubric!r}), gpus="0,1"))

@@ -196,7 +196,7 @@ def test_the_floor_formula_matches_the_tensors_at_the_rubric_shapes():
         tensors = []
         for a in args:
             tensors += [a] if a.layout == torch.strided else [a.crow_indices(), a.col_indices(), a.values()]
-        floors = task.spec.floor_parts(task.movement_shape, task.spec.defaults({}))
+        floors = task.registered.floor_parts(task.movement_shape, task.registered.defaults({}))
         M, N, _ = task.movement_shape
         assert sum(floors.values()) == sum(t.numel() * t.element_size() for t in tensors) + 2 * M * N
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from grader.rubric import (DEFAULT_RUBRIC, SETTINGS_SPEC, RubricError, Settings, load_rubric, parse_rubric,
+from grader.rubric import (DEFAULT_RUBRIC, SETTINGS_SCHEMA, RubricError, Settings, load_rubric, parse_rubric,
                            rubric_hash, tomllib)
 from tests.fakes import ROOT, rubric_toml
 
@@ -34,7 +34,7 @@ def _line(text: str, needle: str) -> int:
 
 def test_the_test_rubric_and_the_default_rubric_load():
     assert load_rubric(DEFAULT_RUBRIC).tests
-    assert SETTINGS_SPEC.keys() == Settings.__dataclass_fields__.keys()
+    assert SETTINGS_SCHEMA.keys() == Settings.__dataclass_fields__.keys()
 
 
 MISTAKES = [  # (old, new, words the error must hold, text on the line it must name)
@@ -128,3 +128,24 @@ def test_rubric_hash_is_the_files_bytes(tmp_path):
     assert load_rubric(path).hash == h
     path.write_text(GOOD + "# a comment\n")
     assert rubric_hash(path) != h and load_rubric(path).hash == rubric_hash(path)
+
+
+def test_every_setting_has_its_default_in_the_shipped_rubric_only(tmp_path):
+    """grader/rubric.toml is the one home of the settings' defaults: a rubric that leaves one
+    out gets the shipped file's value, and the shipped file must set each one."""
+    import dataclasses
+
+    from grader.rubric import default_settings, default_settings_raw
+    shipped = tomllib.loads(DEFAULT_RUBRIC.read_text())["settings"]
+    assert shipped.keys() == SETTINGS_SCHEMA.keys()
+    fields = dataclasses.fields(Settings)
+    assert all(f.default is dataclasses.MISSING for f in fields), "a default in Python would be a second home"
+    bare = parse_rubric({"schema_version": 1, "settings": {"timing_rounds": 7}, "tasks": {}, "tests": []})
+    want = {k: tuple(v) if isinstance(v, list) else v for k, v in shipped.items()}
+    assert dataclasses.asdict(bare.settings) == {**want, "timing_rounds": 7}
+    assert dataclasses.asdict(default_settings()) == want
+    # the shipped file without one of them is an error that names the file and the key
+    broken = tmp_path / "rubric.toml"
+    broken.write_text(DEFAULT_RUBRIC.read_text().replace("\ntiming_rounds = ", "\n# timing_rounds = "))
+    with pytest.raises(RubricError, match=r"rubric.toml:\d+: \[settings\]: missing timing_rounds"):
+        default_settings_raw(broken)

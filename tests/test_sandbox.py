@@ -37,22 +37,6 @@ def _backend(name: str, gpu: bool = False) -> sandbox.Backend:
         pytest.skip(f"backend {name} does not work here: {e}")
 
 
-_STUDENT_ALONE = {"test_sudo_switch_of_the_docker_image"}
-
-
-@pytest.fixture(autouse=True)
-def _student_user_lock(request):
-    """Tests that run student processes share a lock that the sudo test takes alone: its cleanup
-    (kill -1 as student) would kill the student processes of tests running beside it."""
-    import fcntl
-    fd = os.open(os.path.join(tempfile.gettempdir(), "sandbox-tests-student.lock"),
-                 os.O_RDWR | os.O_CREAT, 0o600)
-    exclusive = request.node.name in _STUDENT_ALONE
-    fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-    yield
-    os.close(fd)
-
-
 @pytest.fixture(params=sandbox.BACKENDS)
 def b(request) -> sandbox.Backend:
     return _backend(request.param)
@@ -408,50 +392,57 @@ try:
     print(open(sys.argv[1]).read(), flush=True)
 except OSError:
     print("SECRET DENIED", flush=True)
+os.write(int(sys.argv[3]), b"FD OPEN")   # a pipe the grader passed (the worker's are passed so)
 os.makedirs("a/b"); open("a/b/f", "w").write("x")
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", sys.argv[2]], start_new_session=True)
+print("READY", flush=True)
 import time; time.sleep(60)
 """
 
 
-def test_sudo_switch_of_the_docker_image(token):
-    """As the Docker image's non-root `grader`, student code runs as `student` through sudo."""
-    import pwd
-    try:
-        grader, student = pwd.getpwnam("grader"), pwd.getpwnam("student")
-    except KeyError:
-        pytest.skip("no grader and student users here (the Docker image has them)")
-    if not ROOT_USER or not Path("/usr/bin/sudo").exists():
-        pytest.skip("needs root to become grader, and sudo")
-    py = "/usr/bin/python3"
-    if any(sandbox._unreachable(os.path.realpath(p), grader.pw_uid, grader.pw_gid)
-           for p in (py, str(ROOT / "grader" / "harness" / "sandbox.py"))):
-        pytest.skip("the repository or /usr/bin/python3 is out of the grader user's reach")
+@pytest.mark.parametrize("name", ["none", "bwrap"])
+def test_sudo_switch_of_the_docker_image(token, name):
+    """As the Docker image's non-root `grader`, student code runs as `student` through sudo, with
+    the descriptors the grader passes it (sudo closes them without -C), and dies whole with kill()."""
+    from tests.docker_users import DockerUsers
+    if why := DockerUsers.unavailable():
+        pytest.skip(why)
     helper = textwrap.dedent(f"""
         import os, subprocess, sys
         sys.path.insert(0, {str(ROOT)!r})
         from grader.harness import sandbox
-        b = sandbox.backend()
+        b = sandbox.backend(name={name!r})
         print("SWITCH", b.switch, b.user, flush=True)
         top = sandbox.task_dir("sudo-test-")
         secret = top / "rubric.toml"
         secret.write_text("hidden"); secret.chmod(0o600)
         (top / "scratch").mkdir()
-        p = sandbox.spawn([{py!r}, "-c", {_SUDO_CHILD!r}, str(secret), {token!r}],
-                          sandbox.Jail(scratch=top / "scratch", env={{"PATH": "/usr/bin:/bin"}}))
-        p.wait(1.5)
+        r, w = os.pipe()
+        p = sandbox.spawn([sys.executable, "-c", {_SUDO_CHILD!r}, str(secret), {token!r}, str(w)],
+                          sandbox.Jail(scratch=top / "scratch", env={{"PATH": "/usr/bin:/bin"}}, pass_fds=(w,)),
+                          stdout=subprocess.PIPE, backend_=b)
+        os.close(w)
+        for line in p.stdout:
+            print(line.decode().strip(), flush=True)
+            if line.startswith(b"READY"):
+                break
+        print("PIPE", os.read(r, 100).decode(), flush=True)
         p.kill()
         print("RC", p.wait(), p.reason(), flush=True)
         subprocess.run(["rm", "-rf", str(top)])
         print("REMOVED", not top.exists(), flush=True)
     """)
-    out = subprocess.run(["sudo", "-n", "-u", "grader", py, "-c", helper], cwd="/",
-                         capture_output=True, text=True, timeout=60)
+    users = DockerUsers()
+    try:
+        out = users.run([sys.executable, "-c", helper], timeout=120)
+        student = users.student_uid
+    finally:
+        users.close()
     text = out.stdout + out.stderr
-    if "SWITCH sudo student" not in text:
-        pytest.skip(f"no sudo rule from grader to student here: {text.strip()[-300:]}")
-    assert f"UID {student.pw_uid}" in text and "SECRET DENIED" in text, text
-    assert "RC -9 killed" in text and "REMOVED True" in text, text
+    assert "SWITCH sudo student" in text, text
+    assert f"UID {student}" in text and "SECRET DENIED" in text, text
+    assert "PIPE FD OPEN" in text, text
+    assert "killed" in text.split("RC ")[1] and "REMOVED True" in text, text
     assert _survivors(token) == [], "a student process outlived kill()"
 
 

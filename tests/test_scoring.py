@@ -1,11 +1,13 @@
 """Partial credit, rounding, bonus capping and the borderline re-measure rule."""
 
+import dataclasses
+
 import pytest
 
 from grader.rubric import parse_rubric
 from grader.harness.measure import Timing
 from grader.harness.run import borderline
-from grader.rubric import Settings, TestSpec
+from grader.rubric import TestSpec, default_settings
 from grader.scoring import resolve_test, round_to_step, totals
 
 
@@ -49,8 +51,8 @@ def test_borderline_ratios_are_measured_again():
     def at(ratio):
         return Timing(kernel_ms=[1 / ratio], baseline_ms=[1.0])
 
-    settings = Settings()                   # borderline_margin 0.03
+    settings = default_settings()           # grader/rubric.toml: borderline_margin 0.03
     assert borderline(spec, at(1.01), settings)       # 1% from full credit
     assert borderline(spec, at(0.51), settings)       # 2% from zero
     assert not borderline(spec, at(0.75), settings)   # in the middle: the linear part absorbs noise
-    assert not borderline(spec, at(1.01), Settings(borderline_margin=0.005))
+    assert not borderline(spec, at(1.01), dataclasses.replace(settings, borderline_margin=0.005))

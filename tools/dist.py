@@ -3,7 +3,8 @@
 OUT_DIR/student-bundle/ and OUT_DIR/student-bundle.zip hold the stubs, the
 grader with the public tests only (hidden rubric entries removed), the handout,
 Makefile, requirements, Dockerfile and a student README. Never solutions/,
-the project's tests, the benchmark or TA docs.
+the project's tests, the benchmark, TA docs or the TA's classroom/ (the
+bundle's Dockerfile builds an image of the engine alone).
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ def public_rubric(text: str) -> str:
     return "\n[[tests]]\n".join([head, *kept]).rstrip("\n") + "\n"
 
 
+def engine_dockerfile(text: str) -> str:
+    """The Dockerfile without its lines that name the classroom: the image of the engine alone."""
+    return "".join(line for line in text.splitlines(keepends=True) if "classroom" not in line)
+
+
 def _copy(src: Path, dst: Path) -> None:
     if src.is_dir():
         for p in sorted(src.rglob("*")):
@@ -58,6 +64,8 @@ def build(out_dir: Path) -> Path:
         _copy(ROOT / src, bundle / dst)
     rubric = bundle / "grader" / "rubric.toml"
     rubric.write_text(public_rubric(rubric.read_text()))
+    dockerfile = bundle / "Dockerfile"
+    dockerfile.write_text(engine_dockerfile(dockerfile.read_text()))
     shutil.make_archive(str(out_dir / "student-bundle"), "zip", out_dir, "student-bundle")
     return bundle
 

@@ -120,10 +120,44 @@ rc=$?
 
 # The grader itself still grades in the image (stub kernels of assignment/: 0 points, a report).
 # shellcheck disable=SC2086
-if docker run --rm --network none $GPU_FLAGS ${RUN_FLAGS:-} "$IMAGE" grade /grader/assignment \
+if docker run --rm --network none $GPU_FLAGS ${RUN_FLAGS:-} "$IMAGE" grader grade /grader/assignment \
      --report-dir /tmp/report --device cpu --tasks dds >/dev/null 2>&1; then
   echo "PASS make grade runs in the image"
 else
   echo "FAIL make grade runs in the image"; rc=1
+fi
+# The reference (mounted: the image has none) graded in the image while a classmate whose files
+# raise on import is graded again and again beside it, both under the one `student` user: the
+# reference keeps every correctness point (a task's clean-up kills its own processes only), and
+# it gets them at all (the worker's pipes survive the sudo switch).
+# shellcheck disable=SC2086,SC2016
+if docker run --rm --network none $GPU_FLAGS ${RUN_FLAGS:-} -v "$PWD/solutions:/ref:ro" \
+     --entrypoint bash "$IMAGE" -c '
+  mkdir -p /tmp/bob
+  for t in w8a8 w4a16 dds; do echo "raise RuntimeError(\"raises on import\")" > /tmp/bob/$t.py; done
+  python -m grader grade /ref --device cpu --tasks dds --report-dir /tmp/alice >/dev/null 2>&1 &
+  alice=$!
+  n=0
+  while kill -0 "$alice" 2>/dev/null; do
+    python -m grader grade /tmp/bob --device cpu --report-dir /tmp/bob-report >/dev/null 2>&1
+    n=$((n + 1))
+  done
+  wait "$alice"
+  python -c "
+import json, sys
+tests = [t for t in json.load(open(\"/tmp/alice/report.json\"))[\"tests\"] if t[\"kind\"] == \"correctness\"]
+print(\"the reference:\", sum(t[\"score\"] for t in tests), \"of\", sum(t[\"max_score\"] for t in tests),
+      \"correctness points beside\", sys.argv[1], \"grades of a file that raises on import\")
+sys.exit(0 if int(sys.argv[1]) >= 1 and all(t[\"score\"] == t[\"max_score\"] for t in tests) else 1)
+" "$n"'; then
+  echo "PASS the reference keeps every point beside another student graded at once"
+else
+  echo "FAIL the reference keeps every point beside another student graded at once"; rc=1
+fi
+# shellcheck disable=SC2086
+if docker run --rm --network none ${RUN_FLAGS:-} "$IMAGE" classroom --help >/dev/null 2>&1; then
+  echo "PASS the classroom runs in the image"
+else
+  echo "FAIL the classroom runs in the image"; rc=1
 fi
 exit $rc

@@ -1,7 +1,9 @@
-"""Render the tables of docs/grading.md and docs/performance.md from the results files.
+"""Render the generated parts of the docs: the tables of docs/grading.md and
+docs/performance.md from the results files and grader/rubric.toml, and the
+rubric's totals where handout.md states them (``make docs``).
 
-    python -m tools.render_results          rewrite the tables
-    python -m tools.render_results --check  exit 1 if a table is out of date
+    python -m tools.render_results          rewrite them
+    python -m tools.render_results --check  exit 1 if one is out of date, naming the command to run
 
 Each results/<date>-<gpu>.json holds what was measured on one GPU that day:
 ``grades`` (tools/gpu_session.py) and ``calibration`` (tools/calibrate.py: its
@@ -18,6 +20,7 @@ shown there too.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -30,6 +33,15 @@ CAL_BEGIN, CAL_END = "<!-- calibration:begin (tools/render_results.py) -->", "<!
 PERF_DOC = ROOT / "docs" / "performance.md"
 PERF_BEGIN, PERF_END = "<!-- bench:begin (tools/render_results.py) -->", "<!-- bench:end -->"
 EAGER_BEGIN, EAGER_END = "<!-- eager:begin (tools/render_results.py) -->", "<!-- eager:end -->"
+HANDOUT = ROOT / "handout.md"
+# Where the handout states the rubric's totals: a pattern whose group 1 is the number, and which
+# number (correctness, performance: the points of the tests that are not bonus).
+HANDOUT_NUMBERS = (
+    (r"Correctness is (\d+(?:\.\d+)?)\s+points", lambda c, p: c),
+    (r"points, performance (\d+(?:\.\d+)?)", lambda c, p: p),
+    (r"not exceed (\d+(?:\.\d+)?)\)", lambda c, p: c + p),
+    (r"the (\d+(?:\.\d+)?) performance points", lambda c, p: p),
+)
 
 
 def _runs() -> list[tuple[Path, dict]]:
@@ -154,9 +166,29 @@ def render_performance(text: str) -> str:
     return _between(_between(text, PERF_BEGIN, PERF_END, bench_tables()), EAGER_BEGIN, EAGER_END, eager_tables())
 
 
+def render_handout(text: str) -> str:
+    """The handout with the rubric's totals written where it states them."""
+    from grader.rubric import load_rubric
+
+    rubric = load_rubric()
+    c, p = (sum(t.points for t in rubric.tests if t.kind == kind and not t.bonus)
+            for kind in ("correctness", "performance"))
+    for pattern, value in HANDOUT_NUMBERS:
+        found = list(re.finditer(pattern, text))
+        if not found:
+            raise SystemExit(f"handout.md no longer matches {pattern!r}: update HANDOUT_NUMBERS in "
+                             "tools/render_results.py")
+        for m in reversed(found):
+            text = text[:m.start(1)] + f"{value(c, p):g}" + text[m.end(1):]
+    return text
+
+
+DOCS = ((DOC, render), (PERF_DOC, render_performance), (HANDOUT, render_handout))
+
+
 if __name__ == "__main__":
     stale = []
-    for doc, fn in ((DOC, render), (PERF_DOC, render_performance)):
+    for doc, fn in DOCS:
         current = doc.read_text()
         new = fn(current)
         if new != current:
@@ -164,5 +196,6 @@ if __name__ == "__main__":
             if "--check" not in sys.argv:
                 doc.write_text(new)
     if "--check" in sys.argv and stale:
-        print("out of date:", ", ".join(str(d.relative_to(ROOT)) for d in stale))
+        print(f"out of date: {', '.join(str(d.relative_to(ROOT)) for d in stale)}; run make docs "
+              "(python -m tools.render_results)")
         sys.exit(1)

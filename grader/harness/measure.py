@@ -144,11 +144,11 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
     and checks every output of the worker's batch. ``more_rounds(timing)``
     may ask for up to ``extra_rounds`` more rounds (scores near a threshold).
     """
-    spec = get(task)
-    first = spec.make_inputs(shape, options, seed + 1, "cuda")
+    registered = get(task)
+    first = registered.make_inputs(shape, options, seed + 1, "cuda")
     calls, nsets = _batch_size(task, shape, first, batch_ms)
-    act = spec.activation_args
-    sets = [first] + [spec.make_inputs(shape, options, seed + 1 + r, "cuda") for r in range(1, nsets)]
+    act = registered.activation_args
+    sets = [first] + [registered.make_inputs(shape, options, seed + 1 + r, "cuda") for r in range(1, nsets)]
     plan = Plan()
     set_specs = [[plan.arg(a) if i not in act else None for i, a in enumerate(args)] for args, _ in sets]
     private = []   # the harness's own activations of each call, refreshed every round
@@ -187,7 +187,7 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
     r = 0
     while r < rounds or (more_rounds and r < rounds + extra_rounds and more_rounds(timing)):
         for j, mine in enumerate(private):
-            spec.fresh_activations(mine, (seed + 1 + r * calls + j) % 2**62)
+            registered.fresh_activations(mine, (seed + 1 + r * calls + j) % 2**62)
             for i, v in zip(act, views(j)):
                 v.copy_(mine[i])
         arena.reset_outputs(out_specs)

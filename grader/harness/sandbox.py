@@ -6,12 +6,10 @@
         proc.kill()
     why = proc.reason(log_tail)
 
-Every backend runs the command under a small *supervisor*: a stdlib-only
-Python process (this file run with ``-I -S``) that is a child subreaper
-(``PR_SET_CHILD_SUBREAPER``), so every orphan the command leaves is
-re-parented to it, and that kills and reaps the whole tree when the command
-ends, when ``kill()`` is called, or when the grader dies (it watches a
-"lifeline" pipe whose other end only the grader holds). Inside the
+Every backend runs the command under the grader's one process supervisor
+(grader/harness/proc.py): a stdlib-only Python process, a child subreaper,
+that kills and reaps the whole tree when the command ends, when ``kill()``
+is called, or when the grader dies, and only that tree. Inside the
 supervisor the command is wrapped, outermost first, by:
 
 - ``bwrap`` (bubblewrap): new mount, PID, IPC, UTS and network namespaces
@@ -27,9 +25,10 @@ supervisor the command is wrapped, outermost first, by:
 Then, when the grader is root, ``setpriv`` runs the command as the
 ``student`` user (else ``nobody``) with no supplementary groups and
 ``no_new_privs``; when it is an unprivileged user with a sudo rule to
-``student`` (the Docker image), ``sudo -u student`` does. Resource limits
-(address space, file size, process count, no core files) are set by the
-supervisor on the command it starts.
+``student`` (the Docker image), ``sudo -u student`` does (with ``-C``, so
+that the worker's pipes stay open: the rule needs ``closefrom_override``).
+Resource limits (address space, file size, process count, no core files)
+are set by the supervisor on the command it starts.
 
 Which backend a machine has is decided once by :func:`backend`, which tries
 each one; ``GRADER_SANDBOX=bwrap|unshare|none`` forces one.
@@ -37,15 +36,14 @@ each one; ``GRADER_SANDBOX=bwrap|unshare|none`` forces one.
 
 from __future__ import annotations
 
-import json
 import os
-import select
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import proc
 
 STUDENT_USERS = ("student", "nobody")
 DEFAULT_MEMORY_BYTES = 8 << 30   # address space (CPU only): torch + Triton interpreter need ~3 GiB
@@ -56,7 +54,6 @@ DEFAULT_MAX_PROCESSES = 4096     # RLIMIT_NPROC of the student user (threads cou
 # the host's disk and is bounded in all.
 SCRATCH_BYTES = 1 << 30          # scratch (cwd, HOME, TMPDIR, Triton's cache)
 TMP_BYTES = 256 << 20            # each of /tmp, /var/tmp, /dev/shm
-KILL_WAIT_S = 10.0               # how long kill() waits for the tree to be gone
 BACKENDS = ("bwrap", "unshare", "none")
 _ETC = ("passwd", "group", "nsswitch.conf", "hosts", "localtime", "ld.so.cache", "ld.so.conf",
         "ld.so.conf.d", "alternatives", "os-release", "machine-id", "gai.conf", "mime.types")
@@ -170,21 +167,26 @@ def _student() -> tuple[str, int, int] | None:
     return None
 
 
-def _user_switch() -> tuple[str, str, int, int] | None:
-    """How to become the student user: (switch, name, uid, gid), or None (stay the grader's user)."""
+def _user_switch() -> tuple[str, str, int, int] | str:
+    """How to become the student user: (switch, name, uid, gid), or why the child stays the grader's user."""
     st = _student()
     if st is None or not sys.platform.startswith("linux"):
-        return None
+        return "student code runs as the grader's own user"
     name, uid, gid = st
     if os.geteuid() == 0:
-        return ("setpriv", name, uid, gid) if _which("setpriv") else None
+        return ("setpriv", name, uid, gid) if _which("setpriv") else "student code runs as the grader's own user"
     if name == "student" and os.geteuid() != uid and _which("sudo"):
-        ok = subprocess.run([_which("sudo"), "-n", "-u", name, "--", "/bin/true"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, timeout=30).returncode == 0
-        if ok:
+        def sudo_ok(*opts: str) -> bool:
+            return subprocess.run([_which("sudo"), "-n", *opts, "-u", name, "--", "/bin/true"],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+        # -C: the worker's pipes must stay open through sudo
+        if sudo_ok("-C", "4"):
             return "sudo", name, uid, gid
-    return None
+        if sudo_ok():
+            return (f"student code runs as the grader's own user: sudo to {name} closes the worker's "
+                    "pipes; the sudoers rule needs 'Defaults:<grader user> closefrom_override' (Dockerfile)")
+    return "student code runs as the grader's own user"
 
 
 _CACHE: dict = {}
@@ -222,11 +224,9 @@ def _make_backend(name: str, gpu: bool) -> Backend | None:
     linux = sys.platform.startswith("linux")
     sw = _user_switch()
     notes = []
-    if sw is None:
-        notes.append("student code runs as the grader's own user")
-    elif sw[0] == "sudo":
-        notes.append(f"processes are cleaned up by killing every process of {sw[1]}: "
-                     "one grader per machine or container")
+    if isinstance(sw, str):
+        notes.append(sw)
+        sw = None
     b = Backend(name=name, isolated=False, separate_user=sw is not None, network_isolated=False,
                 notes=notes, switch=sw and sw[0], user=sw and sw[1], uid=sw and sw[2],
                 gid=sw and sw[3])
@@ -407,7 +407,7 @@ def _parents(path: str) -> list[str]:
     return out
 
 
-def _switch_args(b: Backend, env: dict[str, str]) -> list[str]:
+def _switch_args(b: Backend, env: dict[str, str], pass_fds=()) -> list[str]:
     """The prefix that runs the command as the student user (empty without a separate user)."""
     if not b.separate_user:
         return []
@@ -416,7 +416,10 @@ def _switch_args(b: Backend, env: dict[str, str]) -> list[str]:
                 "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
     # sudo resets the environment: env -i puts the child's back; umask 002 lets the grader
     # (a member of the student's group) delete what the child leaves in scratch.
-    return ([_which("sudo"), "-n", "-u", b.user, "--", "/usr/bin/env", "-i",
+    # sudo closes every descriptor from 3 on: -C keeps those below it (pass_fds), which the
+    # supervisor alone passed to it.
+    keep = ["-C", str(max(pass_fds) + 1)] if pass_fds and max(pass_fds) >= 3 else []
+    return ([_which("sudo"), "-n", *keep, "-u", b.user, "--", "/usr/bin/env", "-i",
              *[f"{k}={v}" for k, v in env.items()], _which("setpriv"), "--no-new-privs", "--",
              "/bin/sh", "-c", 'umask 002; exec "$@"', "sh"])
 
@@ -457,15 +460,15 @@ def _hand_over(b: Backend, paths) -> None:
         for p in walk:
             if b.switch == "setpriv":
                 os.chown(p, b.uid, b.gid, follow_symlinks=False)
-            elif b.switch == "sudo" and not p.is_symlink():
-                os.chown(p, -1, b.gid)
+            elif b.switch == "sudo" and not p.is_symlink() and p.stat().st_uid == os.geteuid():
+                os.chown(p, -1, b.gid)   # (what the student wrote there is the student's already)
                 os.chmod(p, p.stat().st_mode | (0o2070 if p.is_dir() else 0o060))
 
 
 def build_command(argv: list[str], jail: Jail, b: Backend) -> list[str]:
     """The full command line the supervisor starts for ``argv`` in ``jail``."""
     env = _child_env(jail)
-    switch = _switch_args(b, env)
+    switch = _switch_args(b, env, jail.pass_fds)
     if b.name == "bwrap":
         if b.switch == "sudo":   # become the student first; bwrap then makes a user namespace
             return switch + _bwrap_args(b, jail) + list(argv)
@@ -502,71 +505,21 @@ def _limits(jail: Jail, b: Backend) -> dict[str, int]:
 # Spawning and killing
 
 
-class Sandboxed:
-    """A running sandboxed command. ``pid`` is its supervisor's (outside the jail)."""
+class Sandboxed(proc.Supervised):
+    """A running sandboxed command (grader/harness/proc.py's supervisor runs it).
+    ``pid`` is its supervisor's (outside the jail)."""
 
-    def __init__(self, proc: subprocess.Popen, lifeline: int, status: int, b: Backend,
-                 jail: Jail):
-        self._proc, self._lifeline, self._status = proc, lifeline, status
-        self.pid, self.backend, self.jail = proc.pid, b, jail
-        self.returncode: int | None = None
-        self.child_pid: int | None = None
-        self._killed = False
-        self._report: dict = {}
-
-    @property
-    def stdout(self):
-        """The command's output pipe when spawn(stdout=PIPE) was used."""
-        return self._proc.stdout
-
-    # stderr of the supervisor itself when spawn(stderr=PIPE) was used (the backend probe).
-    def stderr_text(self) -> str:
-        s = self._proc.stderr
-        return s.read().decode("utf-8", "replace") if s else ""
+    def __init__(self, popen: subprocess.Popen, lifeline: int, status: int, backend: Backend, jail: Jail):
+        super().__init__(popen, lifeline, status)
+        self.backend, self.jail = backend, jail
 
     def wait(self, timeout: float | None = None) -> int | None:
         """The command's return code (negative: killed by that signal), or None on timeout."""
-        if self.returncode is not None:
-            return self.returncode
-        try:
-            sup = self._proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        self._read_status()
-        rc = self._report.get("returncode")
-        if rc is None:
-            rc = sup if sup != 0 else -signal.SIGKILL
-        elif self.backend.name == "bwrap" and rc > 128:
-            rc = -(rc - 128)       # bwrap's init reports a signal death as 128 + signal
-        self.returncode = rc
-        self._close()
+        done = self.returncode is not None
+        rc = super().wait(timeout)
+        if rc is not None and not done and self.backend.name == "bwrap" and rc > 128:
+            rc = self.returncode = -(rc - 128)   # bwrap's init reports a signal death as 128 + signal
         return rc
-
-    def poll(self) -> int | None:
-        """The return code if the command has ended, else None."""
-        return self.wait(0)
-
-    def kill(self) -> None:
-        """Kill every process the command started and wait (bounded) until they are gone.
-
-        Idempotent, and safe in a signal handler or a finally block: it only
-        closes the lifeline (the supervisor then kills and reaps the tree),
-        sends signals and polls /proc, never reaps.
-        """
-        if self.returncode is not None:
-            return
-        if self._is_running():
-            self._killed = True
-        self._close_lifeline()
-        deadline = time.monotonic() + KILL_WAIT_S
-        while self._is_running() and time.monotonic() < deadline:
-            time.sleep(0.005)
-        if self._is_running():       # a supervisor stuck for 10 s: kill it and what we can see
-            for pid, sig in ((self.pid, signal.SIGKILL),):
-                try:
-                    os.kill(pid, sig)
-                except OSError:
-                    pass
 
     def reason(self, log: str | None = None) -> str | None:
         """Why the command ended, in one line, or None if it exited with 0 (or still runs).
@@ -576,9 +529,9 @@ class Sandboxed:
         own words, not evidence.
         """
         rc = self.returncode
-        if rc is None or rc == 0 and not self._killed:
+        if rc is None or rc == 0 and not self.killed:
             return None
-        if self._killed:
+        if self.killed:
             return "killed"
         if rc < 0:
             sig = -rc
@@ -597,66 +550,6 @@ class Sandboxed:
         if any(w in text for w in _FSIZE_WORDS):
             return f"file size limit ({_size(self.jail.file_bytes)})"
         return f"exited with code {rc}"
-
-    # -- internals
-
-    def _is_running(self) -> bool:
-        """True while the supervisor has not exited (a zombie counts as exited)."""
-        if self._proc.returncode is not None:
-            return False
-        try:
-            with open(f"/proc/{self.pid}/stat", "rb") as f:
-                return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-        except FileNotFoundError:
-            return False
-        except OSError:
-            pass
-        try:                       # no /proc (macOS): a signal 0 probe (sees zombies as alive)
-            os.kill(self.pid, 0)
-            return self._proc.poll() is None
-        except OSError:
-            return False
-
-    def _close_lifeline(self) -> None:
-        fd, self._lifeline = self._lifeline, -1
-        if fd >= 0:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-    def _read_status(self) -> None:
-        if self._status < 0:
-            return
-        data = b""
-        try:
-            os.set_blocking(self._status, False)
-            while chunk := os.read(self._status, 65536):
-                data += chunk
-        except (BlockingIOError, OSError):
-            pass
-        for line in data.decode("utf-8", "replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                self._report.update(rec)
-        self.child_pid = self._report.get("child")
-
-    def _close(self) -> None:
-        self._close_lifeline()
-        fd, self._status = self._status, -1
-        if fd >= 0:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-    def __del__(self):
-        # Forgotten without wait(): closing the lifeline makes the supervisor kill the tree.
-        if self.returncode is None:
-            self._close_lifeline()
 
 
 def _size(n: int | None) -> str:
@@ -684,156 +577,6 @@ def spawn(argv: list[str], jail: Jail, *, stdin=None, stdout=None, stderr=None,
                 if bad:
                     raise SandboxError(f"{p} is not reachable by user {b.user}: "
                                        f"{bad} has no search permission for it")
-    cmd = build_command(argv, jail, b)
-    cfg = {"argv": cmd, "env": _child_env(jail), "cwd": os.path.abspath(scratch),
-           "pass_fds": list(jail.pass_fds), "limits": _limits(jail, b),
-           "sudo_kill": [_which("sudo"), "-n", "-u", b.user, "--", "/bin/kill", "-KILL", "-1"]
-           if b.switch == "sudo" else None}
-    cfg_r, cfg_w = os.pipe()
-    life_r, life_w = os.pipe()
-    stat_r, stat_w = os.pipe()
-    fds = (cfg_r, life_r, stat_w)
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", os.path.abspath(__file__), "--supervise",
-             ",".join(map(str, fds))],
-            stdin=stdin, stdout=stdout, stderr=stderr, env={"LC_ALL": "C.UTF-8"},
-            pass_fds=(*fds, *jail.pass_fds), start_new_session=True, cwd="/")
-    except BaseException:
-        for fd in (cfg_w, life_w, stat_r):
-            os.close(fd)
-        raise
-    finally:
-        for fd in fds:
-            os.close(fd)
-    try:
-        os.write(cfg_w, json.dumps(cfg).encode())   # small: fits the pipe buffer
-    except OSError:
-        pass
-    os.close(cfg_w)
-    return Sandboxed(proc, life_w, stat_r, b, jail)
-
-
-# ---------------------------------------------------------------------------------------------
-# The supervisor (runs as ``python -I -S sandbox.py --supervise CFG,LIFELINE,STATUS``)
-
-
-def _set_subreaper() -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(36, 1, 0, 0, 0) == 0          # PR_SET_CHILD_SUBREAPER
-
-
-def _children(me: int) -> list[int]:
-    """Pids whose parent is ``me`` (scan of /proc)."""
-    kids = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-                if int(fields[1]) == me:
-                    kids.append(int(name))
-            except (OSError, IndexError, ValueError):
-                pass
-    return kids
-
-
-def _kill_tree(child: subprocess.Popen, sudo_kill: list | None) -> int | None:
-    """Kill the command's session and every descendant; reap all; return the command's status."""
-    me, status = os.getpid(), None
-    try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    has_proc = os.path.isdir("/proc/self")
-    next_sudo = 0.0
-    while True:
-        if sudo_kill and time.monotonic() >= next_sudo:
-            # processes of another user: only that user can signal them (kill -1: all of them)
-            subprocess.run(sudo_kill, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-            next_sudo = time.monotonic() + 0.5
-        for pid in (_children(me) if has_proc else [child.pid]):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            pid, st = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        except InterruptedError:
-            continue
-        if pid == 0:
-            time.sleep(0.005)
-        elif pid == child.pid:
-            status = os.waitstatus_to_exitcode(st)
-    return status
-
-
-def _supervise(fds: str) -> None:
-    cfg_fd, life_fd, stat_fd = map(int, fds.split(","))
-    for s in (signal.SIGINT, signal.SIGTSTP, signal.SIGTTOU, signal.SIGTTIN):
-        signal.signal(s, signal.SIG_IGN)
-    stop = []
-    for s in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, lambda *_: stop.append(1))
-    with os.fdopen(cfg_fd, "rb") as f:
-        cfg = json.loads(f.read())
-    _set_subreaper()
-    limits = cfg["limits"]
-
-    def prepare():   # runs in the forked child; the supervisor is single-threaded
-        import resource
-        for name, value in limits.items():
-            if hasattr(resource, name):
-                try:
-                    resource.setrlimit(getattr(resource, name), (value, value))
-                except (ValueError, OSError):
-                    pass
-        for s in (signal.SIGINT, signal.SIGTSTP, signal.SIGTTOU, signal.SIGTTIN, signal.SIGTERM,
-                  signal.SIGHUP):
-            signal.signal(s, signal.SIG_DFL)
-
-    def report(**rec):
-        try:
-            os.write(stat_fd, (json.dumps(rec) + "\n").encode())
-        except OSError:
-            pass
-
-    try:
-        child = subprocess.Popen(cfg["argv"], env=cfg["env"], cwd=cfg["cwd"],
-                                 pass_fds=cfg["pass_fds"], preexec_fn=prepare,
-                                 start_new_session=True)
-    except OSError as e:
-        report(returncode=127, error=f"{type(e).__name__}: {e}")
-        sys.stderr.write(f"sandbox: cannot start {cfg['argv'][0]}: {e}\n")
-        return
-    report(child=child.pid)
-    for fd in cfg["pass_fds"]:
-        os.close(fd)
-    pidfd = os.pidfd_open(child.pid) if hasattr(os, "pidfd_open") else None
-    watch = [life_fd] + ([pidfd] if pidfd is not None else [])
-    killed = False
-    while not stop:
-        try:
-            ready, _, _ = select.select(watch, [], [], 0.2)
-        except InterruptedError:
-            continue
-        if life_fd in ready:          # the grader closed it (kill) or died
-            killed = True
-            break
-        if child.poll() is not None:
-            break
-    killed = killed or bool(stop)
-    status = _kill_tree(child, cfg.get("sudo_kill"))
-    if status is None:
-        status = child.returncode if child.returncode is not None else -signal.SIGKILL
-    report(returncode=status, killed=killed)
-
-
-if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--supervise":
-    _supervise(sys.argv[2])
+    return proc.start(build_command(argv, jail, b), env=_child_env(jail), cwd=scratch, stdin=stdin,
+                      stdout=stdout, stderr=stderr, pass_fds=jail.pass_fds, limits=_limits(jail, b),
+                      supervisor_class=Sandboxed, backend=b, jail=jail)

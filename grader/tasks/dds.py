@@ -4,7 +4,7 @@
     col_indices [nnz], values [nnz, 32, 32] with values[b][r, c] = W[32 i + r, 32 j + c]
 
 Blocks that are not stored are zero and must cost nothing; a block row with
-no stored block still writes zeros (SPEC.md).
+no stored block still writes zeros (the handout's "Task 3: DDS").
 """
 
 from __future__ import annotations

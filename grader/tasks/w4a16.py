@@ -3,7 +3,7 @@
     y[m, n] = sum_k x[m, k] * q[n, k] * scales[k // group_size, n]
 
 ``qweight`` is ``[K // 8, N]`` int32: nibble j (bits 4j..4j+3) of word
-``[r, n]`` holds ``q[n, 8r + j]`` in two's complement (SPEC.md). ``scales`` is
+``[r, n]`` holds ``q[n, 8r + j]`` in two's complement (the handout's "Task 2: W4A16"). ``scales`` is
 fp16 ``[K // group_size, N]``; one group (per-channel scales) by default.
 """
 

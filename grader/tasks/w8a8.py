@@ -2,9 +2,10 @@
 
     y[m, n] = (sum_k round(x[m, k] / s_x[m]) * W_q[n, k]) * s_x[m] * s_w[n]
 
-with ``round`` half to even and the quotient clamped to [-128, 127]
-(SPEC.md). The kernel gets the weight as the transposed view ``[K, N]`` of the
-layer's ``[N, K]`` int8 weight.
+with ``round`` half to even and the quotient clamped to [-128, 127] (the
+handout's "2. Quantization in one page" and "Task 1: W8A8"). The kernel gets
+the weight as the transposed view ``[K, N]`` of the layer's ``[N, K]`` int8
+weight.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..report import one_line
+from grader.report import one_line
 
 MAX_CSV_BYTES = 32 << 20   # largest CSV read (a roster, Gradescope's scores, class.csv)
 MAX_ROWS = 100_000

@@ -7,7 +7,7 @@ Layout of the output folder:
     OUT/staged/<id>/        kernel files that came loose (Canvas, Moodle), graded from here
     OUT/roster.csv, OUT/batch.json   the roster and a --layout given, reused by later runs
 
-Where the submissions are and whose they are is grader/lms/ (layouts.py:
+Where the submissions are and whose they are is classroom/lms/ (layouts.py:
 plain, Gradescope export, Canvas and Moodle downloads; roster.py).
 ``<id>`` is a folder-safe id (``student_id``); class.csv keeps the original
 name, the submitters' names, emails and SIDs. A student's folder appears
@@ -26,19 +26,18 @@ the rubric it was made under (``rubric_hash``); reports made under another
 rubric are listed at the end. Entries of the submissions folder that are
 not submissions (late_days.txt, .DS_Store) are skipped with a warning.
 
-Each grade process runs in its own session with its output in a file (no
-pipes for an escaped process to hold). The batch is the child subreaper of
-everything it starts (Linux), so when a student is done, timed out or
-interrupted, every process left from that student's grading, including ones
-that started a new session or double-forked, is killed and reaped. With
---gpus (grader/gpus.py) one grade process per GPU runs at a time, and a
-token in each one's environment tells whose leftovers are whose.
+Each grade process runs under a supervisor of its own (grader/harness/proc.py)
+with its output in a file (no pipes for an escaped process to hold): when
+a student is done, timed out or interrupted, or when the batch itself dies,
+every process left from that student's grading, including ones that started
+a new session or double-forked, is killed and reaped, and nothing else is:
+with --gpus (classroom/gpus.py) one grade process per GPU runs at a time,
+and one student's clean-up never touches another's processes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import math
 import os
@@ -57,13 +56,15 @@ from pathlib import Path
 from tabulate import tabulate
 from tqdm import tqdm
 
-from .gpus import GpuSpecError, Stopped, run_parallel, visible_gpus
+from grader.harness import proc
+from grader.report import REPORT_FILES, error_result, escape_name, one_line, write_reports
+from grader.rubric import Rubric, rubric_hash
+
+from .gpus import GpuListError, Stopped, run_parallel, visible_gpus
 from .lms.csvio import DIR_MODE, FILE_MODE, CsvError, to_csv
 from .lms.csvio import write_atomic as _write_atomic
 from .lms.intake import discover, select
 from .lms.layouts import Entry, LayoutError, find_entries, student_id  # noqa: F401 - find_entries, student_id: API
-from .report import REPORT_FILES, error_result, escape_name, one_line, write_reports
-from .rubric import Rubric, rubric_hash
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT_JSON_BYTES = 8 << 20      # largest report.json the batch reads
@@ -80,44 +81,6 @@ CSV_FIELDS_TAIL = ["flags", "submitted_at", "graded_at", "rubric_hash", "device"
 
 
 # ----------------------------------------------------------------------------- processes
-
-def _libc():
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
-def _set_subreaper(on: bool) -> bool:
-    """Make this process the reaper of its orphaned descendants (Linux
-    PR_SET_CHILD_SUBREAPER), so that none can escape to init; return the old value."""
-    libc = _libc()
-    if libc is None or not sys.platform.startswith("linux"):
-        return False
-    old = ctypes.c_int(0)
-    libc.prctl(37, ctypes.byref(old), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
-    libc.prctl(36, int(on), 0, 0, 0)            # PR_SET_CHILD_SUBREAPER
-    return bool(old.value)
-
-
-def _children() -> set[int]:
-    """Process ids whose parent is this process (empty where /proc is missing)."""
-    me, kids = os.getpid(), set()
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return kids
-    for name in names:
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if len(fields) > 1 and int(fields[1]) == me:
-                kids.add(int(name))
-    return kids
-
 
 _deferring = 0            # > 0 inside clean-up that a stop signal must not cut short
 _pending: list[int] = []  # stop signals that arrived meanwhile
@@ -154,90 +117,11 @@ def _signals_deferred(reraise: bool = True):
                 raise KeyboardInterrupt(signum)
 
 
-# A parallel batch (--gpus) grades several students at once. Each grade process
-# carries its slot's token in its environment (TOKEN_VAR), so that a student's
-# clean-up kills only the leftovers of that student (or of nobody), never
-# another student's processes; grade processes in flight are never leftovers.
-TOKEN_VAR = "GRADER_BATCH_TOKEN"
-_spawn_lock = threading.Lock()  # no grade process is half-started while leftovers are counted
-_live: dict[int, str] = {}      # pid of each grade process in flight -> its token
-_STOPPED = "stopped"
-
-
-def _environ_token(pid: int):
-    """The batch token in a process's environment: the token, None if it has
-    none, False if its environment cannot be read (not ours to decide)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read(1 << 20)
-    except OSError:
-        return False
-    prefix = TOKEN_VAR.encode() + b"="
-    for item in data.split(b"\0"):
-        if item.startswith(prefix):
-            return item[len(prefix):].decode("ascii", "replace")
-    return None
-
-
-def _owned_by(token: str):
-    """Whether a leftover child belongs to the slot with ``token``: it carries
-    that token, or none at all; never a grade process in flight."""
-    def owned(pid: int) -> bool:
-        if pid in _live:
-            return False
-        found = _environ_token(pid)
-        return found is None or found == token
-    return owned
-
-
-def _kill_tree(proc: subprocess.Popen | None, before: set[int], owned=None) -> None:
-    """Kill ``proc``'s process group, then every child of ours that was not
-    there ``before`` (descendants that escaped the group are reparented to us
-    as their parents die) and that ``owned`` accepts (all, when None), round
-    after round until none is left; reap them all."""
-    if proc is not None:
-        if proc.returncode is None:  # not reaped yet, so its group id is still its own
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    for _ in range(10_000):
-        with _spawn_lock:
-            kids = {k for k in _children() - before if owned is None or owned(k)}
-            for pid in kids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-        if not kids:
-            return
-        for pid in kids:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-
-
-def _wait_unreaped(proc: subprocess.Popen, timeout_s: float, stop: threading.Event | None = None):
-    """Wait for ``proc`` to exit without reaping it, so its process-group id
-    cannot be reused before _kill_tree kills the group; None on timeout,
-    _STOPPED when ``stop`` is set first."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return proc.wait()
-        if info is not None:
-            return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-        if time.monotonic() >= deadline:
-            return None
-        if stop is not None and stop.is_set():
-            return _STOPPED
-        time.sleep(0.05)
-
-
 def grade_command(path: Path, report_dir: Path, rubric: Rubric) -> list[str]:
     """The command that grades one submission into ``report_dir``."""
     source = Path(rubric.source)
     return [sys.executable, "-m", "grader", "grade", str(path), "--report-dir", str(report_dir),
-            "--rubric", str(source.absolute() if source.is_file() else source),
-            "--die-with-parent", str(os.getpid())]
+            "--rubric", str(source.absolute() if source.is_file() else source)]
 
 
 def _tail(path: Path, chars: int = 4000) -> str:
@@ -257,11 +141,9 @@ def _last_line(text: str) -> str:
 
 @dataclass(frozen=True)
 class Slot:
-    """Where a parallel batch runs a grade process: its GPU, the batch's stop
-    event, and the batch's children from before it started."""
+    """Where a parallel batch runs a grade process: its GPU, and the batch's stop event."""
     gpu: str
     stop: threading.Event
-    before: frozenset
 
 
 def _grade_one(entry: Entry, students: Path, rubric: Rubric, timeout_s: float, slot: Slot | None = None) -> str:
@@ -271,30 +153,22 @@ def _grade_one(entry: Entry, students: Path, rubric: Rubric, timeout_s: float, s
     Stopped is raised, with nothing installed, if the batch stops meanwhile."""
     work = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.sid}-", dir=students))
     reports, log = work / "reports", work / "grade.log"
-    env, owned, token = None, None, ""
-    if slot is not None:
-        token = f"{entry.sid}-{os.urandom(6).hex()}"
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=slot.gpu, **{TOKEN_VAR: token})
-        owned = _owned_by(token)
-    before = set(slot.before) if slot is not None else _children()
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=slot.gpu) if slot is not None else None
     try:
-        proc = None
+        p = None
         try:
-            with open(log, "wb") as out, _spawn_lock:
-                proc = subprocess.Popen(grade_command(entry.path, reports, rubric), cwd=ROOT, env=env,
-                                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
-                if slot is not None:
-                    _live[proc.pid] = token
-            rc = _wait_unreaped(proc, timeout_s, slot.stop if slot is not None else None)
+            with open(log, "wb") as out:
+                p = proc.start(grade_command(entry.path, reports, rubric), env=env, cwd=ROOT,
+                               stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                               deadline_s=timeout_s)
+            while (rc := p.wait(0.05)) is None:
+                if slot is not None and slot.stop.is_set():
+                    raise Stopped(entry.sid)
         finally:
-            with _signals_deferred():
-                _kill_tree(proc, before, owned)
-                if proc is not None and _live.get(proc.pid) == token:
-                    del _live[proc.pid]
-        if rc == _STOPPED:
-            raise Stopped(entry.sid)
-        if rc is None:
+            if p is not None:
+                with _signals_deferred():
+                    p.kill()   # its supervisor kills and reaps what the grade left, and nothing else
+        if p.timed_out:
             reason = f"grading took longer than {timeout_s:g} s; it was stopped"
         elif rc != 0:
             reason = f"the grader exited with code {rc}: {_last_line(_tail(log))}"
@@ -490,7 +364,7 @@ def write_class_files(out: Path, entries: list[Entry], tasks: list[str], current
     """Rebuild class.csv and summary.md from whatever reports exist now. A
     report that cannot be used becomes that student's grader_error row.
     ``current_hash``: the rubric now in use, to list reports made under another.
-    ``not_submitted``: roster members (grader.lms.roster.Member) without a
+    ``not_submitted``: roster members (classroom.lms.roster.Member) without a
     submission, one ``no_submission`` row each."""
     rows = []
     for entry in entries:
@@ -601,7 +475,7 @@ def _warn_if_not_isolated() -> None:
     try:
         import torch
 
-        from .harness.sandbox import backend
+        from grader.harness.sandbox import backend
         b = backend(gpu=torch.cuda.is_available())
         problem = None if b.isolated else b.summary()
     except Exception as e:  # noqa: BLE001 - no sandbox at all is the same warning
@@ -642,7 +516,7 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
         return _usage_error(f"{folder}: not a folder of submissions{hint}")
     try:
         slots = visible_gpus(gpus) if gpus else []
-    except GpuSpecError as e:
+    except GpuListError as e:
         return _usage_error(str(e))
     _warn_if_not_isolated()
     students = out / "students"
@@ -690,12 +564,10 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
     main_thread = threading.current_thread() is threading.main_thread()
     handlers = {s: signal.signal(s, _stop) for s in STOP_SIGNALS  # what the caller ignores stays ignored
                 if main_thread and signal.getsignal(s) not in (signal.SIG_IGN, None)}
-    was_subreaper = _set_subreaper(True)
-    before = _children() if slots else None  # a serial batch's clean-up is per student (_grade_one)
     stopped_by = None
     try:
         if slots:
-            _grade_parallel(todo, students, rubric, timeout_s, slots, before)
+            _grade_parallel(todo, students, rubric, timeout_s, slots)
         else:
             for entry in tqdm(todo, unit="student", dynamic_ncols=True):
                 try:
@@ -712,10 +584,7 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
         print("\ninterrupted: finished students are kept; run the same command again to resume")
     finally:
         with _signals_deferred(reraise=False):
-            if before is not None:  # anything a grade process left that no student's clean-up claimed
-                _kill_tree(None, before)
             rows = write_class_files(out, entries, tasks, digest, not_submitted)
-            _set_subreaper(was_subreaper)
             for s, h in handlers.items():
                 signal.signal(s, h)
     print(summary_table(rows, tasks, digest))
@@ -723,15 +592,13 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
     return 128 + int(stopped_by) if stopped_by else 0
 
 
-def _grade_parallel(todo: list[Entry], students: Path, rubric: Rubric, timeout_s: float, slots: list[str],
-                    before: set[int]) -> None:
+def _grade_parallel(todo: list[Entry], students: Path, rubric: Rubric, timeout_s: float, slots: list[str]) -> None:
     """Grade ``todo`` with one grade process per GPU of ``slots`` at a time."""
     bar = tqdm(total=len(todo), unit="student", dynamic_ncols=True)
     lock = threading.Lock()
-    frozen = frozenset(before)
 
     def work(entry: Entry, gpu: str, stop: threading.Event) -> str:
-        return _grade_one(entry, students, rubric, timeout_s, Slot(gpu, stop, frozen))
+        return _grade_one(entry, students, rubric, timeout_s, Slot(gpu, stop))
 
     def done(entry: Entry, status: str) -> None:
         with lock:

@@ -21,7 +21,7 @@ from typing import Callable
 _TOKEN = re.compile(r"\d+|(?:GPU|MIG)-[A-Za-z0-9][A-Za-z0-9/-]{0,100}")
 
 
-class GpuSpecError(ValueError):
+class GpuListError(ValueError):
     """--gpus cannot be used as given."""
 
 
@@ -37,29 +37,29 @@ def _count_devices() -> int:
         return 0
 
 
-def visible_gpus(spec: str, environ=None, count: Callable[[], int] = _count_devices) -> list[str]:
-    """The CUDA_VISIBLE_DEVICES value of each slot for ``--gpus spec``."""
+def visible_gpus(wanted: str, environ=None, count: Callable[[], int] = _count_devices) -> list[str]:
+    """The CUDA_VISIBLE_DEVICES value of each slot for ``--gpus wanted``."""
     environ = os.environ if environ is None else environ
     seen = environ.get("CUDA_VISIBLE_DEVICES")
     visible = [t.strip() for t in seen.split(",") if t.strip()] if seen is not None else None
-    if spec.strip() == "all":
+    if wanted.strip() == "all":
         gpus = visible if visible is not None else [str(i) for i in range(count())]
         if not gpus:
-            raise GpuSpecError("--gpus all: no CUDA GPU is visible here")
+            raise GpuListError("--gpus all: no CUDA GPU is visible here")
         return gpus
-    tokens = [t.strip() for t in spec.split(",")]
+    tokens = [t.strip() for t in wanted.split(",")]
     if not tokens or any(not _TOKEN.fullmatch(t) for t in tokens):
-        raise GpuSpecError(f"--gpus {spec!r}: expected 'all' or a comma-separated list of GPU indices "
+        raise GpuListError(f"--gpus {wanted!r}: expected 'all' or a comma-separated list of GPU indices "
                            "(0,1) or UUIDs (GPU-...)")
     if len(set(tokens)) != len(tokens):
-        raise GpuSpecError(f"--gpus {spec!r}: a GPU is listed twice (one grade process per GPU)")
+        raise GpuListError(f"--gpus {wanted!r}: a GPU is listed twice (one grade process per GPU)")
     if visible is None:
         return tokens
     out = []
     for t in tokens:
         if t.isdigit():
             if int(t) >= len(visible):
-                raise GpuSpecError(f"--gpus {spec!r}: this batch sees {len(visible)} GPU(s) "
+                raise GpuListError(f"--gpus {wanted!r}: this batch sees {len(visible)} GPU(s) "
                                    f"(CUDA_VISIBLE_DEVICES={seen}); index {t} is not one of them")
             t = visible[int(t)]
         out.append(t)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..report import escape_name
+from grader.report import escape_name
+
 from .csvio import write_atomic
 from .layouts import LAYOUTS, Entry, mark_same_person, read_layout, stage_files
 from .roster import apply_roster, load_roster

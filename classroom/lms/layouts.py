@@ -42,8 +42,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..report import one_line
-from ..submission import MAX_FILE_BYTES, kernel_files
+from grader.report import one_line
+from grader.submission import MAX_FILE_BYTES, kernel_files
+
 from .csvio import DIR_MODE, FILE_MODE, read_capped
 
 ID_CHARS = 64                    # longest student id (folder name)

@@ -1,4 +1,4 @@
-"""Build a Gradescope autograder zip: python -m tools.gradescope OUT.zip  (make gradescope).
+"""Build a Gradescope autograder zip: python -m tools.gradescope_zip OUT.zip  (make gradescope).
 
 Gradescope unpacks it in /autograder/source, runs setup.sh once when the image
 is built and run_autograder for every submission; run_autograder grades

@@ -1,0 +1,113 @@
+"""Command line: python -m classroom batch DIR | regrade DIR ID | gradebook CLASS_CSV
+| merge GRADESCOPE_CSV CLASS_CSV.
+
+One submission is graded by the engine, ``python -m grader grade``.
+
+Exit status of ``batch`` and ``regrade``: 0, or 128 + the signal that stopped
+it, or 2 for a usage error. ``gradebook`` and ``merge``: 0 when every graded
+student is in the upload file, 1 when some were left out (listed), 2 for a
+usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def _batch_args(p: argparse.ArgumentParser, regrade: bool) -> None:
+    from .lms.layouts import LAYOUTS
+    p.add_argument("submissions", help="folder with one folder or .zip per student")
+    if regrade:
+        p.add_argument("student", metavar="ID",
+                       help="the student to regrade: id from class.csv, the submission's file name, an email "
+                            "or a SID")
+    p.add_argument("--out", default="batch-reports", help="output folder (default: batch-reports/)")
+    p.add_argument("--rubric", default=None)
+    p.add_argument("--force", action="store_true",
+                   help=argparse.SUPPRESS if regrade else "regrade students that already have a result")
+    if not regrade:
+        p.add_argument("--student", default=None, metavar="ID",
+                       help="regrade only this student (id from class.csv, the submission's file name, an "
+                            "email or a SID); the same as the regrade command")
+    p.add_argument("--timeout", type=float, default=None, help="wall-clock limit per student, seconds")
+    p.add_argument("--layout", default=None, choices=["auto", *LAYOUTS],
+                   help="how the folder is laid out (default: detected; a layout given is remembered in OUT)")
+    p.add_argument("--roster", default=None, metavar="CSV",
+                   help="names, emails and SIDs by id (kept in OUT for later runs); see README")
+    p.add_argument("--gpus", default=None, metavar="LIST",
+                   help="grade on several GPUs at once, one student per GPU: 'all' or e.g. 0,1,2,3")
+
+
+def _gradebook_args(sub) -> None:
+    from .lms.gradebook import FORMATS, SCORES
+    g = sub.add_parser("gradebook", help="class.csv as a gradebook upload file")
+    g.add_argument("class_csv", help="the class.csv of a batch")
+    g.add_argument("--score", choices=SCORES, default="total", help="which score to upload (default: total)")
+    m = sub.add_parser("merge", help="Gradescope's correctness scores + a GPU batch's performance, one upload "
+                                     "file")
+    m.add_argument("gradescope_csv", help="Gradescope's Download Grades CSV of the assignment")
+    m.add_argument("class_csv", help="the class.csv of the GPU batch")
+    for p in (g, m):
+        p.add_argument("--format", choices=FORMATS, required=True, help="the platform to upload to")
+        p.add_argument("--assignment", default="Triton kernels",
+                       help="Canvas: the assignment column, as in Canvas's export: 'Title (assignment id)'")
+        p.add_argument("--output", "-o", default=None,
+                       help="the upload file (default: beside class.csv, gradebook-<format>.csv or "
+                            "merged-<format>.csv)")
+
+
+def _gradebook(args) -> int:
+    from .lms import gradebook as gb
+    from .lms.csvio import CsvError
+    class_csv = Path(args.class_csv)
+    default = f"{'merged' if args.command == 'merge' else 'gradebook'}-{args.format}.csv"
+    out = Path(args.output) if args.output else class_csv.parent / default
+    try:
+        rows = gb.read_class_csv(class_csv)
+        if args.command == "merge":
+            upload = gb.merge(gb.read_gradescope_scores(args.gradescope_csv), rows, args.format, args.assignment)
+        else:
+            upload = gb.gradebook(rows, args.format, args.score, args.assignment)
+        gb.write_upload(upload, out)
+    except CsvError as e:
+        print(e, file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"cannot write {out}: {e.strerror}; user id {os.getuid()} needs write access to its folder",
+              file=sys.stderr)
+        return 2
+    for line in gb.report_lines(upload, out):
+        print(line)
+    return 1 if upload.left_out else 0
+
+
+def _batch(args) -> int:
+    from grader.rubric import DEFAULT_RUBRIC, RubricError, load_rubric
+
+    from .batch import run_batch
+    try:
+        rubric = load_rubric(args.rubric or DEFAULT_RUBRIC)
+    except RubricError as e:
+        print(f"rubric error: {e}", file=sys.stderr)
+        return 2
+    return run_batch(args.submissions, args.out, rubric, force=args.force,
+                     timeout_s=args.timeout, student=args.student, layout=args.layout, roster=args.roster,
+                     gpus=args.gpus)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m classroom", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _batch_args(sub.add_parser("batch", help="grade every submission in a folder, resumable"), regrade=False)
+    _batch_args(sub.add_parser("regrade", help="regrade one student of a batch and rebuild the class files"),
+                regrade=True)
+    _gradebook_args(sub)
+    args = parser.parse_args(argv)
+    if args.command in ("gradebook", "merge"):
+        return _gradebook(args)
+    return _batch(args)
