@@ -55,6 +55,37 @@ def test_placement_keeps_its_promises_everywhere(ref, share):
     assert abs(p.zero_ratio / step - round(p.zero_ratio / step)) < 1e-6   # one step for both
 
 
+@pytest.mark.parametrize("ref", [1.3, 1.6, 2.0, 2.4, 3.1])
+@pytest.mark.parametrize("naive", [[], [0.5], [0.75], [1.2]])
+def test_a_kernel_no_faster_than_dense_gets_at_most_half(ref, naive):
+    """The lesson's ratio (DDS: 1.0, dense speed) earns at most half of the points."""
+    from grader.judge import ratio_fraction
+    from types import SimpleNamespace
+
+    p = place([ref], naive, OLD, lesson=1.0)
+    assert 0 <= p.zero_ratio < p.full_ratio
+    spec = SimpleNamespace(full_ratio=p.full_ratio, zero_ratio=p.zero_ratio)
+    assert ratio_fraction(spec, 1.0) <= 0.5 + 1e-9
+    assert ratio_fraction(spec, ref) == 1.0                   # the reference still gets full credit
+    without = place([ref], naive, OLD)
+    assert p.full_ratio == without.full_ratio and p.zero_ratio >= without.zero_ratio
+
+
+def test_the_lesson_cannot_be_taught_by_a_reference_no_faster_than_dense():
+    p = place([1.1], [0.7], OLD, lesson=1.0)    # full credit at 0.9: below dense speed
+    assert p.full_ratio < 1.0 and any("does not beat it" in n for n in p.notes)
+    assert p == Placement(p.full_ratio, place([1.1], [0.7], OLD).zero_ratio, p.notes)
+
+
+def test_only_sparse_tests_at_half_density_or_less_carry_the_lesson():
+    from grader.tasks import get
+
+    dds = get("dds")
+    assert [dds.lesson_ratio(dds.defaults({"density": d})) for d in (0.05, 0.25, 0.5, 1.0)] == [1.0, 1.0, 1.0, None]
+    assert dds.lesson_ratio(dds.defaults({})) == 1.0
+    assert get("w8a8").lesson_ratio({}) is None and get("w4a16").lesson_ratio({}) is None
+
+
 def test_naive_faster_than_the_reference():
     p = place([0.7, 0.72], [0.9, 0.95], OLD)
     assert (p.full_ratio, p.zero_ratio) == (0.55, 0.25)

@@ -81,7 +81,7 @@ def _lowest(ratios) -> float | None:
     return min(valid) if valid else None
 
 
-def place(reference, naive, old: tuple[float, float]) -> Placement:
+def place(reference, naive, old: tuple[float, float], lesson: float | None = None) -> Placement:
     """The thresholds of one performance test from the ratios (baseline time /
     kernel time) of every run of the reference and of the tutorial-style
     kernels; a ratio that is None (not timed), zero or not finite is left out.
@@ -95,6 +95,12 @@ def place(reference, naive, old: tuple[float, float]) -> Placement:
       full_ratio (rounded down), so that a kernel as fast as the reference on
       this test still leaves a ramp; at least FLOOR of full_ratio (rounded):
       a tutorial kernel slower than that earns nothing; always below full_ratio.
+    - lesson (the task's ``lesson_ratio``: DDS at 50 % density or less, 1.0, no
+      faster than dense): zero_ratio at least 2 * lesson - full_ratio, so that
+      a kernel at that ratio earns at most half of the points. This comes
+      before the tutorial-style kernels' partial credit, which it can take
+      away on that test; if full_ratio is itself at or below the lesson ratio
+      (a reference no faster than dense), the test cannot teach it: noted.
     - No reference ratio (every grade failed or was not timed): ``old``
       (full_ratio, zero_ratio) is kept. No tutorial-style ratio: zero_ratio is
       HALF of full_ratio.
@@ -128,6 +134,17 @@ def place(reference, naive, old: tuple[float, float]) -> Placement:
             notes.append("the tutorial-style kernels reach full credit")
         elif naive_low <= zero:
             notes.append(f"the tutorial-style kernels are at or below {FLOOR:.0%} of full_ratio: no credit")
+    if lesson is not None:
+        if full <= lesson:
+            notes.append(f"full credit at or below {lesson:g} (the lesson's ratio): the reference does not "
+                         "beat it here")
+        else:
+            at_half = _clean(math.ceil((2 * lesson - full) / step - 1e-9) * step)
+            if at_half > zero:
+                zero = at_half
+                if naive_low is not None and naive_low <= zero:
+                    notes.append(f"zero_ratio {zero:g} so that a kernel at {lesson:g} gets at most half: "
+                                 "the tutorial-style kernels get nothing here")
     zero = _clean(max(0.0, min(zero, full - step)))
     return Placement(full, zero, tuple(notes))
 
@@ -151,7 +168,9 @@ def rows(rubric: Rubric, reference: dict, naive: dict) -> list[dict]:
         if spec.kind != "performance":
             continue
         ratios = {"reference": reference.get(spec.name, []), "naive": naive.get(spec.name, [])}
-        p = place(ratios["reference"], ratios["naive"], (spec.full_ratio, spec.zero_ratio))
+        task = spec.registered_task
+        p = place(ratios["reference"], ratios["naive"], (spec.full_ratio, spec.zero_ratio),
+                  task.lesson_ratio(task.defaults(spec.options)))
         new = replace(spec, full_ratio=p.full_ratio, zero_ratio=p.zero_ratio)
         out.append({"test": spec.name, "points": spec.points, **ratios,
                     "old": [spec.full_ratio, spec.zero_ratio], "new": [p.full_ratio, p.zero_ratio],

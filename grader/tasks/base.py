@@ -93,6 +93,12 @@ class Task:
     column_scale_hint: str = "scale"  # what a per-column factor points at ("weight scale")
     scale_section: str | None = None  # handout section for a wrong scale (None: handout_section)
 
+    # (options) -> the ratio to fp16 of a kernel that misses the task's lesson, or None:
+    # tools/calibrate.py places a performance test's thresholds so that a kernel at
+    # this ratio earns at most half of its points (DDS at a density of 50 % or
+    # less: 1.0, a sparse kernel no faster than the dense product).
+    lesson_ratio: Callable[[Mapping], "float | None"] = lambda options: None
+
     # For the benchmark (bench/bench.py), not the grader: the cases it times,
     # ((M, N, K), options, in the --quick subset), the type its product runs in
     # on the tensor cores (the util column's peak), and library implementations
