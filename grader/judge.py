@@ -110,7 +110,8 @@ def _call_flags(name: str, r: CallResult, off) -> list[dict]:
 
 
 def _trace_flags(name: str, r: CallResult, trace: dict | None) -> list[dict]:
-    """What the kernel trace of a GPU call says against it (grader/worker/trace.py)."""
+    """What the kernel trace of a GPU call says against it (grader/worker/trace.py): only
+    the submission's Triton kernels may compute, and at least one of them must run."""
     if trace is None:
         return [problem("no_triton_compute", f"no Triton kernel computed the output: the kernel trace of "
                         f"{name} did not come back")] if r.status == "ok" else []
@@ -120,15 +121,15 @@ def _trace_flags(name: str, r: CallResult, trace: dict | None) -> list[dict]:
     if library:
         flags.append(problem("library_matmul", f"library matmul: in {name} PyTorch op(s) {library} ran on the "
                              "GPU instead of the product being computed in Triton"))
-    if len(library) < len(ops):
-        flags.append(problem("computed_outside_triton", f"computed outside Triton: in {name} PyTorch op(s) "
-                             f"{[op for op in ops if op not in library]} computed on the GPU (a wrapper may "
+    others = [op for op in ops if op not in library]
+    if others or trace.get("foreign"):
+        what = "; ".join(part for part in (
+            f"PyTorch op(s) {others}" if others else "",
+            f"kernels of no PyTorch op {trace['foreign'][:3]}" if trace.get("foreign") else "") if part)
+        flags.append(problem("no_triton_compute", f"no Triton kernel computed the output: in {name} kernels that "
+                             f"are not the submission's ran on the GPU: {what} (on the GPU a wrapper may "
                              f"allocate, copy, convert and view, nothing more): {RULE}"))
-    if trace.get("foreign"):
-        flags.append(problem("computed_outside_triton", f"computed outside Triton: in {name} kernels ran on the "
-                             f"GPU that are neither the submission's Triton kernels nor PyTorch's copies: "
-                             f"{trace['foreign'][:3]}"))
-    if r.status == "ok" and not trace.get("own"):
+    elif r.status == "ok" and not trace.get("own"):
         flags.append(problem("no_triton_compute", f"no Triton kernel computed the output: in {name} no kernel "
                              "of the submission ran on the GPU (the kernel trace)"))
     return flags

@@ -12,6 +12,7 @@ PyTorch ops). Both layers are tested.
 """
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -459,3 +460,140 @@ def test_a_zip_member_that_lies_about_its_size_is_read_with_a_cap(tmp_path):
     assert "w8a8.py" not in sub.files
     assert any("w8a8.py could not be read" in p for p in sub.problems), sub.problems
     assert MAX_FILE_BYTES < 64 << 20
+
+
+# ---- No Triton, no points: a product computed anywhere but in the submission's kernels.
+# The worker records every PyTorch op of a call wherever it runs (Triton calls
+# student code during a launch), the CPU interpreter counts the arithmetic of
+# the submission's kernels, and on a GPU a kernel trace shows what ran.
+
+NO_TRITON = "no Triton kernel computed the output"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("where, static", [("grid_callable", True), ("grid_callable", False),
+                                           ("launch_hook", True), ("argument_method", False),
+                                           ("kernel_helper", False)])
+def test_no_triton_no_points_where_triton_calls_student_code(tmp_path, where, static):
+    """The product in PyTorch inside code Triton calls during the launch: the grid
+    callable, a Config's pre_hook, a method of an argument, a helper the kernel
+    calls (the interpreter runs it as Python); the kernel itself does no work."""
+    result = grade_files(tmp_path, {"w8a8": submission(f"w8a8_{where}_computes")}, ["w8a8"], static=static)
+    task = _task(result)
+    assert correctness(result) == 0, [t.message for t in result.tests]
+    if where == "kernel_helper" and HAS_CUDA:
+        return   # a plain function called from a kernel does not compile for a GPU: every call fails
+    assert NO_TRITON in _flags(task), task.flags
+    assert "no_triton_compute" in [f["kind"] for f in task.flags]
+
+
+@pytest.mark.gpu
+def test_no_triton_no_points_for_python_arithmetic(tmp_path):
+    """Element by element in Python floats: PyTorch computes nothing (only .item()
+    and element writes), so the op record has nothing; the arithmetic count (CPU)
+    sees kernels that did no work."""
+    if HAS_CUDA:
+        pytest.skip("one .item() per element of x and the weight: far too slow at the GPU shapes")
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_python_scalar_loop")}, ["w8a8"])
+    task = _task(result)
+    assert correctness(result) == 0 and task.status == "no_triton_compute", task.flags
+    assert _flags(task).startswith(NO_TRITON)
+
+
+def test_with_the_arithmetic_count_off_the_report_says_so_and_python_arithmetic_passes(tmp_path, monkeypatch):
+    """A Triton whose interpreter lacks what the count hooks into (simulated): the
+    grade goes on without that check and every report format says which check is
+    off and why; the Python-arithmetic attack then passes, which is what the
+    count is there to stop."""
+    from grader.report import gradescope, markdown, terminal_table
+    from grader.worker import fence
+    missing = ("arithmetic count", "cpu", "triton.runtime.interpreter", "InterpreterBuilder.create_dot_v9", None)
+    monkeypatch.setattr(fence, "PRIVATE", fence.PRIVATE + (missing,))
+    if HAS_CUDA:
+        pytest.skip("the arithmetic count is the CPU interpreter's")
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_python_scalar_loop")}, ["w8a8"])
+    task = _task(result)
+    assert correctness(result) == 4, [t.message for t in result.tests]
+    why = "this Triton (" + __import__("triton").__version__ + ") has no " \
+          "triton.runtime.interpreter.InterpreterBuilder.create_dot_v9"
+    assert task.checks_off == [f"arithmetic count off ({fence.CHECKS['arithmetic count']}): {why} "
+                               f"(AttributeError); the grader's hook was tested on Triton {fence.tested_on('cpu')}"]
+    for text in (markdown(result), terminal_table(result), gradescope(result)["output"]):
+        assert "arithmetic count off" in text and ("create_dot_v9" in text or "create\\_dot\\_v9" in text)
+
+
+HONEST = [(folder, task) for folder in ("solutions", "calibration/naive", "tests/fixtures/from_the_handout")
+          for task in ("w8a8", "w4a16", "dds")]
+HONEST += [(f"tests/variants/{p.stem}", p.stem.split("_")[0])
+           for p in sorted((ROOT / "tests" / "variants").glob("*_faithful_*.py"))]
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="counted in the CPU interpreter")
+@pytest.mark.parametrize("folder, task", HONEST, ids=[f"{f}:{t}" for f, t in HONEST])
+def test_honest_kernels_do_at_least_the_products_arithmetic(tmp_path, monkeypatch, folder, task):
+    """The check voids a task whose kernels did under a quarter of the product's FLOPs;
+    every honest kernel (the reference, the tutorial-style kernels, those written from
+    the handout, the faithful variants: split K, padded tiles, masked tails, M = 1)
+    does at least all of them on every CPU case of the rubric: a margin of 4x."""
+    import importlib
+    import shutil
+    from grader.rubric import load_rubric
+    from grader.tasks import get
+    from grader.worker.movement import Movement
+    package = tmp_path / "honest_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    shutil.copyfile(ROOT / "assignment" / "utils.py", package / "utils.py")
+    source = ROOT / folder if folder.startswith("tests/variants") else ROOT / folder / task
+    shutil.copyfile(source.with_suffix(".py"), package / f"{task}.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    t = get(task)
+    fn = getattr(importlib.import_module(f"honest_pkg.{task}"), t.entry)
+    try:
+        for spec in load_rubric().tests_for(task, "correctness"):
+            shape = spec.shape_on("cpu")
+            if shape is None:
+                continue
+            args, _ = t.make_inputs(shape, spec.options, 5, "cpu")
+            with Movement([], memory=False, arithmetic=True, own_prefix="honest_pkg.") as m:
+                fn(*args)
+            needed = t.product_flops(shape, spec.options, args)
+            assert m.arithmetic >= needed, (spec.name, m.arithmetic, needed)
+    finally:
+        for name in [n for n in sys.modules if n.startswith("honest_pkg")]:
+            del sys.modules[name]
+
+
+@pytest.mark.gpu
+def test_hidden_call_evidence_voids_the_task_in_fixed_words_only(tmp_path):
+    """An honest kernel that, on shapes missing from the public rubric, builds a cat
+    and a stack whose sizes spell M, N and K. The hidden test's evidence voids W8A8,
+    and no output a student or TA reads (report.md, report.json, results.json,
+    class.csv, summary.md, the terminal) holds a number made from the hidden call."""
+    from grader import batch
+    from grader.judge import HIDDEN_DETAIL
+    from grader.report import terminal_table, write_reports
+    from tests.fakes import rubric_dict
+    public = [t["cpu_shape"] for t in rubric_dict(tasks=("w8a8",))["tests"] if t["kind"] == "correctness"]
+    M, N, K = hidden = [11, 48, 136] if not HAS_CUDA else [50, 512, 1000]
+    sub = tmp_path / "alice"
+    sub.mkdir()
+    (sub / "w8a8.py").write_text(submission("w8a8_hidden_shape_in_op_sizes", public=public))
+    result = grade(sub, _hidden_rubric([("w8a8/odd_shape", hidden)]), seed=8, tasks=["w8a8"], log=lambda *_: None)
+    task = _task(result)
+    assert task.score == 0 and correctness(result) == 0
+    assert {"kind": "computed_outside_triton", "detail": HIDDEN_DETAIL["computed_outside_triton"]} in task.flags
+    out = tmp_path / "batch"
+    write_reports(result, out / "students" / "alice")
+    batch.write_class_files(out, [batch.Entry("alice", sub, "alice")], ["w8a8"])
+    texts = {p.name: p.read_text() for p in [*(out / "students" / "alice").iterdir(), out / "class.csv",
+                                                out / "summary.md"]}
+    texts["terminal"] = terminal_table(result)
+    assert len(texts) == 6
+    derived = {3000000 + 10000 * M + 100 * N + K, 5000000 + M * N * K,        # the ops' sizes
+               M * N + M * K + M, 2 * M * N * K, M * N * K, M * K, N * K}     # limits and FLOPs of the call
+    spelled = [str(n) for n in derived] + [f"{M}, {N}, {K}", f"{M} x {N} x {K}", "cat (", "stack ("]
+    for name, text in texts.items():
+        for secret in spelled:
+            assert secret not in text, f"{secret!r} from the hidden call is in {name}"
+    assert "a hidden test computed outside Triton" in texts["report.md"] + texts["results.json"]
