@@ -597,3 +597,20 @@ def test_hidden_call_evidence_voids_the_task_in_fixed_words_only(tmp_path):
         for secret in spelled:
             assert secret not in text, f"{secret!r} from the hidden call is in {name}"
     assert "a hidden test computed outside Triton" in texts["report.md"] + texts["results.json"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("static", [True, False])
+def test_a_launch_hook_installed_through_knobs_gets_nothing(tmp_path, static):
+    """tl.core.knobs.setenv, and _Setter.install(tl.core.knobs.runtime, hook): a method
+    of the file's own class with a knobs object as self installs a launch hook that
+    computes the product. The static check refuses both; with it off, the hook's work
+    is seen on a GPU (the CPU interpreter calls no launch hook: the output stays unwritten)."""
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_knobs_launch_hook")}, ["w8a8"], static=static)
+    task = _task(result)
+    assert correctness(result) == 0, [t.message for t in result.tests]
+    if static:
+        text = _flags(task)
+        assert "forbidden code" in text and "tl.core.knobs.setenv" in text and "_Setter.install" in text, text
+    elif HAS_CUDA:
+        assert NO_TRITON in _flags(task), task.flags
