@@ -99,6 +99,7 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
     except SubmissionError as e:
         sub = Submission(source=str(submission), problems=[str(e)], unreadable=True)
         notes.append(f"submission unreadable: {e}")
+    notes += [f"submission: {n}" for n in sub.notes]
     sanitizer = _sanitizer(device) if sanitize else None
     if sanitizer:
         notes.append(f"compute-sanitizer memcheck: {sanitizer}; performance was not timed")

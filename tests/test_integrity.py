@@ -21,7 +21,7 @@ import torch
 
 from grader.grade import grade
 from grader.rubric import parse_rubric
-from tests.fakes import ROOT, by_name, correctness, grade_files, rubric, submission
+from tests.fakes import ROOT, SOLUTION, by_name, correctness, grade_files, rubric, submission
 from tests.helpers import HAS_CUDA, needs_gpu
 
 NAIVE_W8A8 = (ROOT / "calibration" / "naive" / "w8a8.py").read_text()  # the attacks' honest twin
@@ -614,3 +614,107 @@ def test_a_launch_hook_installed_through_knobs_gets_nothing(tmp_path, static):
         assert "forbidden code" in text and "tl.core.knobs.setenv" in text and "_Setter.install" in text, text
     elif HAS_CUDA:
         assert NO_TRITON in _flags(task), task.flags
+
+
+# ---- Any zip is graded, or named as broken: never a grader error.
+
+def _zip(path: Path, members: list) -> Path:
+    """Write ``members`` ((name, bytes) or a ZipInfo with its bytes) into a zip at ``path``."""
+    import warnings
+    import zipfile
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf, warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # "Duplicate name": a case below wants one
+        for name, data in members:
+            zf.writestr(name, data)
+    return path
+
+
+def _patched(path: Path, old: bytes, new: bytes) -> Path:
+    """Replace ``old`` by ``new`` (same length) everywhere in the zip's bytes: in its local
+    headers and its central directory alike."""
+    raw = path.read_bytes()
+    assert len(old) == len(new) and old in raw
+    path.write_bytes(raw.replace(old, new))
+    return path
+
+
+def _symlink_member(name: str, target: str):
+    import stat
+    import zipfile
+    info = zipfile.ZipInfo(name)
+    info.create_system = 3
+    info.external_attr = (stat.S_IFLNK | 0o777) << 16
+    return info, target.encode()
+
+
+def test_a_zip_whose_member_name_is_not_utf8_is_graded(tmp_path):
+    """The reference kernels and one stray member named notes_\\xff\\xfe.txt with the
+    UTF-8 flag set: Python's zipfile refuses such a zip outright; the grader reads
+    it, grades the kernels and names the odd member in the report."""
+    import zipfile
+    path = _zip(tmp_path / "alice.zip", [("w8a8.py", SOLUTION["w8a8"]), ("dds.py", SOLUTION["dds"]),
+                                         ("w4a16.py", SOLUTION["w4a16"]), ("notes_\u00e9.txt", b"hi")])
+    _patched(path, "notes_\u00e9".encode(), b"notes_\xff\xfe")
+    with pytest.raises(UnicodeDecodeError):
+        zipfile.ZipFile(path)
+    result = grade(path, rubric(), seed=3, tasks=["dds"], log=lambda *_: None)
+    assert correctness(result) == 4
+    assert any("not valid UTF-8" in n and "notes_" in n for n in result.notes), result.notes
+
+
+ZIPS = {
+    # name: (members, patch (old, new) or None, files found, words the problems or notes must hold)
+    "duplicate names: the last copy": ([("w8a8.py", b"garbage("), ("w8a8.py", SOLUTION["w8a8"])], None,
+                                       {"w8a8.py": SOLUTION["w8a8"].encode()}, ["more than once", "w8a8.py"]),
+    "a folder named like a kernel file": ([("w8a8.py/", b""), ("alice/w8a8.py", b"x = 1\n")], None,
+                                          {"w8a8.py": b"x = 1\n"}, []),
+    "a symbolic link named like a kernel file": ([_symlink_member("w8a8.py", "/etc/passwd")], None, {},
+                                                 ["symbolic link", "w8a8.py not found"]),
+    "a zip inside the zip": ([("outer/inner.zip", "@INNER@")], None, {"dds.py": SOLUTION["dds"].encode()},
+                             ["zip inside it", "inner.zip"]),
+    "a broken zip inside the zip": ([("inner.zip", b"PK\x03\x04 not a zip")], None, {},
+                                    ["could not be read", "dds.py not found"]),
+    "Windows separators": ([("alice\\dds.py", b"x = 2\n")], None, {"dds.py": b"x = 2\n"}, []),
+    "a name in another case": ([("W8A8.py", b"x = 3\n")], None, {},
+                               ["w8a8.py not found", "W8A8.py", "named exactly w8a8.py"]),
+    "an unknown compression method": ([("dds.py", b"x = 4\n" * 50)], (b"\x08\x00", b"\x09\x00"), {},
+                                      ["dds.py could not be read"]),
+    "paths outside the folder": ([("../dds.py", b"x = 5\n"), ("/abs/w4a16.py", b"x = 6\n")], None, {},
+                                 ["unsafe paths", "dds.py not found"]),
+}
+
+
+@pytest.mark.parametrize("case", list(ZIPS))
+def test_any_zip_is_read_or_named_as_broken(tmp_path, case):
+    from grader.submission import load_submission
+    members, patch, found, words = ZIPS[case]
+    if any(data == "@INNER@" for _, data in members):
+        inner = _zip(tmp_path / "inner.zip", [("dds.py", SOLUTION["dds"])]).read_bytes()
+        members = [(name, inner) for name, _ in members]
+    path = _zip(tmp_path / "s.zip", members)
+    if patch:   # the method field of the local header and of the central directory entry
+        raw = bytearray(path.read_bytes())
+        for sig, at in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):
+            i = raw.index(sig)
+            assert raw[i + at:i + at + 2] == patch[0]
+            raw[i + at:i + at + 2] = patch[1]
+        path.write_bytes(bytes(raw))
+    sub = load_submission(path)
+    assert sub.files == found
+    said = " ".join(sub.problems + sub.notes)
+    for w in words:
+        assert w in said, (w, said)
+
+
+def test_a_zip_with_a_broken_central_directory_is_named_as_broken(tmp_path):
+    """Garbage where the central directory should be: the report says the zip is
+    corrupt (unreadable), never a grader error."""
+    path = _zip(tmp_path / "bob.zip", [("dds.py", SOLUTION["dds"])])
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"PK\x01\x02")
+    raw[at:at + 4] = b"XXXX"
+    path.write_bytes(bytes(raw))
+    result = grade(path, rubric(), seed=3, tasks=["dds"], log=lambda *_: None)
+    task = _task(result, "dds")
+    assert result.score == 0 and task.status == "unreadable", task.summary
+    assert "corrupt zip" in task.summary

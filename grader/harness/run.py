@@ -81,7 +81,8 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
             run.not_run[spec.name] = ("needs a CUDA GPU" if spec.kind == "performance"
                                       else "no CPU shape in the rubric")
     if t.file not in sub.files:
-        why = "; ".join(p for p in sub.problems if t.file in p) or f"{t.file} not found in the submission"
+        why = ("; ".join(sub.problems) if sub.unreadable else
+               "; ".join(p for p in sub.problems if t.file in p) or f"{t.file} not found in the submission")
         run.missing = problem("unreadable" if sub.unreadable else "missing_file", why)
         log(f"{task}: {t.file} missing, not graded")
         return
