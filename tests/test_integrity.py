@@ -718,3 +718,33 @@ def test_a_zip_with_a_broken_central_directory_is_named_as_broken(tmp_path):
     task = _task(result, "dds")
     assert result.score == 0 and task.status == "unreadable", task.summary
     assert "corrupt zip" in task.summary
+
+
+@pytest.mark.gpu
+def test_no_triton_no_points_for_pytorch_work_on_another_thread(tmp_path):
+    """The op record watches the calling thread only: the product computed on a thread
+    of the submission's own is caught by the arithmetic count (CPU) and by the kernel
+    trace (GPU), which see the kernels, not the thread."""
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_thread_computes")}, ["w8a8"], static=False)
+    task = _task(result)
+    assert correctness(result) == 0 and NO_TRITON in _flags(task), task.flags
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_the_kernel_trace_of_honest_kernels_shows_their_kernels_only(tmp_path):
+    """On a GPU every checked call of the reference and the tutorial-style kernels is
+    traced: their own Triton kernels ran, and nothing else computed (torch.empty's NaN
+    fill in deterministic mode and copies are allowed)."""
+    from grader.harness.run import run_tasks
+    from grader.submission import load_submission
+    for folder in ("solutions", "calibration/naive"):
+        runs = run_tasks(load_submission(ROOT / folder), rubric(static=True), "cuda", 21, ["w8a8", "w4a16", "dds"],
+                         log=lambda *_: None)
+        for task, run in runs.tasks.items():
+            assert run.checks_off == {}, (folder, task, run.checks_off)
+            checked = [(name, r) for name, r in run.calls if r.traced]
+            assert checked, (folder, task)
+            for name, r in checked:
+                t = r.evidence.get("trace")
+                assert t and t["own"] >= 1 and t["torch_ops"] == [] and t["foreign"] == [], (folder, name, t)
