@@ -986,7 +986,9 @@ class _Checker:
                    attrs: list[str] | None = None) -> None:
         """Check an imported name ``text_root`` (imported as the path ``parts``) followed by ``attrs``."""
         attrs = attrs or []
-        dunders = [a for a in attrs if a.startswith("__") and a.endswith("__") and a not in ALLOWED_DUNDERS]
+        # __init__ of a library's class (tl.tensor.__init__(obj, ...)) would run on any object as self.
+        dunders = [a for a in attrs if a.startswith("__") and a.endswith("__")
+                   and (a not in ALLOWED_DUNDERS or a == "__init__")]
         if set(dunders) & MATMUL_DUNDERS:
             self.flag(node, "torch-product", f"uses {_text(text_root, attrs)}, the @ operator by another name: "
                                              "a PyTorch matrix product; use tl.dot in your @triton.jit kernel")

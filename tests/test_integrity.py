@@ -721,6 +721,16 @@ def test_a_zip_with_a_broken_central_directory_is_named_as_broken(tmp_path):
 
 
 @pytest.mark.gpu
+def test_no_triton_no_points_for_work_in_a_finalizer(tmp_path):
+    """A __del__ the garbage collector calls when it pleases, maybe after the call
+    returned: the recorders stay on until the output is in the arena, and the
+    kernels' arithmetic (CPU) or the trace (GPU) sees idle kernels all the same."""
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_del_computes")}, ["w8a8"])
+    task = _task(result)
+    assert correctness(result) == 0 and NO_TRITON in _flags(task), task.flags
+
+
+@pytest.mark.gpu
 def test_no_triton_no_points_for_pytorch_work_on_another_thread(tmp_path):
     """The op record watches the calling thread only: the product computed on a thread
     of the submission's own is caught by the arithmetic count (CPU) and by the kernel

@@ -320,6 +320,8 @@ MORE_BYPASSES = {
                                "    @classmethod\n    def go(cls, o):\n        cls.install(o, print)", "patching"),
     "own method through getattr": ("class S:\n    def install(self, hook):\n        self.h = hook\n"
                                    "getattr(S, 'install')(hooks_owner, print)", "patching"),
+    "a library class's __init__ on another object": ("def f(x):\n    tl.tensor.__init__(x, None, None)",
+                                                     "introspection"),
     "a staticmethod's first argument is no self": ("class S:\n    @staticmethod\n    def install(obj, hook):\n"
                                                    "        obj.launch_enter_hook = hook", "patching"),
 }

@@ -113,10 +113,16 @@ class Worker:
         # output the kernel never stores shows up as NaN, not as stale memory.
         deterministic = torch.are_deterministic_algorithms_enabled()
         torch.use_deterministic_algorithms(True, warn_only=True)
+        problem = None
         try:
+            # The recorders stay on until the output is in the arena: code that runs late
+            # (a __del__ the garbage collector calls) is still inside the call.
             with window or contextlib.nullcontext():
                 with ops:
                     y = self.fn(*args)
+                    problem = _unusable(y, out)
+                    if not problem:
+                        out.copy_(y)
                 self.sync()
         except BaseException:  # sys.exit() in one case loses that case only
             return {"ok": False, "error": _traceback(),
@@ -125,12 +131,9 @@ class Worker:
             torch.use_deterministic_algorithms(deterministic)
             if counter is not None:
                 counter.restore()
-        problem = _unusable(y, out)
         if problem:
             return {"ok": False, "returned": problem,
                     "evidence": self._evidence(ops, args, out, counter, window)}
-        out.copy_(y)
-        self.sync()
         return {"ok": True, "evidence": self._evidence(ops, args, out, counter, window)}
 
     def _counter(self, args, specs):
