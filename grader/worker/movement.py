@@ -229,23 +229,25 @@ class Movement:
         patches: dict = {}   # (class, name) -> replacement
 
         if self.memory:
-            def masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+            # The cache arguments after the mask differ between Triton versions (3.6: cache_modifier,
+            # eviction_policy; 3.9: cache_policy): they pass through untouched.
+            def masked_load(self, ptrs, mask, *rest, **kw):
                 mask = me._load(ptrs, mask)
-                return orig[B, "create_masked_load"](self, ptrs, mask, other, cache_policy, is_volatile)
+                return orig[B, "create_masked_load"](self, ptrs, mask, *rest, **kw)
 
-            def masked_store(self, ptrs, value, mask, cache_policy):
+            def masked_store(self, ptrs, value, mask, *rest, **kw):
                 mask = me._store(ptrs, mask)
-                return orig[B, "create_masked_store"](self, ptrs, value, mask, cache_policy)
+                return orig[B, "create_masked_store"](self, ptrs, value, mask, *rest, **kw)
 
-            def atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
+            def atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **kw):
                 me._load(ptr, mask)
                 mask = me._store(ptr, mask)
-                return orig[B, "create_atomic_rmw"](self, rmwOp, ptr, val, mask, sem, scope)
+                return orig[B, "create_atomic_rmw"](self, rmwOp, ptr, val, mask, *rest, **kw)
 
-            def atomic_cas(self, ptr, cmp, val, sem, scope):
+            def atomic_cas(self, ptr, *rest, **kw):
                 me._load(ptr, None)
                 me._store(ptr, None)
-                return orig[B, "create_atomic_cas"](self, ptr, cmp, val, sem, scope)
+                return orig[B, "create_atomic_cas"](self, ptr, *rest, **kw)
 
             patches.update({(B, "create_masked_load"): masked_load, (B, "create_masked_store"): masked_store,
                             (B, "create_atomic_rmw"): atomic_rmw, (B, "create_atomic_cas"): atomic_cas})
@@ -259,7 +261,9 @@ class Movement:
                 me._dot(lhs, rhs)
                 return orig[B, "create_dot_scaled"](self, lhs, lhs_scale, lhs_format, rhs, *rest, **kw)
 
-            patches.update({(B, "create_dot"): dot, (B, "create_dot_scaled"): dot_scaled})
+            patches[B, "create_dot"] = dot
+            if hasattr(B, "create_dot_scaled"):   # a Triton whose interpreter has no dot_scaled runs none
+                patches[B, "create_dot_scaled"] = dot_scaled
 
         if self.count_arithmetic:
             R = interp.ReduceScanOpInterface
