@@ -50,7 +50,9 @@ def _events():
             _gpu("sm90_xmma_gemm_f16f16_f32", linked=5),
             _gpu("Memcpy HtoD (Pageable -> Device)"),
             _gpu("void at::native::vectorized_elementwise_kernel<FillFunctor>", linked=7),
-            _gpu("some_library_kernel")]
+            _gpu("some_library_kernel"),
+            _gpu("void at::native::elementwise_kernel<direct_copy_kernel_cuda>"),   # its op not recorded
+            _gpu("void at::native::vectorized_elementwise_kernel<AddFunctor>")]
 
 
 def test_each_gpu_activity_is_tied_to_the_outermost_pytorch_op_that_launched_it():
@@ -62,13 +64,16 @@ def test_each_gpu_activity_is_tied_to_the_outermost_pytorch_op_that_launched_it(
                      ("sm90_xmma_gemm_f16f16_f32", "aten::mm"),
                      ("Memcpy HtoD (Pageable -> Device)", None),
                      ("void at::native::vectorized_elementwise_kernel<FillFunctor>", "aten::fill_"),
-                     ("some_library_kernel", None)]
+                     ("some_library_kernel", None),
+                     ("void at::native::elementwise_kernel<direct_copy_kernel_cuda>", None),
+                     ("void at::native::vectorized_elementwise_kernel<AddFunctor>", None)]
 
 
 def test_own_kernels_copies_and_the_wrappers_ops_pass_anything_else_is_named():
     summary = trace.classify(trace.device_events(_events()), OWN, WRAPPER_OPS)
-    assert summary == {"own": 1, "copies": 4, "torch_ops": ["aten::mm", "aten::mul"],
-                       "foreign": ["some_library_kernel"]}
+    assert summary == {"own": 1, "copies": 5, "foreign": ["some_library_kernel"],
+                       "torch_ops": ["a PyTorch kernel of no recorded op: void at::native::"
+                                     "vectorized_elementwise_kernel<AddFunctor>", "aten::mm", "aten::mul"]}
 
 
 def _call(trace_summary, status="ok"):

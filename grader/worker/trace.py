@@ -33,6 +33,11 @@ from collections import Counter
 
 MAX_NAMES = 10
 COPY_PREFIXES = ("Memcpy", "Memset")   # how PyTorch's profiler names CUPTI's copy and memset activities
+# A PyTorch kernel the profiler could not tie to its op is known by its name: ATen's kernels
+# live in at::native (a Triton kernel's name is an identifier, without "::"); its copies and
+# fills are copies, any other is PyTorch computing.
+ATEN_KERNEL = "at::native::"
+ATEN_COPIES = ("copy", "Fill", "fill")
 
 
 def _profile():
@@ -50,8 +55,11 @@ def start() -> str:
         with _profile() as prof:
             torch.zeros(1024, device="cuda").fill_(1.0)
             torch.cuda.synchronize()
-        if not device_events(prof.events()):
-            return "PyTorch's profiler saw no GPU activity (CUPTI is not available to the worker)"
+        kernels = [(name, op) for name, op in device_events(prof.events()) if not name.startswith(COPY_PREFIXES)]
+        if not kernels:
+            return "PyTorch's profiler saw no GPU kernel (CUPTI is not available to the worker)"
+        if all(op is None for _, op in kernels):
+            return "PyTorch's profiler does not tie GPU kernels to the PyTorch ops that launched them here"
         return ""
     except Exception as e:  # noqa: BLE001 - no trace is a check off, said so, never a crash
         return f"PyTorch's profiler could not trace the GPU: {type(e).__name__}: {e}"[:300]
@@ -89,6 +97,11 @@ def classify(events: list[tuple[str, str | None]], own: set[str], wrapper_ops: s
             counts["own"] += 1
         elif name.startswith(COPY_PREFIXES):
             counts["copies"] += 1
+        elif op is None and ATEN_KERNEL in name:
+            if any(word in name for word in ATEN_COPIES):
+                counts["copies"] += 1
+            else:
+                torch_ops[f"a PyTorch kernel of no recorded op: {name[:150]}"] += 1
         elif op is None:
             foreign[name] += 1
         elif op.split("::")[-1] in wrapper_ops:
