@@ -25,8 +25,14 @@ from .rubric import CALIBRATION, Rubric
 from .scoring import GradeResult, score
 from .submission import Submission, SubmissionError, load_submission
 
-TRITON_NOTE = ("Triton use is judged from the kernel files (allowlist) and from what the worker recorded; no "
-               "trace from outside the worker exists on this machine, so flagged items are for a TA to review.")
+TRITON_NOTE = {
+    "cpu": ("Triton use is judged from the kernel files (allowlist) and from what the worker recorded: the PyTorch "
+            "ops of each checked call and, in the interpreter, the arithmetic its kernels did; flagged items are "
+            "for a TA to review."),
+    "cuda": ("Triton use is judged from the kernel files (allowlist) and from what the worker recorded: the PyTorch "
+             "ops of each checked call and a trace of the kernels that ran on the GPU; flagged items are for a TA "
+             "to review."),
+}
 CPU_NOTE = ("No CUDA GPU: correctness ran in the Triton interpreter on smaller shapes; performance was not run, "
             "so this score is partial.")
 
@@ -99,10 +105,11 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
     except SubmissionError as e:
         sub = Submission(source=str(submission), problems=[str(e)], unreadable=True)
         notes.append(f"submission unreadable: {e}")
+    notes += [f"submission: {n}" for n in sub.notes]
     sanitizer = _sanitizer(device) if sanitize else None
     if sanitizer:
         notes.append(f"compute-sanitizer memcheck: {sanitizer}; performance was not timed")
-    notes.append(TRITON_NOTE)
+    notes.append(TRITON_NOTE["cpu" if device == "cpu" else "cuda"])
     gpu = torch.cuda.get_device_name() if device == "cuda" else None
     warning = calibration_note(rubric.settings.calibrated_on, gpu)
     if warning:

@@ -20,8 +20,9 @@ from pathlib import Path
 from .harness.measure import CallResult, Timing
 from .rubric import Rubric, Settings, TestSpec
 from .diagnose import outside_words
-from .runs import Draw, Runs, TaskRun, problem
+from .runs import HIDDEN_CALL, Draw, Runs, TaskRun, problem
 from .tracebacks import explain_error, final_exception
+from .worker.evidence import LIBRARY_MATMUL_OPS
 
 TESTS_DIR = Path(__file__).with_name("tests")
 
@@ -55,35 +56,103 @@ def not_run(why: str) -> Verdict:
 
 # ----------------------------------------------------------------------------- whole tasks
 
-def task_flags(calls: list[tuple[str, CallResult]]) -> list[dict]:
+# What a student reads when a hidden test's call voids the task: fixed text, one per kind,
+# with nothing (sizes, counts, names, shapes, printed output) that came from that call.
+HIDDEN_DETAIL = {
+    "library_matmul": "library matmul: a hidden test computed outside Triton",
+    "no_triton_kernel": "no Triton kernel: a hidden test launched no Triton kernel of the submission",
+    "no_triton_compute": "no Triton kernel computed the output: a hidden test computed outside Triton",
+    "computed_outside_triton": "computed outside Triton: a hidden test computed outside Triton",
+    "inputs_modified": "inputs modified: a hidden test's call wrote into its inputs",
+}
+RULE = "the product must be computed by the Triton kernel (handout, section 5, rule 1)"
+# The submission's kernels must do at least this share of the product's FLOPs. An honest
+# kernel does all of them or more (padded tiles, split K, masked tails, tiny M: tl.dot on
+# whole tiles); a kernel that leaves the product to PyTorch or Python does next to none.
+ARITHMETIC_SHARE = 0.25
+
+
+def _call_flags(name: str, r: CallResult, off) -> list[dict]:
+    """Reasons in one call's evidence that void the task (``off``: checks that did not run)."""
+    ev, flags = r.evidence, []
+    if ev.get("library_matmuls"):
+        flags.append(problem("library_matmul", f"library matmul: {name} ran PyTorch op(s) "
+                             f"{ev['library_matmuls']} instead of computing the product in Triton"))
+    if r.status == "ok" and "launch record" not in off and not ev.get("own_launches"):
+        foreign = ev.get("foreign_launches") or []
+        flags.append(problem("no_triton_kernel", f"no Triton kernel: {name} launched no Triton kernel of "
+                             "the submission" + (f" (only {foreign})" if foreign else "")))
+    if r.status == "ok" and r.flops_needed and "arithmetic count" not in off:
+        done = ev.get("kernel_flops")
+        if done is None:
+            flags.append(problem("no_triton_compute", f"no Triton kernel computed the output: for {name} the "
+                                 "interpreter's count of the kernels' arithmetic did not come back"))
+        elif done < ARITHMETIC_SHARE * r.flops_needed:
+            flags.append(problem("no_triton_compute", f"no Triton kernel computed the output: in {name} the "
+                                 f"submission's kernels did {done} arithmetic operations (tl.dot FLOPs and "
+                                 f"elementwise work, counted in the interpreter), less than a quarter of the "
+                                 f"{r.flops_needed} FLOPs of the product (2 M N K; DDS: over the stored "
+                                 f"blocks): {RULE}"))
+    if ev.get("oversized_ops"):
+        flags.append(problem("computed_outside_triton", f"computed outside Triton: {name} built PyTorch "
+                             f"tensors larger than any input or output: {ev['oversized_ops'][:3]}"))
+    if r.work_limit and ev.get("torch_elements", 0) > r.work_limit:
+        where = f" (issued at {'; '.join(ev['torch_sites'])})" if ev.get("torch_sites") else ""
+        flags.append(problem("computed_outside_triton", f"computed outside Triton: in {name} PyTorch ops "
+                             f"computed {ev['torch_elements']} elements, more than the activations and the "
+                             f"output hold ({r.work_limit}){where}: {RULE}"))
+    if r.traced and "kernel trace" not in off:
+        flags += _trace_flags(name, r, ev.get("trace"))
+    if r.inputs_modified:
+        flags.append(problem("inputs_modified", f"inputs modified: {name} wrote into input(s) "
+                             f"{r.inputs_modified}"))
+    return flags
+
+
+def _trace_flags(name: str, r: CallResult, trace: dict | None) -> list[dict]:
+    """What the kernel trace of a GPU call says against it (grader/worker/trace.py): only
+    the submission's Triton kernels may compute, and at least one of them must run."""
+    if trace is None:
+        return [problem("no_triton_compute", f"no Triton kernel computed the output: the kernel trace of "
+                        f"{name} did not come back")] if r.status == "ok" else []
+    flags = []
+    ops = trace.get("torch_ops") or []
+    library = [op for op in ops if op.split("::")[-1] in LIBRARY_MATMUL_OPS]
+    if library:
+        flags.append(problem("library_matmul", f"library matmul: in {name} PyTorch op(s) {library} ran on the "
+                             "GPU instead of the product being computed in Triton"))
+    others = [op for op in ops if op not in library]
+    if others or trace.get("foreign"):
+        what = "; ".join(part for part in (
+            f"PyTorch op(s) {others}" if others else "",
+            f"kernels of no PyTorch op {trace['foreign'][:3]}" if trace.get("foreign") else "") if part)
+        flags.append(problem("no_triton_compute", f"no Triton kernel computed the output: in {name} kernels that "
+                             f"are not the submission's ran on the GPU: {what} (on the GPU a wrapper may "
+                             f"allocate, copy, convert and view, nothing more): {RULE}"))
+    elif r.status == "ok" and not trace.get("own"):
+        flags.append(problem("no_triton_compute", f"no Triton kernel computed the output: in {name} no kernel "
+                             "of the submission ran on the GPU (the kernel trace)"))
+    return flags
+
+
+def task_flags(calls: list[tuple[str, CallResult]], off=()) -> list[dict]:
     """Reasons that void the whole task, from the worker's own evidence.
 
     The worker could hide such evidence, never invent points with it: these
-    flags can only take points away (docs/integrity.md).
+    flags can only take points away (docs/integrity.md). ``off``: the checks
+    that did not run (fence.py), whose evidence is not asked for. A hidden
+    test's call is described by fixed text (HIDDEN_DETAIL): what it did, its
+    sizes and its names stay out of every report.
     """
     flags = []
     for name, r in calls:
-        ev = r.evidence
-        if ev.get("library_matmuls"):
-            flags.append(problem("library_matmul", f"library matmul: {name} ran PyTorch op(s) "
-                                 f"{ev['library_matmuls']} instead of computing the product in Triton"))
-        if r.status == "ok" and not ev.get("own_launches"):
-            foreign = ev.get("foreign_launches") or []
-            flags.append(problem("no_triton_kernel", f"no Triton kernel: {name} launched no Triton kernel of "
-                                 "the submission" + (f" (only {foreign})" if foreign else "")))
-        if ev.get("oversized_ops"):
-            flags.append(problem("computed_outside_triton", f"computed outside Triton: {name} built PyTorch "
-                                 f"tensors larger than any input or output: {ev['oversized_ops'][:3]}"))
-        if r.work_limit and ev.get("torch_elements", 0) > r.work_limit:
-            flags.append(problem("computed_outside_triton", f"computed outside Triton: in {name} PyTorch ops "
-                                 f"computed {ev['torch_elements']} elements, more than the activations and the "
-                                 f"output hold ({r.work_limit}): the product must be computed by the Triton "
-                                 "kernel (handout, section 5, rule 1)"))
-        if r.inputs_modified:
-            flags.append(problem("inputs_modified", f"inputs modified: {name} wrote into input(s) "
-                                 f"{r.inputs_modified}"))
+        found = _call_flags(name, r, off)
+        if name == HIDDEN_CALL:
+            found = [problem(f["kind"], HIDDEN_DETAIL.get(f["kind"], "a hidden test computed outside Triton"))
+                     for f in found]
+        flags += found
     seen, unique = set(), []
-    for f in flags:  # one line per kind of problem is enough
+    for f in flags:  # one line per kind of problem is enough (visible calls come first)
         if f["kind"] not in seen:
             seen.add(f["kind"])
             unique.append(f)
@@ -102,7 +171,7 @@ def task_problems(run: TaskRun, file: str) -> list[dict]:
     elif run.memcheck_silent:
         found.append(problem("memory_errors", "memory errors not ruled out: compute-sanitizer printed no "
                              "summary for a worker (it was ended before it could)"))
-    return found + task_flags(run.calls)
+    return found + task_flags(run.calls, run.checks_off)
 
 
 def task_state(run: TaskRun, problems: list[dict]) -> tuple[str, str]:

@@ -126,6 +126,7 @@ def terminal_table(result: GradeResult) -> str:
     for task in result.tasks:
         lines.append(f"{one_line(task.task, 20):6s} {_fmt(task.score):>6}/{_fmt(task.max_score):<4} "
                      f"{_bonus(task):9s} {one_line(task.summary, 200)}")
+        lines += [f"       check {one_line(c, 400)}" for c in task.checks_off]
     lines.append("")
     lines.append(f"TOTAL {_fmt(result.score)}/{_fmt(result.max_score)}: " + "; ".join(points_lines(result)))
     lines += [f"note: {one_line(n, 500)}" for n in result.notes]
@@ -167,9 +168,10 @@ def markdown(result: GradeResult, error: str | None = None) -> str:
         if " ".join(clean_text(t.message).split()) != first:  # more than the table shows
             details += ["", f"#### {md_code(t.name, 100)}", "", *md_block(t.message)]
     for task in result.tasks:
-        if task.flags or (task.log_tail.strip() and task.score < task.max_score):
+        if task.flags or task.checks_off or (task.log_tail.strip() and task.score < task.max_score):
             md += ["", f"### {md_inline(task.title, 80)}", ""]
             md += [f"- **{md_inline(_flag_text(f), 1000)}**" for f in task.flags]
+            md += [f"- Check {md_inline(c, 1000)}" for c in task.checks_off]
             if task.log_tail.strip():
                 md += ["", "Last lines your code printed:", "", *md_block(task.log_tail, LOG_CHARS, keep="tail")]
     kernels = [(task, k) for task in result.tasks for k in task.kernels]
@@ -331,6 +333,7 @@ def gradescope(result: GradeResult, error: str | None = None) -> dict:
                      "submission.")
     else:
         lines.append("; ".join(f"{one_line(t.task, 40)}: {one_line(t.summary)}" for t in result.tasks))
+        lines += [f"{one_line(t.task, 40)}: check {one_line(c, 400)}" for t in result.tasks for c in t.checks_off]
         if elsewhere:
             lines.append(f"Performance ({elsewhere:g} points) is graded separately on a GPU; "
                          "this score is correctness only.")

@@ -20,6 +20,9 @@ from .compare import Check
 from .harness.measure import CallResult, Timing
 
 
+HIDDEN_CALL = "a hidden test"   # how a hidden test's call is named anywhere a student may read it
+
+
 def problem(kind: str, detail: str) -> dict:
     """A reason, as data: ``kind`` (stable: the class CSV and scripts read it) and
     ``detail`` (the sentence a student reads)."""
@@ -79,7 +82,9 @@ class TaskRun:
     timed: dict[str, TimedRun] = field(default_factory=dict)
     untimed: str = ""                 # why no performance test was timed
     calls: list[tuple[str, CallResult]] = field(default_factory=list)  # every call's evidence (outputs
-                                      # dropped), named by test ("a hidden test" for the hidden ones)
+                                      # dropped), named by test (HIDDEN_CALL for the hidden ones)
+    checks_off: dict[str, str] = field(default_factory=dict)  # worker checks that did not run, and why
+                                      # (grader/worker/fence.py: this Triton lacks what they hook into)
     kernels: list = field(default_factory=list)      # compile check rows
     movement: dict = field(default_factory=dict)     # data movement of one call (CPU; feedback)
     memcheck_errors: int = 0          # compute-sanitizer (--sanitize): errors it reported

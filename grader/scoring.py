@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .rubric import Rubric, TestSpec
+from .worker.fence import sentence
 
 SCHEMA_VERSION = 1
 
@@ -52,6 +53,9 @@ class TaskResult:
     # programs, launch_count, launches [{kernel, grid, programs, loaded, stored, flops}],
     # output_wrong, error, seconds (the harness's clock). Feedback reported by the worker; never part of the score.
     movement: dict = field(default_factory=dict)
+    # Checks of the worker that did not run for this task, one sentence each: which, what
+    # that leaves unchecked, and why (grader/worker/fence.py).
+    checks_off: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -160,7 +164,8 @@ def score(judgment, runs, rubric: Rubric, **header) -> GradeResult:
             max_score=sum(r.max_score for r in mine if not r.bonus and r.status != "not_run"),
             bonus=round(sum(r.score for r in mine if r.bonus), 6),
             summary=state.summary, status=state.status, flags=state.problems,
-            seconds=run.seconds, log_tail=run.log[-4000:], kernels=run.kernels, movement=run.movement))
+            seconds=run.seconds, log_tail=run.log[-4000:], kernels=run.kernels, movement=run.movement,
+            checks_off=[sentence(check, why) for check, why in sorted(run.checks_off.items())]))
     total, ran, everything = totals(rubric, tests)
     return GradeResult(
         schema_version=SCHEMA_VERSION, seed=runs.seed, rubric=rubric.source, score=total, max_score=ran,

@@ -7,8 +7,7 @@ line uses something outside the rules, why, and what to use instead.
 
 **Allowlist, not denylist.** Every name the file reaches through an import is
 resolved to a dotted path (``F.linear`` -> ``torch.nn.functional.linear``) and
-must be on ``ALLOWED_PATHS`` (or under ``triton.language``); everything else is
-refused by default. The lists were chosen from what the reference solutions
+must be on ``ALLOWED_PATHS``; everything else is refused by default. The lists were chosen from what the reference solutions
 (``solutions/``), the tutorial-style kernels (``calibration/naive/``) and the stubs
 (``assignment/``) use, plus what an honest first-time Triton student would
 write:
@@ -28,14 +27,19 @@ write:
   kernel itself quantizes and dequantizes.
 - triton: ``jit``, ``autotune``, ``heuristics``, ``Config``, ``cdiv``,
   ``next_power_of_2``, ``set_allocator`` (device-side TMA descriptors), host
-  ``TensorDescriptor``, the driver's device queries, and ``triton.language``.
+  ``TensorDescriptor``, the driver's device queries, and the names of
+  ``triton.language`` a kernel needs (``TL_NAMES``: the language's functions,
+  dtypes and types, ``tl.math``'s functions, libdevice, the PDL intrinsics).
   Of ``triton.backends`` only the class ``CUDAOptions`` may be imported (no
   attribute of it): the reference asks ``dataclasses.fields(CUDAOptions)``
   whether this Triton can launch a kernel with ``launch_pdl=True``; the
   dataclass only describes compile options.
-  ``triton.language`` is checked by resolving each name in the installed
-  Triton: a name must be an object defined by Triton (``tl.core`` re-exports
-  ``builtins``, which is refused), not private, not a dunder.
+  Every other public name of ``triton.language`` is refused on purpose, with
+  its reason (``TL_REFUSED``: ``tl.core``, ``tl.standard``, ``tl.target_info``,
+  the ``extra`` and ``random`` modules as such, inline PTX, Triton's type
+  internals): through them a file reaches Triton's runtime (knobs, drivers,
+  launch hooks, the builtins). A new Triton's new names are refused until a
+  maintainer lists them (tests/test_staticcheck.py walks every public name).
 - math (no ``fsum``/``sumprod``), functools (``lru_cache``/``cache`` for config
   caching, ``partial``, ``wraps``; not ``reduce``), typing (plain type names;
   not ``get_type_hints``, which evaluates strings), dataclasses, itertools,
@@ -87,7 +91,12 @@ parameter called ``tl``) is refused, so that every name keeps the meaning the
 check gave it; so is naming something ``eval`` or ``sum`` at module level.
 Assigning to attributes of modules or library objects, ``setattr``,
 subclassing ``torch.Tensor`` and defining ``__torch_function__`` count as
-monkeypatching.
+monkeypatching. So does reaching a method of the file's own class unbound
+(``_Setter.install(obj, v)``, ``type(s).install``, ``cls.install`` in a
+classmethod) or using an own class as a plain value (an alias, an argument):
+a method called with another object as ``self`` makes ``self.x = v`` a store
+on that object, a library's knobs say. ``Base.__init__(self, ...)`` with the
+method's own ``self`` stays fine.
 
 **Cannot crash.** The source is parsed from bytes (as Python's import would,
 coding cookie included); the walk is iterative, so a 700-term sum or a deep
@@ -126,11 +135,14 @@ MAX_FINDINGS = 100
 
 ALLOWED_MODULES = {
     "torch", "triton", "triton.language", "triton.tools.tensor_descriptor", "triton.backends.nvidia.compiler",
+    "triton.language.math", "triton.language.extra", "triton.language.extra.cuda",
+    "triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice",
     "math", "functools", "typing", "dataclasses", "itertools", "collections", "enum", "warnings", "os",
     "__future__",
 }
-# Submodules of these may be imported too (``from triton.language.extra import libdevice``).
-MODULE_TREES = ("triton.language",)
+# libdevice's math functions, each by name from the installed Triton: the one tree whose
+# names are not listed one by one (about 200 elementwise functions, nothing else).
+MODULE_TREES = ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice")
 UTILS = "<utils>"  # the path root of names imported from the package's own utils.py (".utils")
 
 
@@ -161,6 +173,48 @@ tools.tensor_descriptor.TensorDescriptor backends.nvidia.compiler.CUDAOptions
 runtime.driver.active.get_current_target runtime.driver.active.get_current_device
 runtime.driver.active.utils.get_device_properties
 """
+# triton.language (tl.*): what a kernel needs, by name. Every other public name is in
+# TL_REFUSED, with the reason (tests/test_staticcheck.py checks that the two cover them all).
+_TL = """
+program_id num_programs arange zeros zeros_like full cdiv constexpr static_range range static_assert
+static_print device_print device_assert debug_barrier multiple_of max_contiguous max_constancy assume
+condition expect_zero
+load store make_block_ptr make_tensor_descriptor load_tensor_descriptor store_tensor_descriptor
+tensor_descriptor atomic_add atomic_and atomic_cas atomic_max atomic_min atomic_or atomic_xchg atomic_xor
+atomic_load atomic_store atomic_poll
+dot dot_scaled
+abs ceil floor cos sin exp exp2 log log2 sqrt sqrt_rn rsqrt erf fma div_rn fdiv umulhi sigmoid softmax clamp
+maximum minimum where cast add sub mul map_elementwise
+sum max min argmax argmin reduce xor_sum reduce_or cumsum cumprod associative_scan sort topk flip histogram
+gather bitonic_merge
+reshape view broadcast broadcast_to expand_dims trans permute ravel join split interleave cat squeeze
+unsqueeze slice swizzle2d
+rand randn randint randint4x rand4x randn4x philox philox_impl pair_uniform_to_normal uint_to_uniform_float
+float16 bfloat16 float32 float64 int1 int8 int16 int32 int64 uint8 uint16 uint32 uint64
+float8e4nv float8e5 float8e4b8 float8e5b16 float8e4b15 dtype void pointer_type block_type tensor const tuple
+pi32_t PropagateNan TRITON_MAX_TENSOR_NUMEL
+math.abs math.ceil math.floor math.cos math.sin math.exp math.exp2 math.log math.log2 math.sqrt math.sqrt_rn
+math.rsqrt math.erf math.fma math.div_rn math.fdiv math.umulhi
+extra.cuda.gdc_wait extra.cuda.gdc_launch_dependents
+"""
+TL_NAMES = set(_TL.split())
+_INTERNALS = "is part of Triton's own machinery for types and values, not of the kernel language"
+TL_REFUSED = {
+    "core": "holds the language's internals and re-exports Triton's runtime (knobs, launch hooks, builtins); "
+            "use the tl.* names themselves",
+    "standard": "is the module behind tl.sum, tl.max, tl.softmax, ...: use those names",
+    "semantic": "is the code generator behind the language, not part of it",
+    "target_info": "asks the driver about the GPU; ask in the wrapper with torch.cuda.get_device_capability",
+    "random": "is a module: use tl.rand, tl.randn, tl.randint, ... by name",
+    "math": "is a module: use its functions by name (tl.math.div_rn)",
+    "extra": "is a module: of it a kernel file may use libdevice and the PDL intrinsics "
+             "(tl.extra.cuda.gdc_wait, gdc_launch_dependents)",
+    "inline_asm_elementwise": "runs inline PTX, which no one can check and the CPU interpreter cannot run; "
+                              "libdevice has the roundings and conversions a kernel needs",
+    "str_to_ty": _INTERNALS, "to_tensor": _INTERNALS, "aggregate_replace": _INTERNALS, "tuple_type": _INTERNALS,
+    "tensor_descriptor_type": _INTERNALS, "constexpr_type": _INTERNALS,
+}
+
 _MATH = """
 ceil floor trunc log log2 log10 exp sqrt isqrt pow fabs gcd lcm prod comb perm factorial copysign
 fmod remainder modf frexp ldexp isfinite isinf isnan isclose pi e inf nan tau
@@ -184,8 +238,8 @@ def _paths(module: str, names: str) -> set[str]:
     return {f"{module}.{n}" for n in names.split()}
 
 
-ALLOWED_PATHS = (_paths("torch", _TORCH) | _paths("triton", _TRITON) | _paths("math", _MATH)
-                 | {p for m, names in _OTHERS.items() for p in _paths(m, names)})
+ALLOWED_PATHS = (_paths("torch", _TORCH) | _paths("triton", _TRITON) | _paths("triton.language", _TL)
+                 | _paths("math", _MATH) | {p for m, names in _OTHERS.items() for p in _paths(m, names)})
 
 # Names whose use means "PyTorch computes the product (or a reduction) here".
 PRODUCT_NAMES = {
@@ -411,34 +465,22 @@ def _triton_object(obj) -> bool:
 
 
 def _tree_covered(root: str, attrs: list[str]) -> tuple[int, bool]:
-    """(how many of ``attrs`` after the module ``root`` resolve, one by one, to Triton's own
-    objects; whether the last one resolved is a module)."""
+    """(1 if ``attrs[0]`` is a function that Triton defines in the module ``root``
+    (libdevice's math), else 0; False: a function is not a module)."""
     import types
 
-    try:
-        obj = importlib.import_module(root)
-    except Exception:  # pragma: no cover
-        return 0, True
-    done, is_module = 0, True
-    for i, attr in enumerate(attrs):
-        if attr.startswith("_") or isinstance(obj, _SAFE_CONSTANTS):
-            break
-        key = root + "." + ".".join(attrs[:i + 1])
-        if key not in _resolved:
-            nxt, ok = None, False
-            try:
-                nxt = getattr(obj, attr, None)
-                if nxt is None and isinstance(obj, types.ModuleType) and obj.__name__.startswith(root):
-                    nxt = importlib.import_module(f"{obj.__name__}.{attr}")
-                ok = nxt is not None and _triton_object(nxt)
-            except Exception:
-                ok = False
-            _resolved[key] = (ok, nxt)
-        ok, nxt = _resolved[key]
-        if not ok:
-            break
-        obj, done, is_module = nxt, done + 1, isinstance(nxt, types.ModuleType)
-    return done, is_module
+    if not attrs or attrs[0].startswith("_"):
+        return 0, False
+    key = f"{root}.{attrs[0]}"
+    if key not in _resolved:
+        ok = False
+        try:
+            obj = getattr(importlib.import_module(root), attrs[0], None)
+            ok = (callable(obj) and not isinstance(obj, (type, types.ModuleType)) and _triton_object(obj))
+        except Exception:  # pragma: no cover - a Triton without libdevice
+            ok = False
+        _resolved[key] = (ok, None)
+    return (1 if _resolved[key][0] else 0), False
 
 
 def _is_product(path: str) -> bool:
@@ -449,6 +491,13 @@ def _is_product(path: str) -> bool:
 def _path_reason(path: str) -> tuple[str, str]:
     """(rule, why) for a dotted path that is not allowed."""
     module = path.split(".")[0]
+    parts = path.split(".")
+    if parts[:2] == ["triton", "language"] and len(parts) > 2 and parts[2] in TL_REFUSED:
+        return "not-allowed", f"{TL_REFUSED[parts[2]]}"
+    if parts[:2] == ["triton", "language"]:
+        return "not-allowed", ("is not a name of the kernel language a kernel file may use (tl.load, tl.store, "
+                               "tl.dot, tl.arange, tl.program_id, tl.zeros, tl.where, tl.sum, the dtypes, "
+                               "tl.math.*, libdevice, ...: the handout's section 3)")
     if _is_product(path):
         return "torch-product", ("computes the product (or a reduction) in PyTorch; the product must come "
                                  "from your @triton.jit kernel (tl.dot, tl.sum)")
@@ -460,7 +509,7 @@ def _path_reason(path: str) -> tuple[str, str]:
     if module == "triton":
         return "not-allowed", ("is not on the list of Triton names a kernel file may use: triton.jit, "
                                "triton.autotune, triton.heuristics, triton.Config, triton.cdiv, "
-                               "triton.next_power_of_2 and triton.language (tl.*)")
+                               "triton.next_power_of_2 and the kernel language (tl.*)")
     if module == "os":
         return "not-allowed", ("is not allowed: from os a kernel file may only read settings (os.environ.get, "
                                "os.getenv); files, processes, signals and the environment are the grader's "
@@ -483,12 +532,15 @@ def _text(root: str, attrs: list[str]) -> str:
 
 class _Scope:
     """Names bound in one function-like scope (params, assignments, loop targets, ...);
-    ``self_name`` is the first parameter when the function is a method of the file's own class."""
+    ``self_name`` is the first parameter when the function is an instance method or a
+    classmethod of the file's own class (never of a staticmethod, whose first parameter
+    can be any object); ``cls_name`` that of a classmethod."""
 
-    __slots__ = ("names", "parent", "self_name")
+    __slots__ = ("names", "parent", "self_name", "cls_name")
 
-    def __init__(self, names: set[str], parent: _Scope | None, self_name: str | None = None):
-        self.names, self.parent, self.self_name = names, parent, self_name
+    def __init__(self, names: set[str], parent: _Scope | None, self_name: str | None = None,
+                 cls_name: str | None = None):
+        self.names, self.parent, self.self_name, self.cls_name = names, parent, self_name, cls_name
 
     def binds(self, name: str) -> bool:
         s = self
@@ -536,6 +588,11 @@ def _bound_in(node: ast.AST) -> set[str]:
     return names - declared
 
 
+def _decorated(fn: ast.AST, names: tuple[str, ...]) -> bool:
+    """Whether ``fn`` has one of the plain decorators ``names`` (``@staticmethod``)."""
+    return any(isinstance(d, ast.Name) and d.id in names for d in getattr(fn, "decorator_list", []))
+
+
 class _Checker:
     """One pass over a parsed file; ``findings`` holds what it found."""
 
@@ -548,6 +605,10 @@ class _Checker:
         self.aliases: set[str] = set()       # names assigned a kernel (``k = _a if c else _b``)
         self.own_attrs: set[str] = set()     # attribute names the file's own classes define
         self.defined: set[str] = set()       # every name the file binds anywhere
+        self.own_classes: set[str] = set()   # names of the file's classes
+        self.own_methods: set[str] = set()   # names of their instance methods (__init__ included)
+        self._class_ok: set[int] = set()     # ids of Name nodes where an own class may appear
+        self._unbound_ok: set[int] = set()   # ids of Base.method attributes called with the own self
 
     # -- reporting
     def flag(self, node: ast.AST | None, rule: str, detail: str) -> None:
@@ -609,6 +670,44 @@ class _Checker:
                         if isinstance(c, ast.Constant) and isinstance(c.value, str):
                             self.own_attrs |= set(c.value.replace(",", " ").split())
         self.defined |= _bound_in(self.tree) | set(self.imports)
+        self._collect_classes(nodes)
+
+    def _collect_classes(self, nodes) -> None:
+        """The file's classes, their instance methods, and where a class name may stand:
+        called, as an attribute's root, a base, a decorator, an annotation, the class of
+        isinstance/issubclass/except, or compared (``type(x) is C``)."""
+        for node in nodes:
+            if isinstance(node, ast.ClassDef):
+                self.own_classes.add(node.name)
+                for st in node.body:
+                    if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _decorated(
+                            st, ("staticmethod", "classmethod")):
+                        self.own_methods.add(st.name)
+        ok: list[ast.AST] = []
+        for node in nodes:
+            if isinstance(node, ast.Call):
+                ok.append(node.func)
+                if isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") \
+                        and len(node.args) > 1:
+                    ok.append(node.args[1])
+            elif isinstance(node, ast.Attribute):
+                ok.append(node.value)
+            elif isinstance(node, ast.ClassDef):
+                ok += node.bases + node.decorator_list
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                ok += node.decorator_list + ([node.returns] if node.returns else [])
+            elif isinstance(node, ast.arg) and node.annotation is not None:
+                ok.append(node.annotation)
+            elif isinstance(node, ast.AnnAssign):
+                ok.append(node.annotation)
+            elif isinstance(node, ast.ExceptHandler) and node.type is not None:
+                ok.append(node.type)
+            elif isinstance(node, ast.Compare):
+                ok += [node.left, *node.comparators]
+        for root in ok:   # a tuple of classes, a subscripted annotation: every name inside
+            for n in ast.walk(root) if isinstance(root, (ast.Tuple, ast.Subscript, ast.BinOp)) else [root]:
+                if isinstance(n, ast.Name):
+                    self._class_ok.add(id(n))
         self.own_attrs = {a for a in self.own_attrs if a not in LIBRARY_ATTRS and not a.startswith("__")}
 
     def _bind_import(self, node: ast.AST, name: str, path: str) -> None:
@@ -774,7 +873,9 @@ class _Checker:
         if node.returns is not None:
             push(node.returns)
         params = node.args.posonlyargs + node.args.args
-        inner = _Scope(_bound_in(node), scope, params[0].arg if level == CLASS and params else None)
+        method = level == CLASS and params and not _decorated(node, ("staticmethod",))
+        inner = _Scope(_bound_in(node), scope, params[0].arg if method else None,
+                       params[0].arg if method and _decorated(node, ("classmethod",)) else None)
         kernel = self._is_kernel(node)
         if kernel:
             others = [d for d in node.decorator_list
@@ -860,6 +961,10 @@ class _Checker:
             elif not (level == FUNCTION and name not in self.imports):
                 self._check_binding(node, name, level)
             return
+        if name in self.own_classes and id(node) not in self._class_ok and self._class_itself(node, scope):
+            self.flag(node, "patching", f"uses the class {name} as a value (an alias, an argument): make "
+                                        f"instances with {name}(...), read its constants as {name}.NAME; its methods "
+                                        "may be called only on instances")
         if not in_kernel and self._is_kernel_name(name, scope):
             self.flag(node, "jit-call", f"uses the @triton.jit function {name} outside a kernel other than to "
                                         f"launch it: write {name}[grid](...), choosing the kernel with `if` or "
@@ -881,7 +986,9 @@ class _Checker:
                    attrs: list[str] | None = None) -> None:
         """Check an imported name ``text_root`` (imported as the path ``parts``) followed by ``attrs``."""
         attrs = attrs or []
-        dunders = [a for a in attrs if a.startswith("__") and a.endswith("__") and a not in ALLOWED_DUNDERS]
+        # __init__ of a library's class (tl.tensor.__init__(obj, ...)) would run on any object as self.
+        dunders = [a for a in attrs if a.startswith("__") and a.endswith("__")
+                   and (a not in ALLOWED_DUNDERS or a == "__init__")]
         if set(dunders) & MATMUL_DUNDERS:
             self.flag(node, "torch-product", f"uses {_text(text_root, attrs)}, the @ operator by another name: "
                                              "a PyTorch matrix product; use tl.dot in your @triton.jit kernel")
@@ -946,13 +1053,43 @@ class _Checker:
                                          "device, views, .contiguous(), .to(), .crow_indices(), .values(), "
                                          "dict/list/str methods, your own classes' attributes)")
 
+    def _class_itself(self, expr: ast.AST, scope: _Scope | None) -> str | None:
+        """The text of ``expr`` if it is one of the file's classes itself (its name, a
+        classmethod's ``cls``, ``type(x)``), not an instance; else None."""
+        if isinstance(expr, ast.Name):
+            local = scope is not None and scope.binds(expr.id)
+            if expr.id in self.own_classes and not local:
+                return expr.id
+            s = scope
+            while s is not None:
+                if s.cls_name == expr.id:
+                    return expr.id
+                s = s.parent
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "type" \
+                and not (scope is not None and scope.binds("type")):
+            return "type(...)"
+        return None
+
+    def _check_unbound(self, node: ast.AST, owner: ast.AST, method: str, scope: _Scope | None) -> None:
+        """Refuse a method of the file's own class taken from the class itself: called with
+        another object as ``self``, its ``self.x = v`` would store on that object."""
+        if method not in self.own_methods or id(node) in self._unbound_ok:
+            return
+        text = self._class_itself(owner, scope)
+        if text is not None:
+            self.flag(node, "patching", f"uses {text}.{method}, a method of this file's class taken from the "
+                                        "class itself: called with another object as self, it would change that "
+                                        "object (monkeypatching); call it on an instance (obj.method(...))")
+
     def visit_Attribute(self, node, in_kernel, scope, level, push, stack):
         attrs, root = [], node
         while isinstance(root, ast.Attribute):
             attrs.append(root.attr)
+            inner = root
             root = root.value
         attrs.reverse()
         store = not isinstance(node.ctx, ast.Load)
+        self._check_unbound(inner, root, attrs[0], scope)
         if isinstance(root, ast.Name) and not in_kernel and not store and self._is_kernel_name(root.id, scope):
             for attr in attrs:
                 self._check_attr(node, attr, False, root.id)
@@ -990,6 +1127,10 @@ class _Checker:
     def visit_Call(self, node, in_kernel, scope, level, push, stack):
         func = node.func
         local = scope is not None and isinstance(func, ast.Name) and scope.binds(func.id)
+        if (isinstance(func, ast.Attribute) and node.args and isinstance(node.args[0], ast.Name)
+                and scope is not None and scope.self_name and scope.cls_name is None
+                and node.args[0].id == scope.self_name):
+            self._unbound_ok.add(id(func))   # Base.__init__(self, ...): the method's own self
         if isinstance(func, ast.Name) and not local and func.id == "type" and len(node.args) + len(node.keywords) > 1:
             self.flag(node, "patching", "calls type() with several arguments, which builds a class at run time; "
                                         "write a class statement so that it can be checked")
@@ -1012,6 +1153,7 @@ class _Checker:
                 if resolved is not None:
                     self._check_use(node, resolved, in_kernel, ".".join(resolved), [name.value])
                 else:
+                    self._check_unbound(node, obj, name.value, scope)
                     self._check_attr(node, name.value, in_kernel)
                     push(obj)
             for a in node.args[2:]:

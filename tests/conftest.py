@@ -20,3 +20,8 @@ DEVICE = "cuda" if HAS_CUDA else "cpu"
 # Student files used as fixtures (some are named like tests: w8a8_os_exit_mid_test.py)
 # are data, never collected.
 collect_ignore_glob = ["fixtures/*", "variants/*"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: also runs on a GPU, where it grades on the GPU "
+                                       "(python -m pytest -m gpu there; without CUDA it runs on the CPU)")

@@ -12,6 +12,7 @@ PyTorch ops). Both layers are tested.
 """
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import torch
 
 from grader.grade import grade
 from grader.rubric import parse_rubric
-from tests.fakes import ROOT, by_name, correctness, grade_files, rubric, submission
+from tests.fakes import ROOT, SOLUTION, by_name, correctness, grade_files, rubric, submission
 from tests.helpers import HAS_CUDA, needs_gpu
 
 NAIVE_W8A8 = (ROOT / "calibration" / "naive" / "w8a8.py").read_text()  # the attacks' honest twin
@@ -459,3 +460,300 @@ def test_a_zip_member_that_lies_about_its_size_is_read_with_a_cap(tmp_path):
     assert "w8a8.py" not in sub.files
     assert any("w8a8.py could not be read" in p for p in sub.problems), sub.problems
     assert MAX_FILE_BYTES < 64 << 20
+
+
+# ---- No Triton, no points: a product computed anywhere but in the submission's kernels.
+# The worker records every PyTorch op of a call wherever it runs (Triton calls
+# student code during a launch), the CPU interpreter counts the arithmetic of
+# the submission's kernels, and on a GPU a kernel trace shows what ran.
+
+NO_TRITON = "no Triton kernel computed the output"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("where, static", [("grid_callable", True), ("grid_callable", False),
+                                           ("launch_hook", True), ("argument_method", False),
+                                           ("kernel_helper", False)])
+def test_no_triton_no_points_where_triton_calls_student_code(tmp_path, where, static):
+    """The product in PyTorch inside code Triton calls during the launch: the grid
+    callable, a Config's pre_hook, a method of an argument, a helper the kernel
+    calls (the interpreter runs it as Python); the kernel itself does no work."""
+    result = grade_files(tmp_path, {"w8a8": submission(f"w8a8_{where}_computes")}, ["w8a8"], static=static)
+    task = _task(result)
+    assert correctness(result) == 0, [t.message for t in result.tests]
+    if where == "kernel_helper" and HAS_CUDA:
+        return   # a plain function called from a kernel does not compile for a GPU: every call fails
+    assert NO_TRITON in _flags(task), task.flags
+    assert "no_triton_compute" in [f["kind"] for f in task.flags]
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="one .item() per element of x and the weight: far too slow at the GPU "
+                    "shapes (docs/integrity.md)")
+def test_no_triton_no_points_for_python_arithmetic(tmp_path):
+    """Element by element in Python floats: PyTorch computes nothing (only .item()
+    and element writes), so the op record has nothing; the arithmetic count (CPU)
+    sees kernels that did no work."""
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_python_scalar_loop")}, ["w8a8"])
+    task = _task(result)
+    assert correctness(result) == 0 and task.status == "no_triton_compute", task.flags
+    assert _flags(task).startswith(NO_TRITON)
+
+
+def test_with_the_arithmetic_count_off_the_report_says_so_and_python_arithmetic_passes(tmp_path, monkeypatch):
+    """A Triton whose interpreter lacks what the count hooks into (simulated): the
+    grade goes on without that check and every report format says which check is
+    off and why; the Python-arithmetic attack then passes, which is what the
+    count is there to stop."""
+    from grader.report import gradescope, markdown, terminal_table
+    from grader.worker import fence
+    if HAS_CUDA:
+        pytest.skip("the arithmetic count is the CPU interpreter's")
+    missing = ("arithmetic count", "cpu", "triton.runtime.interpreter", "InterpreterBuilder.create_dot_v9", None)
+    monkeypatch.setattr(fence, "PRIVATE", fence.PRIVATE + (missing,))
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_python_scalar_loop")}, ["w8a8"])
+    task = _task(result)
+    assert correctness(result) == 4, [t.message for t in result.tests]
+    why = "this Triton (" + __import__("triton").__version__ + ") has no " \
+          "triton.runtime.interpreter.InterpreterBuilder.create_dot_v9"
+    assert task.checks_off == [f"arithmetic count off ({fence.CHECKS['arithmetic count']}): {why} "
+                               f"(AttributeError); the grader's hook was tested on Triton {fence.tested_on('cpu')}"]
+    for text in (markdown(result), terminal_table(result), gradescope(result)["output"]):
+        assert "arithmetic count off" in text and ("create_dot_v9" in text or "create\\_dot\\_v9" in text)
+
+
+HONEST = [(folder, task) for folder in ("solutions", "calibration/naive", "tests/fixtures/from_the_handout")
+          for task in ("w8a8", "w4a16", "dds")]
+HONEST += [(f"tests/variants/{p.stem}", p.stem.split("_")[0])
+           for p in sorted((ROOT / "tests" / "variants").glob("*_faithful_*.py"))]
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="counted in the CPU interpreter")
+@pytest.mark.parametrize("folder, task", HONEST, ids=[f"{f}:{t}" for f, t in HONEST])
+def test_honest_kernels_do_at_least_the_products_arithmetic(tmp_path, monkeypatch, folder, task):
+    """The check voids a task whose kernels did under a quarter of the product's FLOPs;
+    every honest kernel (the reference, the tutorial-style kernels, those written from
+    the handout, the faithful variants: split K, padded tiles, masked tails, M = 1)
+    does at least all of them on every CPU case of the rubric: a margin of 4x."""
+    import importlib
+    import shutil
+    from grader.rubric import load_rubric
+    from grader.tasks import get
+    from grader.worker.movement import Movement
+    package = tmp_path / "honest_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    shutil.copyfile(ROOT / "assignment" / "utils.py", package / "utils.py")
+    source = ROOT / folder if folder.startswith("tests/variants") else ROOT / folder / task
+    shutil.copyfile(source.with_suffix(".py"), package / f"{task}.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    t = get(task)
+    fn = getattr(importlib.import_module(f"honest_pkg.{task}"), t.entry)
+    try:
+        for spec in load_rubric().tests_for(task, "correctness"):
+            shape = spec.shape_on("cpu")
+            if shape is None:
+                continue
+            args, _ = t.make_inputs(shape, spec.options, 5, "cpu")
+            with Movement([], memory=False, arithmetic=True, own_prefix="honest_pkg.") as m:
+                fn(*args)
+            needed = t.product_flops(shape, spec.options, args)
+            assert m.arithmetic >= needed, (spec.name, m.arithmetic, needed)
+    finally:
+        for name in [n for n in sys.modules if n.startswith("honest_pkg")]:
+            del sys.modules[name]
+
+
+@pytest.mark.gpu
+def test_hidden_call_evidence_voids_the_task_in_fixed_words_only(tmp_path):
+    """An honest kernel that, on shapes missing from the public rubric, builds a cat
+    and a stack whose sizes spell M, N and K. The hidden test's evidence voids W8A8,
+    and no output a student or TA reads (report.md, report.json, results.json,
+    class.csv, summary.md, the terminal) holds a number made from the hidden call."""
+    from classroom import batch
+    from grader.judge import HIDDEN_DETAIL
+    from grader.report import terminal_table, write_reports
+    from tests.fakes import rubric_dict
+    public = [t["cpu_shape"] for t in rubric_dict(tasks=("w8a8",))["tests"] if t["kind"] == "correctness"]
+    M, N, K = hidden = [11, 48, 136] if not HAS_CUDA else [50, 512, 1000]
+    sub = tmp_path / "alice"
+    sub.mkdir()
+    (sub / "w8a8.py").write_text(submission("w8a8_hidden_shape_in_op_sizes", public=public))
+    result = grade(sub, _hidden_rubric([("w8a8/odd_shape", hidden)]), seed=8, tasks=["w8a8"], log=lambda *_: None)
+    task = _task(result)
+    assert task.score == 0 and correctness(result) == 0
+    assert {"kind": "computed_outside_triton", "detail": HIDDEN_DETAIL["computed_outside_triton"]} in task.flags
+    out = tmp_path / "batch"
+    write_reports(result, out / "students" / "alice")
+    batch.write_class_files(out, [batch.Entry("alice", sub, "alice")], ["w8a8"])
+    texts = {p.name: p.read_text() for p in [*(out / "students" / "alice").iterdir(), out / "class.csv",
+                                                out / "summary.md"]}
+    texts["terminal"] = terminal_table(result)
+    assert len(texts) == 6
+    derived = {3000000 + 10000 * M + 100 * N + K, 5000000 + M * N * K,        # the ops' sizes
+               M * N + M * K + M, 2 * M * N * K, M * N * K, M * K, N * K}     # limits and FLOPs of the call
+    spelled = [str(n) for n in derived] + [f"{M}, {N}, {K}", f"{M} x {N} x {K}", "cat (", "stack ("]
+    for name, text in texts.items():
+        for secret in spelled:
+            assert secret not in text, f"{secret!r} from the hidden call is in {name}"
+    assert "a hidden test computed outside Triton" in texts["report.md"] + texts["results.json"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("static", [True, False])
+def test_a_launch_hook_installed_through_knobs_gets_nothing(tmp_path, static):
+    """tl.core.knobs.setenv, and _Setter.install(tl.core.knobs.runtime, hook): a method
+    of the file's own class with a knobs object as self installs a launch hook that
+    computes the product. The static check refuses both; with it off, the hook's work
+    is seen on a GPU (the CPU interpreter calls no launch hook: the output stays unwritten)."""
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_knobs_launch_hook")}, ["w8a8"], static=static)
+    task = _task(result)
+    assert correctness(result) == 0, [t.message for t in result.tests]
+    if static:
+        text = _flags(task)
+        assert "forbidden code" in text and "tl.core.knobs.setenv" in text and "_Setter.install" in text, text
+    elif HAS_CUDA:
+        assert NO_TRITON in _flags(task), task.flags
+
+
+# ---- Any zip is graded, or named as broken: never a grader error.
+
+def _zip(path: Path, members: list) -> Path:
+    """Write ``members`` ((name, bytes) or a ZipInfo with its bytes) into a zip at ``path``."""
+    import warnings
+    import zipfile
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf, warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # "Duplicate name": a case below wants one
+        for name, data in members:
+            zf.writestr(name, data)
+    return path
+
+
+def _patched(path: Path, old: bytes, new: bytes) -> Path:
+    """Replace ``old`` by ``new`` (same length) everywhere in the zip's bytes: in its local
+    headers and its central directory alike."""
+    raw = path.read_bytes()
+    assert len(old) == len(new) and old in raw
+    path.write_bytes(raw.replace(old, new))
+    return path
+
+
+def _symlink_member(name: str, target: str):
+    import stat
+    import zipfile
+    info = zipfile.ZipInfo(name)
+    info.create_system = 3
+    info.external_attr = (stat.S_IFLNK | 0o777) << 16
+    return info, target.encode()
+
+
+def test_a_zip_whose_member_name_is_not_utf8_is_graded(tmp_path):
+    """The reference kernels and one stray member named notes_\\xff\\xfe.txt with the
+    UTF-8 flag set: Python's zipfile refuses such a zip outright; the grader reads
+    it, grades the kernels and names the odd member in the report."""
+    import zipfile
+    path = _zip(tmp_path / "alice.zip", [("w8a8.py", SOLUTION["w8a8"]), ("dds.py", SOLUTION["dds"]),
+                                         ("w4a16.py", SOLUTION["w4a16"]), ("notes_\u00e9.txt", b"hi")])
+    _patched(path, "notes_\u00e9".encode(), b"notes_\xff\xfe")
+    with pytest.raises(UnicodeDecodeError):
+        zipfile.ZipFile(path)
+    result = grade(path, rubric(), seed=3, tasks=["dds"], log=lambda *_: None)
+    assert correctness(result) == 4
+    assert any("not valid UTF-8" in n and "notes_" in n for n in result.notes), result.notes
+
+
+ZIPS = {
+    # name: (members, patch (old, new) or None, files found, words the problems or notes must hold)
+    "duplicate names: the last copy": ([("w8a8.py", b"garbage("), ("w8a8.py", SOLUTION["w8a8"])], None,
+                                       {"w8a8.py": SOLUTION["w8a8"].encode()}, ["more than once", "w8a8.py"]),
+    "a folder named like a kernel file": ([("w8a8.py/", b""), ("alice/w8a8.py", b"x = 1\n")], None,
+                                          {"w8a8.py": b"x = 1\n"}, []),
+    "a symbolic link named like a kernel file": ([_symlink_member("w8a8.py", "/etc/passwd")], None, {},
+                                                 ["symbolic link", "w8a8.py not found"]),
+    "a zip inside the zip": ([("outer/inner.zip", "@INNER@")], None, {"dds.py": SOLUTION["dds"].encode()},
+                             ["zip inside it", "inner.zip"]),
+    "a broken zip inside the zip": ([("inner.zip", b"PK\x03\x04 not a zip")], None, {},
+                                    ["could not be read", "dds.py not found"]),
+    "Windows separators": ([("alice\\dds.py", b"x = 2\n")], None, {"dds.py": b"x = 2\n"}, []),
+    "a name in another case": ([("W8A8.py", b"x = 3\n")], None, {},
+                               ["w8a8.py not found", "W8A8.py", "named exactly w8a8.py"]),
+    "an unknown compression method": ([("dds.py", b"x = 4\n" * 50)], (b"\x08\x00", b"\x09\x00"), {},
+                                      ["dds.py could not be read"]),
+    "paths outside the folder": ([("../dds.py", b"x = 5\n"), ("/abs/w4a16.py", b"x = 6\n")], None, {},
+                                 ["unsafe paths", "dds.py not found"]),
+}
+
+
+@pytest.mark.parametrize("case", list(ZIPS))
+def test_any_zip_is_read_or_named_as_broken(tmp_path, case):
+    from grader.submission import load_submission
+    members, patch, found, words = ZIPS[case]
+    if any(data == "@INNER@" for _, data in members):
+        inner = _zip(tmp_path / "inner.zip", [("dds.py", SOLUTION["dds"])]).read_bytes()
+        members = [(name, inner) for name, _ in members]
+    path = _zip(tmp_path / "s.zip", members)
+    if patch:   # the method field of the local header and of the central directory entry
+        raw = bytearray(path.read_bytes())
+        for sig, at in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):
+            i = raw.index(sig)
+            assert raw[i + at:i + at + 2] == patch[0]
+            raw[i + at:i + at + 2] = patch[1]
+        path.write_bytes(bytes(raw))
+    sub = load_submission(path)
+    assert sub.files == found
+    said = " ".join(sub.problems + sub.notes)
+    for w in words:
+        assert w in said, (w, said)
+
+
+def test_a_zip_with_a_broken_central_directory_is_named_as_broken(tmp_path):
+    """Garbage where the central directory should be: the report says the zip is
+    corrupt (unreadable), never a grader error."""
+    path = _zip(tmp_path / "bob.zip", [("dds.py", SOLUTION["dds"])])
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"PK\x01\x02")
+    raw[at:at + 4] = b"XXXX"
+    path.write_bytes(bytes(raw))
+    result = grade(path, rubric(), seed=3, tasks=["dds"], log=lambda *_: None)
+    task = _task(result, "dds")
+    assert result.score == 0 and task.status == "unreadable", task.summary
+    assert "corrupt zip" in task.summary
+
+
+@pytest.mark.gpu
+def test_no_triton_no_points_for_work_in_a_finalizer(tmp_path):
+    """A __del__ the garbage collector calls when it pleases, maybe after the call
+    returned: the recorders stay on until the output is in the arena, and the
+    kernels' arithmetic (CPU) or the trace (GPU) sees idle kernels all the same."""
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_del_computes")}, ["w8a8"])
+    task = _task(result)
+    assert correctness(result) == 0 and NO_TRITON in _flags(task), task.flags
+
+
+@pytest.mark.gpu
+def test_no_triton_no_points_for_pytorch_work_on_another_thread(tmp_path):
+    """The op record watches the calling thread only: the product computed on a thread
+    of the submission's own is caught by the arithmetic count (CPU) and by the kernel
+    trace (GPU), which see the kernels, not the thread."""
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_thread_computes")}, ["w8a8"], static=False)
+    task = _task(result)
+    assert correctness(result) == 0 and NO_TRITON in _flags(task), task.flags
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_the_kernel_trace_of_honest_kernels_shows_their_kernels_only(tmp_path):
+    """On a GPU every checked call of the reference and the tutorial-style kernels is
+    traced: their own Triton kernels ran, and nothing else computed (torch.empty's NaN
+    fill in deterministic mode and copies are allowed)."""
+    from grader.harness.run import run_tasks
+    from grader.submission import load_submission
+    for folder in ("solutions", "calibration/naive"):
+        runs = run_tasks(load_submission(ROOT / folder), rubric(static=True), "cuda", 21, ["w8a8", "w4a16", "dds"],
+                         log=lambda *_: None)
+        for task, run in runs.tasks.items():
+            assert run.checks_off == {}, (folder, task, run.checks_off)
+            checked = [(name, r) for name, r in run.calls if r.traced]
+            assert checked, (folder, task)
+            for name, r in checked:
+                t = r.evidence.get("trace")
+                assert t and t["own"] >= 1 and t["torch_ops"] == [] and t["foreign"] == [], (folder, name, t)

@@ -85,6 +85,19 @@ OK_SNIPPETS = {
                                  "    k2[(1,)](x)\n    return kernel[(M,)](x)",
     "a local variable named like a kernel": "@triton.jit\ndef k(p):\n    pass\ndef f(x):\n    k = len(x)\n"
                                             "    return k + 1",
+    "own classes: instances, constants, static and class methods, super": (
+        "import dataclasses\nclass B:\n    BLOCK = 64\n    def __init__(self, a):\n        self.a = a\n"
+        "    def go(self, other: 'B') -> 'B':\n        return self\n    @staticmethod\n    def s(a):\n        return a\n"
+        "    @classmethod\n    def make(cls):\n        return cls(cls.BLOCK)\n"
+        "class D(B):\n    def __init__(self, a):\n        B.__init__(self, a)\n        super().__init__(a)\n"
+        "@dataclasses.dataclass\nclass Cfg:\n    bm: int = 64\n"
+        "def f(c: Cfg, b: B) -> Cfg:\n    d = D(1)\n    ok = isinstance(d, (B, D)) and type(d) is D\n"
+        "    return Cfg(bm=c.bm + B.BLOCK + B.s(1) + B.make().a + d.go(b).a)"),
+    "the kernel language": "@triton.jit\ndef k(p, n: tl.constexpr):\n    o = tl.arange(0, n)\n"
+                           "    x = tl.load(p + o, mask=o < n, other=0.0).to(tl.float32)\n"
+                           "    y = tl.math.div_rn(x, 3.0) + tl.extra.cuda.libdevice.rint(x) + tl.sum(x, axis=0)\n"
+                           "    tl.extra.cuda.gdc_wait()\n    tl.store(p + o, tl.where(o < n, y, 0.0), mask=o < n)\n"
+                           "    tl.extra.cuda.gdc_launch_dependents()",
 }
 
 
@@ -278,6 +291,39 @@ MORE_BYPASSES = {
                         "b = g.gi_frame.f_globals['__builtins__']", "introspection"),
     "class mro": ("o = type(x).mro()[-1]", "introspection"),
     "frame in a kernel": ("@triton.jit\ndef k(x):\n    return k.f_back", "introspection"),
+    # Triton's runtime through the language module (knobs, launch hooks, the driver)
+    "tl.core.knobs.setenv": ('tl.core.knobs.setenv("TRITON_ALWAYS_COMPILE", "1")', "not-allowed"),
+    "tl.core.knobs hook": ("tl.core.knobs.runtime.launch_enter_hook = print", "patching"),
+    "triton.knobs": ("h = triton.knobs.runtime.launch_enter_hook", "not-allowed"),
+    "from triton.language import core": ("from triton.language import core", "not-allowed"),
+    "import triton.language.core": ("import triton.language.core as c", "import"),
+    "tl.target_info": ("cc = tl.target_info.current_target()", "not-allowed"),
+    "tl.standard": ("s = tl.standard.sum", "not-allowed"),
+    "tl.math.core": ("c = tl.math.core.knobs", "not-allowed"),
+    "tl.extra.cuda.utils": ("u = tl.extra.cuda.utils", "not-allowed"),
+    "libdevice's own imports": ("from triton.language.extra import libdevice\nc = libdevice.core", "not-allowed"),
+    "inline PTX": ("@triton.jit\ndef k(x):\n    return tl.inline_asm_elementwise('mov.b32 $0, $1;', '=r,r', [x], "
+                   "dtype=tl.int32, is_pure=True, pack=1)", "not-allowed"),
+    # a method of the file's own class called with another object as self
+    "own method unbound (the review's attack)": ("class _Setter:\n    def install(self, hook):\n"
+                                                 "        self.launch_enter_hook = hook\n"
+                                                 "_Setter.install(hooks_owner, print)", "patching"),
+    "own __init__ unbound": ("class S:\n    def __init__(self, hook):\n        self.launch_enter_hook = hook\n"
+                             "S.__init__(hooks_owner, print)", "patching"),
+    "own class aliased": ("class S:\n    def install(self, hook):\n        self.h = hook\nk = S\n"
+                          "k.install(hooks_owner, print)", "patching"),
+    "own class as an argument": ("class S:\n    def install(self, hook):\n        self.h = hook\ndef f(k):\n"
+                                 "    k.install(hooks_owner, print)\nf(S)", "patching"),
+    "own method through type()": ("class S:\n    def install(self, hook):\n        self.h = hook\n"
+                                  "type(S()).install(hooks_owner, print)", "patching"),
+    "own method through cls": ("class S:\n    def install(self, hook):\n        self.h = hook\n"
+                               "    @classmethod\n    def go(cls, o):\n        cls.install(o, print)", "patching"),
+    "own method through getattr": ("class S:\n    def install(self, hook):\n        self.h = hook\n"
+                                   "getattr(S, 'install')(hooks_owner, print)", "patching"),
+    "a library class's __init__ on another object": ("def f(x):\n    tl.tensor.__init__(x, None, None)",
+                                                     "introspection"),
+    "a staticmethod's first argument is no self": ("class S:\n    @staticmethod\n    def install(obj, hook):\n"
+                                                   "        obj.launch_enter_hook = hook", "patching"),
 }
 
 
@@ -464,3 +510,42 @@ def test_fuzzed_sources_never_raise():
         found = check_source(src, set())
         assert all(isinstance(f, Finding) for f in found)
         assert not any(f.rule == "internal" for f in found), (src[:200], found)
+
+
+# --- the kernel language: listed name by name ---------------------------------------------------
+
+def test_every_public_triton_language_name_is_listed_or_refused_on_purpose():
+    """A name of triton.language is either on the list a kernel file may use or refused
+    with its reason; a new Triton's new names fail here until a maintainer decides."""
+    import triton.language as tl
+    from grader.staticcheck import TL_NAMES, TL_REFUSED
+
+    public = {n for n in dir(tl) if not n.startswith("_")}
+    assert not TL_NAMES & set(TL_REFUSED)
+    assert public <= TL_NAMES | set(TL_REFUSED), sorted(public - TL_NAMES - set(TL_REFUSED))
+    math_functions = {n for n in dir(tl.math) if not n.startswith("_") and callable(getattr(tl.math, n))
+                      and str(getattr(getattr(tl.math, n), "__module__", "")).startswith("triton.language")}
+    assert {f"math.{n}" for n in math_functions} <= TL_NAMES, sorted(math_functions)
+    for name in sorted(public & TL_NAMES):
+        assert check_source(HEADER + f"x = tl.{name}\n") == [], name
+    for name in sorted(public & set(TL_REFUSED)):
+        found = check_source(HEADER + f"x = tl.{name}\n")
+        assert any(TL_REFUSED[name] in f.detail for f in found), (name, [str(f) for f in found])
+
+
+def test_what_the_reference_kernels_use_from_triton_is_listed():
+    """Everything the reference, the tutorial-style kernels and the stubs take from
+    triton and triton.language is on the list: the list is what a kernel needs."""
+    import re
+
+    from grader.staticcheck import ALLOWED_PATHS
+    used = set()
+    for path in LEGIT:
+        text = "\n".join(line for line in path.read_text().splitlines()
+                         if not line.lstrip().startswith(("import ", "from ")))   # imports: checked as such
+        used |= {"triton.language." + m for m in re.findall(r"\btl\.([A-Za-z_][\w.]*)", text)}
+        used |= {"triton." + m for m in re.findall(r"\btriton\.(?!language)([A-Za-z_]\w*)", text)}
+    assert len(used) > 20
+    missing = {u for u in used if not any(u == p or u.startswith(p + ".") for p in ALLOWED_PATHS)
+               and not u.startswith(("triton.language.extra.cuda.libdevice.", "triton.language.extra.libdevice."))}
+    assert not missing, sorted(missing)

@@ -40,6 +40,11 @@ class CallResult:
     # The most elements PyTorch compute ops may produce in the call (the harness's
     # figure: the activations and the output once); 0: not judged.
     work_limit: int = 0
+    # FLOPs of the product on this call's inputs (the task's product_flops): the
+    # submission's kernels must do a fair share of it (judge.py); 0: not judged.
+    flops_needed: int = 0
+    # The call ran inside the worker's kernel trace (GPU): its evidence must say what ran.
+    traced: bool = False
 
 
 def checked_call(session: Session, name: str, args: tuple, out_shape) -> CallResult:

@@ -21,11 +21,12 @@ from ..compare import check_sanity, check_task_output
 from ..diagnose import likely_cause, out_of_bounds
 from ..judge import task_flags
 from ..rubric import Rubric, TestSpec
-from ..runs import CaseRun, Draw, Runs, TaskRun, TimedRun, problem
+from ..runs import HIDDEN_CALL, CaseRun, Draw, Runs, TaskRun, TimedRun, problem
 from ..staticcheck import check_source
 from ..submission import Submission
 from ..tasks import get
 from ..tracebacks import explain_error
+from ..worker import fence
 from . import movement
 from .measure import CallResult, checked_call, timed_batches
 from .session import Session, WorkerGone
@@ -56,8 +57,11 @@ def run_tasks(sub: Submission, rubric: Rubric, device: str, seed: int, tasks: li
         from .timing import copy_bandwidth_gbs
         runs.bandwidth_gbs = copy_bandwidth_gbs()
     end = None if budget_s is None else time.monotonic() + budget_s
+    checks_off = fence.probe(device)   # the worker's checks this Triton has no hooks for
+    if sanitizer:
+        checks_off["kernel trace"] = "compute-sanitizer instruments the GPU itself (the trace runs without --sanitize)"
     for i, task in enumerate(tasks):
-        run = runs.tasks[task] = TaskRun(task=task)
+        run = runs.tasks[task] = TaskRun(task=task, checks_off=dict(checks_off))
         share = None if end is None else max(1.0, (end - time.monotonic()) / (len(tasks) - i))
         try:
             _run_task(run, sub, rubric, runs, log, sanitizer, share)
@@ -77,7 +81,8 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
             run.not_run[spec.name] = ("needs a CUDA GPU" if spec.kind == "performance"
                                       else "no CPU shape in the rubric")
     if t.file not in sub.files:
-        why = "; ".join(p for p in sub.problems if t.file in p) or f"{t.file} not found in the submission"
+        why = ("; ".join(sub.problems) if sub.unreadable else
+               "; ".join(p for p in sub.problems if t.file in p) or f"{t.file} not found in the submission")
         run.missing = problem("unreadable" if sub.unreadable else "missing_file", why)
         log(f"{task}: {t.file} missing, not graded")
         return
@@ -98,8 +103,9 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
         # Both workers start at once: their imports (torch, CUDA) overlap.
         # The workers share nothing writable (no compile cache either): what the hidden
         # one learns cannot reach the visible one.
-        sessions = [Session(sub, t.file, t.entry, device, time.monotonic() + timeout, sanitizer=sanitizer)
-                    if group else None for group in groups]
+        off = set(run.checks_off)
+        sessions = [Session(sub, t.file, t.entry, device, time.monotonic() + timeout, sanitizer=sanitizer,
+                            checks_off=off) if group else None for group in groups]
         for hidden, (group, session) in enumerate(zip(groups, sessions)):
             if not group:
                 continue
@@ -117,7 +123,7 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
         if performance:
             # No visible cases: a fresh worker times the kernel (the hidden one has seen their shapes).
             if visible is None:
-                visible = Session(sub, t.file, t.entry, device, time.monotonic() + timeout)
+                visible = Session(sub, t.file, t.entry, device, time.monotonic() + timeout, checks_off=off)
                 sessions.append(visible)
                 _check_import(run, visible, False)
             _performance(run, rubric, performance, visible, timeout, runs, log)
@@ -149,6 +155,17 @@ def _stopped(run: TaskRun, hidden: bool) -> dict | None:
     return run.hidden_stopped if hidden else run.stopped
 
 
+def _checks_off(run: TaskRun, found: dict | None, hidden: bool) -> None:
+    """Add the checks a worker says it could not start or keep on (what it says can
+    only turn a check off, and the report says so). The hidden tests' worker gets
+    no words of its own in a report: only which check."""
+    for check, why in (found or {}).items():
+        if check not in fence.CHECKS:   # only the checks fence.py names
+            continue
+        run.checks_off.setdefault(check, "the hidden tests' worker could not run it" if hidden
+                                  else f"the worker: {why}")
+
+
 def _check_import(run: TaskRun, session: Session, hidden: bool) -> None:
     """Record why the worker is of no use if the kernel file did not import."""
     try:
@@ -156,6 +173,7 @@ def _check_import(run: TaskRun, session: Session, hidden: bool) -> None:
     except WorkerGone as e:
         _stop(run, e.kind, str(e), hidden)
         return
+    _checks_off(run, hello.get("checks_off"), hidden)
     if not hello["ok"]:
         _stop(run, "import_error", "the kernel file could not be imported:\n"
               + explain_error(hello.get("error", "")), hidden)
@@ -174,11 +192,15 @@ def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs) -> 
         result = checked_call(session, f"case{len(run.calls)}", args, (shape[0], shape[1]))
         # A wrapper may prepare (a cast, a pad): about the activations and the output once.
         result.work_limit = shape[0] * shape[1] + sum(args[i].numel() for i in task.activation_args)
+        _checks_off(run, result.evidence.get("checks_off"), spec.hidden)
+        if runs.device == "cpu" and "arithmetic count" not in run.checks_off:
+            result.flops_needed = task.product_flops(shape, spec.options, args)
+        result.traced = runs.device == "cuda" and "kernel trace" not in run.checks_off
         if result.status == "gone":
             _stop(run, result.kind, result.message, spec.hidden)
         d = _draw(run.task, result, args, extras)
         result.output = None   # the evidence stays, the tensor goes
-        run.calls.append(("a hidden test" if spec.hidden else spec.name, result))
+        run.calls.append((HIDDEN_CALL if spec.hidden else spec.name, result))
         case.draws.append(d)
         if not d.clean:
             break
@@ -208,7 +230,8 @@ def _compile_check(run: TaskRun, session: Session, group: list, log, hidden: boo
     """Compile what the worker launched for the target GPU; a kernel that would not
     compile or launch there fails this group's cases, as it would on the GPU. The
     report's table shows the visible worker's kernels only."""
-    if _stopped(run, hidden) or not any(r.status == "ok" for _, r in run.calls):
+    if _stopped(run, hidden) or not any(r.status == "ok" for _, r in run.calls) \
+            or "compile check" in run.checks_off:
         return
     left = session.deadline - time.monotonic()
     if left < 15:
@@ -243,7 +266,7 @@ def scored_cases_clean(run: TaskRun, rubric: Rubric, device: str) -> bool:
         if case is None or case.compile_error or not case.draws or not all(d.clean for d in case.draws) \
                 or len(case.draws) < DRAWS:
             return False
-    return not run.static and not task_flags(run.calls)
+    return not run.static and not task_flags(run.calls, run.checks_off)
 
 
 def _performance(run: TaskRun, rubric: Rubric, specs: list[TestSpec], session, timeout: float, runs: Runs,
@@ -287,7 +310,7 @@ def borderline(spec: TestSpec, timing, settings) -> bool:
 def _movement(run: TaskRun, shape, session, runs: Runs, log) -> None:
     """Count one call's data movement in the interpreter (CPU runs; feedback only)."""
     if (runs.device != "cpu" or shape is None or session is None or run.stopped
-            or not any(r.status == "ok" for _, r in run.calls)):
+            or "data movement" in run.checks_off or not any(r.status == "ok" for _, r in run.calls)):
         return
     if session.deadline - time.monotonic() < 20:
         run.movement = {"shape": list(shape), "error": "not counted: the task's time limit is near"}

@@ -30,14 +30,17 @@ PASS_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUD
             "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "NVIDIA_VISIBLE_DEVICES", "LANG", "LC_ALL")
 # The fields a reply may have, and their types; anything else is a broken reply.
 REPLY_SCHEMA = {"ok": bool, "error": str, "returned": str, "graph": bool, "note": str, "evidence": dict,
-                "compile": list, "movement": dict}
+                "compile": list, "movement": dict, "checks_off": dict}
 # One row of the compile check (grader/worker/compile.py), as the report uses it.
 COMPILE_ROW = {"kernel": str, "file": str, "line": int, "status": str, "error": str, "registers": int,
                "spills": int, "shared_bytes": int, "launchable": bool, "why_not": str, "warning": str,
                "note": str, "launches": int}
 MAX_COMPILE_ROWS = 30
 EVIDENCE_SCHEMA = {"own_launches": int, "foreign_launches": list, "library_matmuls": list,
-                   "oversized_ops": list, "torch_elements": int}
+                   "oversized_ops": list, "torch_elements": int, "torch_sites": list}
+# Evidence only some calls have: absent means "not measured", never zero.
+OPTIONAL_EVIDENCE = {"kernel_flops": int}
+TRACE_SCHEMA = {"own": int, "copies": int, "torch_ops": list, "foreign": list}   # worker/trace.py
 MAX_TEXT = 12000
 # The data-movement counts (grader/worker/movement.py): feedback the worker
 # reports about itself. Every count is an int in [0, MAX_COUNT].
@@ -93,6 +96,27 @@ def _outside(value) -> dict:
     return out
 
 
+def _checks_off(value) -> dict:
+    """{check: why} from the worker (fence.py's check names), type-checked and capped."""
+    if not isinstance(value, dict) or len(value) > 10 or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise WorkerGone("the worker sent malformed data (field 'checks_off')")
+    return {k[:40]: v[:400] for k, v in value.items()}
+
+
+def _trace(value) -> dict:
+    """The kernel trace of one call (worker/trace.py ``classify``), type- and range-checked."""
+    if not isinstance(value, dict):
+        raise WorkerGone("the worker sent malformed evidence (field 'trace')")
+    out = {}
+    for key, kind in TRACE_SCHEMA.items():
+        v = value.get(key, kind())
+        if not isinstance(v, kind) or isinstance(v, bool) or (kind is int and not 0 <= v <= MAX_COUNT):
+            raise WorkerGone("the worker sent malformed evidence (field 'trace')")
+        out[key] = [str(x)[:200] for x in v[:10]] if kind is list else v
+    return out
+
+
 def _validate(reply) -> dict:
     if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
         raise WorkerGone("the worker sent a malformed reply")
@@ -109,9 +133,21 @@ def _validate(reply) -> dict:
             if not isinstance(value, kind) or isinstance(value, bool):
                 raise WorkerGone(f"the worker sent malformed evidence (field {key!r})")
             ev[key] = [str(v)[:200] for v in value[:10]] if isinstance(value, list) else value
+        for key, kind in OPTIONAL_EVIDENCE.items():
+            if key in clean["evidence"]:
+                value = clean["evidence"][key]
+                if not isinstance(value, kind) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
+                    raise WorkerGone(f"the worker sent malformed evidence (field {key!r})")
+                ev[key] = value
         if "outside" in clean["evidence"]:
             ev["outside"] = _outside(clean["evidence"]["outside"])
+        if "trace" in clean["evidence"]:
+            ev["trace"] = _trace(clean["evidence"]["trace"])
+        if "checks_off" in clean["evidence"]:
+            ev["checks_off"] = _checks_off(clean["evidence"]["checks_off"])
         clean["evidence"] = ev
+    if "checks_off" in clean:
+        clean["checks_off"] = _checks_off(clean["checks_off"])
     if "compile" in clean:
         clean["compile"] = [_compile_row(r) for r in clean["compile"][:MAX_COMPILE_ROWS]]
     if "movement" in clean:
@@ -199,9 +235,12 @@ class Session:
     """A running worker for ``kernel_file`` of ``sub``; use as a context manager."""
 
     def __init__(self, sub: Submission, kernel_file: str, entry: str, device: str,
-                 deadline: float, writable: list[Path] = (), sanitizer: str | None = None):
+                 deadline: float, writable: list[Path] = (), sanitizer: str | None = None,
+                 checks_off=()):
         """``sanitizer``: a compute-sanitizer binary to run the worker under (GPU;
-        a TA's option: every out-of-bounds access is named, at a large cost in speed)."""
+        a TA's option: every out-of-bounds access is named, at a large cost in speed).
+        ``checks_off``: the worker's checks to leave off (fence.py's names: the
+        harness's probe found this Triton without what they hook into)."""
         self.device, self.deadline, self.sanitizer = device, deadline, sanitizer
         self.tmp = sandbox.task_dir("grade-")
         self.scratch = self.tmp / "scratch"
@@ -217,7 +256,7 @@ class Session:
         # GPU arenas travel as file descriptors over this socket (grader/worker/vmm.py).
         self._fds, fds_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         argv = [sys.executable, "-m", "_grader_worker.main", str(cmd_r), str(reply_w),
-                str(fds_child.fileno()), "submission", kernel_file[:-3], entry]
+                str(fds_child.fileno()), "submission", kernel_file[:-3], entry, ",".join(sorted(checks_off))]
         env = self._env()
         if sanitizer:
             argv = [sanitizer, "--tool", "memcheck", "--print-limit", "20", *argv]

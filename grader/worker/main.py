@@ -1,6 +1,11 @@
 """The worker: import one kernel file of the submission and call it, nothing else.
 
-    python -m _grader_worker.main CMD_FD REPLY_FD FDS_SOCKET PACKAGE MODULE ENTRY
+    python -m _grader_worker.main CMD_FD REPLY_FD FDS_SOCKET PACKAGE MODULE ENTRY [OFF]
+
+OFF: the checks to leave off, comma-separated (fence.py: the harness probes
+which of Triton's private hooks this Triton has). The first reply says
+whether the kernel file imported, and which checks the worker could not
+start itself (``checks_off``: {check: why}).
 
 It runs inside the sandbox, next to the submission, so nothing it says is
 believed: the harness owns the inputs (in a shared arena), reads the outputs
@@ -21,7 +26,10 @@ back on REPLY_FD:
 ``call`` is a correctness call: the kernel's result is copied into ``out``.
 In the CPU interpreter its loads and stores are also bounds-checked
 (movement.py, ``confine``): a lane outside every tensor the call knows is
-masked off and counted, and the evidence says how many bytes.
+masked off and counted, and the evidence says how many bytes; and the
+arithmetic of the submission's own kernels is counted (``kernel_flops``).
+On a GPU the call runs inside a kernel trace (trace.py): the evidence says
+which kernels ran.
 ``prepare`` warms a timed batch up and captures it in a CUDA graph when the
 submission allows it (``run`` then replays it; otherwise it calls eagerly).
 ``movement`` (CPU interpreter only) is a call whose loads, stores and dots
@@ -32,6 +40,7 @@ points: docs/integrity.md.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import mmap
@@ -43,8 +52,8 @@ import traceback
 import torch
 
 from . import compile as compile_check
-from . import vmm
-from .evidence import LaunchRecorder, OpRecorder
+from . import trace, vmm
+from .evidence import WRAPPER_OPS, LaunchRecorder, OpRecorder
 from .graphs import capture
 from .layout import build, view
 from .movement import Movement, tensor_range
@@ -60,8 +69,12 @@ def _traceback() -> str:
 
 
 class Worker:
-    def __init__(self, fn, launches: LaunchRecorder, device: str, fds: socket.socket):
+    def __init__(self, fn, launches: LaunchRecorder, device: str, fds: socket.socket, package: str,
+                 off: set[str] = frozenset()):
         self.fn, self.launches, self.device, self.fds = fn, launches, device, fds
+        self.own_prefix = package + "."
+        self.off = set(off)            # checks left off: the harness's probe and the worker's own start-up
+        self.failed: dict = {}         # checks that could not install during a call: {check: why}
         self.arenas: dict = {}
         self.batch = None  # (calls, graph or None)
 
@@ -94,56 +107,81 @@ class Worker:
         args, out = self._call(self.arenas[msg["arena"]], msg)
         self.launches.reset()
         ops = OpRecorder()
-        bounds = self._bounds(args, msg["args"])
+        counter = self._counter(args, msg["args"])
+        window = trace.Window() if self.device == "cuda" and "kernel trace" not in self.off else None
         # Deterministic mode fills fresh allocations (torch.empty) with NaN, so
         # output the kernel never stores shows up as NaN, not as stale memory.
         deterministic = torch.are_deterministic_algorithms_enabled()
         torch.use_deterministic_algorithms(True, warn_only=True)
+        problem = None
         try:
-            with ops:
-                y = self.fn(*args)
-            self.sync()
+            # The recorders stay on until the output is in the arena: code that runs late
+            # (a __del__ the garbage collector calls) is still inside the call.
+            with window or contextlib.nullcontext():
+                with ops:
+                    y = self.fn(*args)
+                    problem = _unusable(y, out)
+                    if not problem:
+                        out.copy_(y)
+                self.sync()
         except BaseException:  # sys.exit() in one case loses that case only
             return {"ok": False, "error": _traceback(),
-                    "evidence": self._evidence(ops, args, out, bounds)}
+                    "evidence": self._evidence(ops, args, out, counter, window)}
         finally:
             torch.use_deterministic_algorithms(deterministic)
-            if bounds is not None:
-                bounds.restore()
-        problem = _unusable(y, out)
+            if counter is not None:
+                counter.restore()
         if problem:
-            return {"ok": False, "returned": problem, "evidence": self._evidence(ops, args, out, bounds)}
-        out.copy_(y)
-        self.sync()
-        return {"ok": True, "evidence": self._evidence(ops, args, out, bounds)}
+            return {"ok": False, "returned": problem,
+                    "evidence": self._evidence(ops, args, out, counter, window)}
+        return {"ok": True, "evidence": self._evidence(ops, args, out, counter, window)}
 
-    def _bounds(self, args, specs):
-        """The interpreter's bounds check for one call (CPU), installed; None on a GPU
-        or where this Triton's interpreter cannot be instrumented."""
-        if self.device != "cpu":
+    def _counter(self, args, specs):
+        """The interpreter's bounds check and arithmetic count for one call (CPU),
+        installed; None on a GPU or where both are off."""
+        bounds, arithmetic = ("bounds check" not in self.off, "arithmetic count" not in self.off)
+        if self.device != "cpu" or not (bounds or arithmetic):
             return None
-        bounds = Movement(_named(args, specs), confine=True)
+        counter = Movement(_named(args, specs), confine=bounds, memory=bounds, arithmetic=arithmetic,
+                           own_prefix=self.own_prefix)
         try:
-            bounds.install()
-        except Exception:  # noqa: BLE001 - a Triton whose interpreter differs: no bounds check
-            bounds.restore()
+            counter.install()
+        except Exception as e:  # noqa: BLE001 - said so in the evidence, never silently off
+            counter.restore()
+            why = f"the interpreter could not be instrumented: {type(e).__name__}: {e}"[:300]
+            for check, on in (("bounds check", bounds), ("arithmetic count", arithmetic)):
+                if on:
+                    self.failed[check] = why
             return None
-        return bounds
+        return counter
 
-    def _evidence(self, ops: OpRecorder, args, out, bounds=None) -> dict:
+    def _evidence(self, ops: OpRecorder, args, out, counter=None, window=None) -> dict:
         sizes = [a.numel() for a in args if isinstance(a, torch.Tensor) and a.layout == torch.strided]
         limit = 2 * max(sizes + [out.numel()])
         evidence = {"own_launches": self.launches.own(), "foreign_launches": self.launches.foreign()[:10],
                     "library_matmuls": ops.library_matmuls()[:10], "oversized_ops": ops.oversized(limit)[:10],
-                    "torch_elements": ops.computed}
-        if bounds is not None:
-            evidence["outside"] = bounds.outside()
+                    "torch_elements": ops.computed, "torch_sites": ops.top_sites()}
+        if counter is not None:
+            if counter.confine:
+                evidence["outside"] = counter.outside()
+            if counter.count_arithmetic:
+                evidence["kernel_flops"] = counter.arithmetic
+        if window is not None:
+            summary = window.summary(self.launches.kernel_names, WRAPPER_OPS)
+            if "error" in summary:
+                self.failed["kernel trace"] = f"the trace of a call failed: {summary['error']}"
+            else:
+                evidence["trace"] = summary
+        if self.failed:
+            evidence["checks_off"] = dict(self.failed)
         return evidence
 
     def movement(self, msg: dict) -> dict:
         """One call with its data movement counted (in the interpreter only)."""
         if self.device != "cpu":
             return {"ok": False, "error": "data movement is counted in the Triton interpreter only"}
+        if "data movement" in self.off:
+            return {"ok": False, "error": "data movement is not counted with this Triton (fence.py)"}
         arena = self.arenas[msg["arena"]]
         args, out = self._call(arena, msg)
         counter = Movement(_named(args, msg["args"]))
@@ -193,6 +231,8 @@ class Worker:
     def compile(self, msg: dict) -> dict:
         """Compile every kernel variant launched so far for the course's GPU (in the
         interpreter), or report the real launches' resources (on a GPU)."""
+        if "compile check" in self.off:
+            return {"ok": True, "compile": []}
         rows = compile_check.check(target=msg.get("target", "cuda:90"), budget_s=msg.get("budget_s", 60),
                                    cache_dir=msg.get("cache_dir"))
         return {"ok": True, "compile": rows}
@@ -235,24 +275,43 @@ def _unusable(y, out: torch.Tensor) -> str | None:
     return None
 
 
+def _start_checks(package: str, device: str, off: set[str]) -> tuple[LaunchRecorder, dict]:
+    """Install what records a call before the submission is imported: the launch
+    record and, on a GPU, the kernel trace. (recorder, {check: why} of those that
+    could not start)."""
+    failed = {}
+    on_launch = None if "compile check" in off else compile_check.record
+    launches = LaunchRecorder(own_prefix=package + ".", on_launch=on_launch)
+    if "launch record" not in off:
+        try:
+            launches.install()
+        except Exception as e:  # noqa: BLE001 - said so in the first reply
+            failed["launch record"] = f"could not be installed: {type(e).__name__}: {e}"[:300]
+    if device == "cuda" and "kernel trace" not in off:
+        why = trace.start()
+        if why:
+            failed["kernel trace"] = why
+    return launches, failed
+
+
 def main(argv: list[str]) -> None:
     cmd_fd, reply_fd, fds_fd, package, module_name, entry = int(argv[0]), int(argv[1]), int(argv[2]), *argv[3:6]
+    off = {c for c in (argv[6] if len(argv) > 6 else "").split(",") if c}
     commands = os.fdopen(cmd_fd, "rb")
     replies = os.fdopen(reply_fd, "wb", buffering=0)
 
     def reply(obj: dict) -> None:
         replies.write((json.dumps(obj) + "\n").encode())
 
-    launches = LaunchRecorder(own_prefix=package + ".", on_launch=compile_check.record)
-    launches.install()
+    device = "cuda" if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"
+    launches, failed = _start_checks(package, device, off)
     try:
         fn = getattr(importlib.import_module(f"{package}.{module_name}"), entry)
     except BaseException:
-        reply({"ok": False, "error": _traceback()})
+        reply({"ok": False, "error": _traceback(), "checks_off": failed})
         return
-    reply({"ok": True})
-    device = "cuda" if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"
-    worker = Worker(fn, launches, device, socket.socket(fileno=fds_fd))
+    reply({"ok": True, "checks_off": failed})
+    worker = Worker(fn, launches, device, socket.socket(fileno=fds_fd), package, off | set(failed))
     for line in commands:
         msg = json.loads(line)
         try:

@@ -1,0 +1,164 @@
+"""The private Triton APIs the worker patches or calls, in one place, with the Triton versions they were tested on.
+
+The worker's checks hook into Triton below its public API: the launch record
+wraps ``run``, the interpreter's bounds check, arithmetic count and data
+movement wrap its builder, the compile check calls Triton's binder and its
+backend. A new Triton may rename or reshape any of them. ``probe`` says, for
+the installed Triton, which checks cannot install and why; the harness runs it
+(trusted, the same Triton as the worker's), leaves those checks off in the
+worker, and every report of the run says which check is off and why. A check
+is never silently off.
+
+    fence.probe("cpu")    -> {"arithmetic count": "this Triton (3.10.0) has no ...", ...}  ({} when all install)
+
+Each entry of ``PRIVATE`` is (check, platform, module, attribute path, the
+parameters the patch relies on or None). ``platform`` is "cpu" (the CPU
+interpreter), "cuda" (a GPU run) or "both". Add an entry with every new patch:
+tests/test_fence.py checks that each patch the worker installs is listed here.
+
+This file runs in the untrusted worker and in the trusted harness; it depends
+on triton only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+# The Triton versions each platform's checks were run on (GPU: results/*.json; CPU: the CI venv).
+TESTED_ON = {"cuda": ("3.6.0",), "cpu": ("3.9.0",)}
+
+# What each check does for the grade when it is off (the report's sentence after "off:").
+CHECKS = {
+    "launch record": "no check that the submission launched its own Triton kernel",
+    "bounds check": "out-of-bounds loads and stores are not caught in the interpreter",
+    "arithmetic count": "no check that the submission's kernels did the product's arithmetic",
+    "data movement": "no data-movement table",
+    "compile check": "kernels are not compiled for the GPU on a CPU run",
+    "kernel trace": "no trace of the kernels that ran on the GPU during a checked call",
+}
+
+_RUN = ("grid", "warmup")                       # run(self, *args, grid, warmup, **kwargs)
+# The leading parameters the patches read; the rest (3.6: cache_modifier, eviction_policy;
+# 3.9: cache_policy) pass through.
+_LOAD = ("ptrs", "mask")
+_STORE = ("ptrs", "value", "mask")
+_RMW = ("rmwOp", "ptr", "val", "mask")
+_CAS = ("ptr",)
+_INTERP = "triton.runtime.interpreter"
+_MEMORY = (
+    (_INTERP, "InterpreterBuilder.create_masked_load", _LOAD),
+    (_INTERP, "InterpreterBuilder.create_masked_store", _STORE),
+    (_INTERP, "InterpreterBuilder.create_atomic_rmw", _RMW),
+    (_INTERP, "InterpreterBuilder.create_atomic_cas", _CAS),
+    (_INTERP, "TensorHandle", None),                       # a mask handle is built with it
+    (_INTERP, "GridExecutor.__call__", None),              # one launch
+    (_INTERP, "interpreter_builder", None),                # the builder a launch runs on
+    (_INTERP, "InterpreterBuilder.set_grid_dim", ("nx", "ny", "nz")),  # its .grid_dim: the launch's grid
+    ("triton.runtime.autotuner", "Autotuner._bench", None),  # trial launches, not the call's
+)
+PRIVATE = (
+    ("launch record", "cuda", "triton.runtime.jit", "JITFunction.run", _RUN),
+    ("launch record", "cpu", _INTERP, "InterpretedFunction.run", _RUN),
+    *(("bounds check", "cpu", *m) for m in _MEMORY),
+    *(("data movement", "cpu", *m) for m in _MEMORY),
+    ("data movement", "cpu", _INTERP, "InterpreterBuilder.create_dot", ("a", "b")),
+    ("arithmetic count", "cpu", _INTERP, "InterpreterBuilder.create_dot", ("a", "b")),
+    ("arithmetic count", "cpu", _INTERP, "InterpreterBuilder.binary_op", ("lhs", "rhs", "op")),
+    ("arithmetic count", "cpu", _INTERP, "InterpreterBuilder.unary_op", ("arg", "op")),
+    ("arithmetic count", "cpu", _INTERP, "InterpreterBuilder.ternary_op", ("lhs", "rhs", "other", "op")),
+    ("arithmetic count", "cpu", _INTERP, "InterpreterBuilder.create_fma", ("x", "y", "z")),
+    ("arithmetic count", "cpu", _INTERP, "InterpreterBuilder.set_grid_idx", ("x", "y", "z")),  # a program starts
+    ("arithmetic count", "cpu", _INTERP, "ReduceScanOpInterface.apply", ("input",)),   # tl.sum, tl.max, cumsum
+    ("arithmetic count", "cpu", _INTERP, "GridExecutor.__call__", None),
+    ("compile check", "cpu", "triton.runtime.jit", "create_function_from_signature", ("sig", "kparams", "backend")),
+    ("compile check", "cpu", "triton.runtime.jit", "JITFunction._pack_args", ("backend", "kwargs", "bound_args",
+                                                                            "specialization", "options")),
+    ("compile check", "cpu", "triton.compiler", "make_backend", None),
+    ("compile check", "cpu", "triton.compiler", "ASTSource", None),
+    ("compile check", "cpu", "triton.backends.compiler", "GPUTarget", None),
+    ("compile check", "cpu", "triton.backends.nvidia.compiler", "CUDABackend.make_cubin",
+     ("src", "metadata", "opt", "capability")),
+    ("compile check", "cpu", "triton.knobs", "nvidia.dump_ptxas_log", None),
+    # The trace knows the submission's kernels by the name their launch returns (CompiledKernel.name).
+    ("kernel trace", "cuda", "triton.compiler.compiler", "CompiledKernel", None),
+)
+
+
+# Triton's own PyTorch compute, known by the file that issues it (relative to the triton
+# package): the benchmark behind @triton.autotune computes its statistics with PyTorch
+# (triton.testing.do_bench). Every other PyTorch op Triton issues during a launch is an
+# allocation, a view or a copy (the interpreter's host copies), or comes from code the
+# submission gave it (a grid, a hook, a heuristic, an argument's method): those count.
+TRITON_OWN_COMPUTE = ("testing.py",)
+
+
+# Patched where this Triton has them, with the parameters the patch reads (an interpreter
+# without create_dot_scaled runs no tl.dot_scaled: there is nothing to count).
+OPTIONAL = (
+    (_INTERP, "InterpreterBuilder.create_dot_scaled", ("lhs", "lhs_scale_handle", "lhs_format_enum", "rhs")),
+)
+
+
+def tested_on(device: str) -> str:
+    return ", ".join(TESTED_ON["cpu" if device == "cpu" else "cuda"])
+
+
+def _resolve(module: str, path: str):
+    obj = importlib.import_module(module)
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _parameters(fn) -> list[str]:
+    return [p.name for p in inspect.signature(fn).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def problem(module: str, path: str, params) -> str | None:
+    """Why ``module.path`` cannot be patched as the worker does, or None."""
+    import triton
+
+    where = f"{module}.{path}"
+    try:
+        obj = _resolve(module, path)
+    except Exception as e:  # noqa: BLE001 - an import error, a missing attribute: the same answer
+        return f"this Triton ({triton.__version__}) has no {where} ({type(e).__name__})"
+    if params:
+        try:
+            have = _parameters(obj)
+        except (TypeError, ValueError):
+            return f"{where} has no signature to check in this Triton ({triton.__version__})"
+        missing = [p for p in params if p not in have]
+        if missing:
+            return (f"in this Triton ({triton.__version__}) {where} takes ({', '.join(have)}), "
+                    f"without {', '.join(missing)}")
+    return None
+
+
+def probe(device: str) -> dict[str, str]:
+    """{check: why it is off} for the checks of ``device`` ("cpu" or "cuda") that cannot install
+    on the installed Triton; {} when every one can. Never raises."""
+    platform = "cpu" if device == "cpu" else "cuda"
+    off: dict[str, str] = {}
+    for module, path, params in OPTIONAL if platform == "cpu" else ():
+        why = problem(module, path, params)
+        if why and "has no" not in why:   # there, but not as the patch reads it: the counters are off
+            off["data movement"] = off["arithmetic count"] = f"{why}; the grader's hook was tested on " \
+                                                            f"Triton {tested_on(device)}"
+    for check, where, module, path, params in PRIVATE:
+        if where not in (platform, "both") or check in off:
+            continue
+        try:
+            why = problem(module, path, params)
+        except Exception as e:  # noqa: BLE001 - a broken Triton: every check that needs it is off
+            why = f"{module}.{path} could not be inspected ({type(e).__name__}: {e})"
+        if why:
+            off[check] = f"{why}; the grader's hook was tested on Triton {tested_on(device)}"
+    return off
+
+
+def sentence(check: str, why: str) -> str:
+    """The report's line for a check that is off."""
+    return f"{check} off ({CHECKS.get(check, 'a check of the grader')}): {why}"

@@ -1,0 +1,111 @@
+"""The private Triton APIs the worker hooks into (grader/worker/fence.py): all listed,
+all present in the installed Triton, and a missing one turns its check off with a
+reason instead of failing a student's call (the end-to-end simulation is in
+tests/test_integrity.py: every report format says which check is off and why)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from grader.harness import run as harness_run
+from grader.runs import TaskRun
+from grader.worker import fence
+from grader.worker import main as worker_main
+from grader.worker.evidence import LaunchRecorder
+from grader.worker.movement import Movement
+
+
+def _owners():
+    import triton.runtime.autotuner as autotuner
+    import triton.runtime.interpreter as interp
+    import triton.runtime.jit as jit
+
+    return {"InterpreterBuilder": interp.InterpreterBuilder, "GridExecutor": interp.GridExecutor,
+            "ReduceScanOpInterface": interp.ReduceScanOpInterface, "Autotuner": autotuner.Autotuner,
+            "JITFunction": jit.JITFunction, "InterpretedFunction": interp.InterpretedFunction}
+
+
+def _snapshot() -> dict:
+    return {(name, attr): value for name, cls in _owners().items() for attr, value in vars(cls).items()}
+
+
+def _listed() -> set[str]:
+    return {path for _, _, _, path, _ in fence.PRIVATE} | {path for _, path, _ in fence.OPTIONAL}
+
+
+def test_this_triton_has_every_hook_the_worker_uses():
+    import triton
+
+    assert fence.probe("cpu") == {} and fence.probe("cuda") == {}, triton.__version__
+    assert set(fence.CHECKS) >= {check for check, *_ in fence.PRIVATE}
+    for device in ("cpu", "cuda"):
+        assert fence.tested_on(device)
+
+
+@pytest.mark.parametrize("counts", ["bounds", "arithmetic", "movement"])
+def test_every_attribute_the_interpreter_counters_patch_is_listed(counts):
+    before = _snapshot()
+    m = Movement([], confine=counts == "bounds", memory=counts != "arithmetic",
+                 arithmetic=counts == "arithmetic", own_prefix="x.")
+    m.install()
+    try:
+        changed = {k for k in set(before) | set(_snapshot()) if before.get(k) is not _snapshot().get(k)}
+    finally:
+        m.restore()
+    assert changed and _snapshot() == before   # restore() undoes every patch, inherited ones included
+    assert {f"{cls}.{attr}" for cls, attr in changed} <= _listed(), sorted(changed)
+
+
+def test_every_attribute_the_launch_record_patches_is_listed():
+    before = _snapshot()
+    recorder = LaunchRecorder(own_prefix="x.")
+    recorder.install()
+    try:
+        changed = {k for k in set(before) | set(_snapshot()) if before.get(k) is not _snapshot().get(k)}
+    finally:
+        for cls, attr in ("JITFunction", "run"), ("InterpretedFunction", "run"):
+            setattr(_owners()[cls], attr, before[cls, attr])
+    assert _snapshot() == before
+    assert changed == {("JITFunction", "run"), ("InterpretedFunction", "run")}
+    assert {f"{cls}.{attr}" for cls, attr in changed} <= _listed()
+
+
+def test_a_hook_whose_signature_changed_is_named():
+    why = fence.problem("triton.runtime.interpreter", "InterpreterBuilder.create_masked_load",
+                        ("ptrs", "mask", "eviction"))
+    have = ", ".join(inspect.signature(__import__("triton").runtime.interpreter.InterpreterBuilder
+                                       .create_masked_load).parameters)
+    assert why.endswith(f"create_masked_load takes ({have}), without eviction"), why
+    assert "has no triton.runtime.interpreter.Nope" in fence.problem("triton.runtime.interpreter", "Nope", None)
+
+
+def test_a_missing_hook_turns_its_check_off_with_the_reason(monkeypatch):
+    entry = ("bounds check", "cpu", "triton.runtime.interpreter", "InterpreterBuilder.create_masked_load_v2", None)
+    monkeypatch.setattr(fence, "PRIVATE", fence.PRIVATE + (entry,))
+    off = fence.probe("cpu")
+    assert set(off) == {"bounds check"} and "create_masked_load_v2" in off["bounds check"]
+    assert fence.probe("cuda") == {}   # a CPU check's hook is no GPU run's concern
+    line = fence.sentence("bounds check", off["bounds check"])
+    assert line.startswith("bounds check off (out-of-bounds loads and stores are not caught") and \
+        f"tested on Triton {fence.tested_on('cpu')}" in line
+
+
+def test_a_worker_that_cannot_install_its_launch_record_says_so(monkeypatch):
+    def broken(self):
+        raise AttributeError("JITFunction has no run")
+    monkeypatch.setattr(LaunchRecorder, "install", broken)
+    _, failed = worker_main._start_checks("submission", "cpu", set())
+    assert failed == {"launch record": "could not be installed: AttributeError: JITFunction has no run"}
+    _, failed = worker_main._start_checks("submission", "cpu", {"launch record"})
+    assert failed == {}   # left off by the harness: nothing to install, nothing to say
+
+
+def test_what_a_worker_says_is_off_reaches_the_report_in_its_words_or_in_none():
+    run = TaskRun("w8a8")
+    harness_run._checks_off(run, {"bounds check": "the interpreter could not be instrumented: X",
+                                  "a made-up check 7 32 72": "anything"}, hidden=False)
+    harness_run._checks_off(run, {"arithmetic count": "M=7 N=32 K=72"}, hidden=True)
+    assert run.checks_off == {"bounds check": "the worker: the interpreter could not be instrumented: X",
+                              "arithmetic count": "the hidden tests' worker could not run it"}
