@@ -69,6 +69,131 @@ def _dds_kernel(
 
 
 @triton.jit
+def _pop_low_bit(bits):
+    """(index of the lowest set bit of ``bits``, ``bits`` without it); bits: int32, not 0.
+
+    The lowest bit alone is a power of two, which float32 holds exactly (bit 31
+    too: -2**31); its exponent field is the index, no count-trailing-zeros
+    instruction needed."""
+    low = bits & -bits
+    return ((low.to(tl.float32).to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, bits ^ low
+
+
+@triton.jit
+def _dds_rows_kernel(
+    x_ptr, values_ptr, crow_ptr, col_ptr, y_ptr, M, N, NB, KB,
+    stride_xm, stride_xk, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, G: tl.constexpr, H: tl.constexpr, STAGES: tl.constexpr,
+):
+    """One [BLOCK_M, G * BLOCK] tile of y: rows pid_m * BLOCK_M.., block rows of group pid_g.
+
+    The program walks the union of its G block rows' columns and loads each
+    union column of x once for all G rows (the one-row kernel gathers it once
+    per row that stores it). The rows form G // H subgroups of H rows, each
+    with its own accumulator: at a union column, a subgroup multiplies (one dot
+    of width H * BLOCK, zeros for the blocks its rows do not store) only if
+    one of its rows stores a block there, and skips the column otherwise. H = 1
+    multiplies stored blocks only; H = G is one wide dot per column, no branch.
+
+    Which row stores which column is derived from crow_indices and col_indices
+    in this call, 32 block columns at a time: one bit mask per row. BSR keeps
+    a row's columns sorted (torch's invariant), so the row's blocks are
+    consumed in order: its next block is at w_ptrs, which advances at each
+    union column the row stores. The loop itself runs on bit arithmetic (no
+    index load in it), so the pipeliner can issue its loads ahead.
+    """
+    pid = tl.program_id(0)
+    num_groups = tl.cdiv(NB, G)
+    pid_g = pid % num_groups
+    pid_m = pid // num_groups
+    SUBS: tl.constexpr = G // H
+    HB: tl.constexpr = H * BLOCK
+    CHUNK: tl.constexpr = 32   # block columns per mask: the bits of an int32
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_k = tl.arange(0, BLOCK)
+    offs_n = tl.arange(0, HB)
+    offs_c = tl.arange(0, CHUNK)
+    x_rows = x_ptr + (offs_m % M)[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    # A subgroup's weight tile [BLOCK (k), HB (n)]: n = 32 h + r is row r of the
+    # block of its row h. values[b] is W_ij as [r, k] row-major, read
+    # transposed (K-major, as the dot wants it).
+    w_tile = (offs_n % BLOCK)[None, :] * BLOCK + offs_k[:, None]
+
+    # Per block row, scalars in tuples of G: where its next stored block
+    # starts (index and address), and where its blocks end.
+    nexts = ()
+    ends = ()
+    w_ptrs = ()
+    for r in tl.static_range(G):
+        row = pid_g * G + r
+        start = tl.load(crow_ptr + row, mask=row < NB, other=0)
+        nexts = nexts + (start.to(tl.int32),)
+        ends = ends + (tl.load(crow_ptr + row + 1, mask=row < NB, other=0).to(tl.int32),)
+        w_ptrs = w_ptrs + (values_ptr + start * (BLOCK * BLOCK),)
+    accs = ()
+    for s in tl.static_range(SUBS):
+        accs = accs + (tl.zeros((BLOCK_M, HB), dtype=tl.float32),)
+
+    for c0 in range(0, KB, CHUNK):
+        # Bit t of a row's mask: the row stores the block at column c0 + t.
+        # With sorted columns, the chunk's blocks of a row are its next ones.
+        bitss = ()
+        union = tl.zeros((), dtype=tl.int32)
+        for r in tl.static_range(G):
+            nxt = nexts[r] + offs_c
+            rel = tl.load(col_ptr + nxt, mask=nxt < ends[r], other=-1).to(tl.int32) - c0
+            inside = (rel >= 0) & (rel < CHUNK)
+            bits = tl.sum(tl.where(inside, 1 << tl.where(inside, rel, 0), 0), axis=0)   # distinct bits: sum = or
+            nexts = nexts[:r] + (nexts[r] + tl.sum(inside.to(tl.int32), axis=0),) + nexts[r + 1:]
+            bitss = bitss + (bits,)
+            union = union | bits
+        count = tl.sum((union >> offs_c) & 1, axis=0)
+
+        rem = union
+        # num_stages on the loop itself: its loads are pipelined although the dots sit in branches.
+        for _ in tl.range(0, count, num_stages=STAGES):
+            j, rem = _pop_low_bit(rem)
+            a = tl.load(x_rows + (c0 + j) * BLOCK * stride_xk)   # x[:, this column]
+            new_ptrs = ()
+            new_accs = ()
+            for s in tl.static_range(SUBS):
+                if H == 1:
+                    stored = (bitss[s] >> j) & 1
+                    w = tl.load(w_ptrs[s] + w_tile, mask=(tl.zeros((BLOCK, HB), dtype=tl.int32) + stored) != 0,
+                                other=0.0)   # (a scalar mask: the interpreter wants a tensor)
+                    new_ptrs = new_ptrs + (w_ptrs[s] + stored * (BLOCK * BLOCK),)
+                    any_row = stored
+                else:
+                    # Each output column's block address and whether it is stored.
+                    w_base = values_ptr + tl.zeros((HB,), dtype=tl.int32)
+                    has = tl.zeros((HB,), dtype=tl.int32)
+                    any_row = 0
+                    for h in tl.static_range(H):
+                        stored = (bitss[s * H + h] >> j) & 1
+                        here = (offs_n >= h * BLOCK) & (offs_n < h * BLOCK + BLOCK)
+                        w_base = tl.where(here, w_ptrs[s * H + h], w_base)
+                        has = tl.where(here, stored, has)
+                        any_row = any_row | stored
+                        new_ptrs = new_ptrs + (w_ptrs[s * H + h] + stored * (BLOCK * BLOCK),)
+                    w = tl.load(w_base[None, :] + w_tile, mask=has[None, :] != 0, other=0.0)
+                acc = accs[s]
+                if SUBS == 1:
+                    acc = tl.dot(a, w, acc)
+                elif any_row != 0:
+                    acc = tl.dot(a, w, acc)
+                new_accs = new_accs + (acc,)
+            w_ptrs = new_ptrs
+            accs = new_accs
+
+    y_rows = y_ptr + offs_m[:, None] * stride_ym
+    for s in tl.static_range(SUBS):
+        offs_y = (pid_g * G + s * H) * BLOCK + offs_n
+        tl.store(y_rows + offs_y[None, :] * stride_yn, accs[s].to(tl.float16),
+                 mask=(offs_m[:, None] < M) & (offs_y[None, :] < N))
+
+
+@triton.jit
 def _densify_kernel(values_ptr, crow_ptr, col_ptr, w_ptr, list_ptr, count_ptr, NB, KB, K,
                     G: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr, ROW_CAP: tl.constexpr,
                     UNION_CHUNK: tl.constexpr):
@@ -172,6 +297,10 @@ CONFIGS = {
     "m128_bps2_s2": triton.Config(dict(BLOCK_M=128, BLOCKS_PER_STEP=2), num_warps=4, num_stages=2),
     "m256_bps1_s2": triton.Config(dict(BLOCK_M=256, BLOCKS_PER_STEP=1), num_warps=4, num_stages=2),
     "m256_g4_steps2_w8_s3": triton.Config(dict(G=4, BLOCK_M=256, STEPS=2), num_warps=8, num_stages=3),
+    "rows_m128_g8_h1_w8_s3": triton.Config(dict(BLOCK_M=128, G=8, H=1), num_warps=8, num_stages=3),
+    "rows_m64_g8_h1_s3": triton.Config(dict(BLOCK_M=64, G=8, H=1), num_warps=4, num_stages=3),
+    "rows_m128_g8_h2_w8_s3": triton.Config(dict(BLOCK_M=128, G=8, H=2), num_warps=8, num_stages=3),
+    "rows_m256_g4_h4_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, H=4), num_warps=8, num_stages=3),
 }
 
 # When set, every call runs this config whatever the shape: the tests force each
@@ -201,6 +330,15 @@ def _launch(x, weight_bsr, cfg: triton.Config) -> torch.Tensor:
     num_block_rows = N // BSR_BLOCK
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     values = weight_bsr.values().contiguous()
+    if "H" in cfg.kwargs:
+        NB, KB = num_block_rows, K // BSR_BLOCK
+        grid = (triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * triton.cdiv(NB, cfg.kwargs["G"]),)
+        _dds_rows_kernel[grid](
+            x, values, weight_bsr.crow_indices(), weight_bsr.col_indices(), y, M, N, NB, KB,
+            x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+            BLOCK=BSR_BLOCK, STAGES=cfg.num_stages, **cfg.kwargs,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        return y
     if "G" in cfg.kwargs:
         _launch_grouped(x, values, weight_bsr.crow_indices(), weight_bsr.col_indices(), y, cfg)
         return y

@@ -292,6 +292,21 @@ def test_dds_grouped_kernel(G, steps, force, launches):
     assert (out == 0).all() and len(seen) == 4
 
 
+@pytest.mark.parametrize("G,H", [(1, 1), (4, 1), (4, 2), (4, 4), (8, 2)])
+def test_dds_rows_kernel(G, H, force, launches):
+    # The union walk with G block rows per program in subgroups of H: a partial
+    # last group (5 block rows), empty rows, K of 37 block columns (two chunks of
+    # the per-row bit masks, the second short), bit 31 of a mask (full rows),
+    # int32 indices, an all-empty weight.
+    force("dds", triton.Config(dict(BLOCK_M=16, G=G, H=H), num_warps=4, num_stages=2))
+    seen = launches(dds_solution._dds_rows_kernel)
+    _run("dds", (35, 32 * 5, 32 * 37), density=0.3, empty_rows=1)
+    _run("dds", (17, 32 * 5, 32 * 37), density=1.0, index_dtype="int32")
+    _run("dds", (33, 32 * 3, 32 * 6), density=0.6)
+    _, out = _run("dds", (5, 64, 64), density=0.0)
+    assert (out == 0).all() and len(seen) == 4 and all(k["G"] == G and k["H"] == H for k in seen)
+
+
 # ------------------------------------------------------------------ bad inputs
 
 BAD_INPUTS = [
