@@ -2,23 +2,35 @@
 
     y[m, 32i + r] = sum over stored blocks (i, j) of  x[m, 32j : 32j+32] . W_ij[r, :]
 
-Block row i of W holds output channels 32i..32i+31, so one program computes
-the [BLOCK_M, 32] tile of y for one block row: it walks that row's stored
-blocks (crow_indices[i] .. crow_indices[i+1]) and for each one gathers the 32
-matching columns of x. Zero blocks cost nothing, an empty block row writes
-zeros. Programs are ordered block-row fastest, so all block rows for one tile
-of x run at about the same time and read it from L2, not from memory.
+Block row i of W holds output channels 32i..32i+31. The simplest kernel
+(_dds_kernel) computes the [BLOCK_M, 32] tile of y of one block row per
+program: it walks that row's stored blocks (crow_indices[i] ..
+crow_indices[i+1]) and for each one gathers the 32 matching columns of x.
+Zero blocks cost nothing, an empty block row writes zeros. Programs are
+ordered block-row fastest, so all block rows for one tile of x run at about
+the same time and read it from L2, not from memory.
 
-A 32-wide output tile gives the tensor cores little work per load. For dense
-enough weights at large M, a program instead owns G block rows ([BLOCK_M, 32 G]
-of y) and walks the union of their block columns, reading a block that one of
-its rows does not store as zeros: that wastes multiply work on the missing
-blocks but makes every dot G times wider. A first pass writes the weight as a
-dense [N, K] copy (zero blocks included) and each group's union column list,
-so the GEMM reads both operands at the same gathered columns.
+That kernel reads each column of x from L2 once per block row that stores
+it: at 25 % density, 8 times x for N = 1024, which is more traffic than a
+dense GEMM moves, so it is no faster than dense. The union-walk kernel
+(_dds_rows_kernel) gives a program G block rows ([BLOCK_M, 32 G] of y): it
+walks the union of their block columns and loads each column of x once for
+all G rows; per row, a dot runs only where the row stores a block (a branch),
+so no multiply work is wasted. The rows' stored blocks are tracked with one
+32-bit mask per row and chunk of 32 block columns, built from crow_indices
+and col_indices in the same call: the loop runs on bit arithmetic, with no
+index load that the pipeliner would have to wait for. With H rows per dot
+(H = G: one wide dot per column, zeros where a row stores nothing) the same
+kernel is a GEMM over the union densified: for dense weights, where the
+branch-free loop lets the tensor cores run ahead.
+
+The third path (_densify_kernel, then _grouped_kernel) is that GEMM over a
+densified copy of the weight written by a first pass: two launches.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -70,26 +82,29 @@ def _dds_kernel(
 
 @triton.jit
 def _pop_low_bit(bits):
-    """(index of the lowest set bit of ``bits``, ``bits`` without it); bits: int32, not 0.
+    """(index of the lowest set bit of ``bits``, that bit alone, ``bits`` without it); int32, not 0.
 
     The lowest bit alone is a power of two, which float32 holds exactly (bit 31
     too: -2**31); its exponent field is the index, no count-trailing-zeros
     instruction needed."""
     low = bits & -bits
-    return ((low.to(tl.float32).to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, bits ^ low
+    return ((low.to(tl.float32).to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, low, bits ^ low
 
 
 @triton.jit
 def _dds_rows_kernel(
-    x_ptr, values_ptr, crow_ptr, col_ptr, y_ptr, M, N, NB, KB,
+    x_ptr, values_ptr, crow_ptr, col_ptr, y_ptr, M, N, NB, KB, num_tile_programs,
     stride_xm, stride_xk, stride_ym, stride_yn,
-    BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, G: tl.constexpr, H: tl.constexpr, STAGES: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, G: tl.constexpr, H: tl.constexpr, UNROLL: tl.constexpr,
+    CTAS: tl.constexpr, STAGES: tl.constexpr,
 ):
-    """One [BLOCK_M, G * BLOCK] tile of y: rows pid_m * BLOCK_M.., block rows of group pid_g.
+    """[BLOCK_M, G * BLOCK] tiles of y: block rows of group pid_g, row tiles pid_t, pid_t + num_tile_programs, ...
 
     The program walks the union of its G block rows' columns and loads each
     union column of x once for all G rows (the one-row kernel gathers it once
-    per row that stores it). The rows form G // H subgroups of H rows, each
+    per row that stores it): at 25 % density and G = 4, 0.68 x (N / 32) / 4
+    reads of x instead of 0.25 x (N / 32), about 30 % less L2 traffic with
+    BLOCK_M = 256 (measured: see docs/performance.md). The rows form G // H subgroups of H rows, each
     with its own accumulator: at a union column, a subgroup multiplies (one dot
     of width H * BLOCK, zeros for the blocks its rows do not store) only if
     one of its rows stores a block there, and skips the column otherwise. H = 1
@@ -98,99 +113,113 @@ def _dds_rows_kernel(
     Which row stores which column is derived from crow_indices and col_indices
     in this call, 32 block columns at a time: one bit mask per row. BSR keeps
     a row's columns sorted (torch's invariant), so the row's blocks are
-    consumed in order: its next block is at w_ptrs, which advances at each
+    consumed in order: its next block is at w_offs, which advances at each
     union column the row stores. The loop itself runs on bit arithmetic (no
     index load in it), so the pipeliner can issue its loads ahead.
+
+    CTAS > 0: a persistent grid (about CTAS programs per SM), where a program
+    takes several row tiles of the same group, one after the other: the
+    group's weight blocks (read as 8-byte copies, which stay in L1) then come
+    from L1 after the first tile instead of from L2 each time; CTAS = 0: one
+    row tile per program.
+    Element offsets into values are int32 (the launcher keeps this kernel to
+    weights under 2**31 elements).
     """
     pid = tl.program_id(0)
     num_groups = tl.cdiv(NB, G)
     pid_g = pid % num_groups
-    pid_m = pid // num_groups
+    pid_t = pid // num_groups
     SUBS: tl.constexpr = G // H
     HB: tl.constexpr = H * BLOCK
     CHUNK: tl.constexpr = 32   # block columns per mask: the bits of an int32
 
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK)
     offs_n = tl.arange(0, HB)
     offs_c = tl.arange(0, CHUNK)
-    x_rows = x_ptr + (offs_m % M)[:, None] * stride_xm + offs_k[None, :] * stride_xk
     # A subgroup's weight tile [BLOCK (k), HB (n)]: n = 32 h + r is row r of the
     # block of its row h. values[b] is W_ij as [r, k] row-major, read
     # transposed (K-major, as the dot wants it).
     w_tile = (offs_n % BLOCK)[None, :] * BLOCK + offs_k[:, None]
 
-    # Per block row, scalars in tuples of G: where its next stored block
-    # starts (index and address), and where its blocks end.
-    nexts = ()
-    ends = ()
-    w_ptrs = ()
-    for r in tl.static_range(G):
-        row = pid_g * G + r
-        start = tl.load(crow_ptr + row, mask=row < NB, other=0)
-        nexts = nexts + (start.to(tl.int32),)
-        ends = ends + (tl.load(crow_ptr + row + 1, mask=row < NB, other=0).to(tl.int32),)
-        w_ptrs = w_ptrs + (values_ptr + start * (BLOCK * BLOCK),)
-    accs = ()
-    for s in tl.static_range(SUBS):
-        accs = accs + (tl.zeros((BLOCK_M, HB), dtype=tl.float32),)
+    for pid_m in range(pid_t, tl.cdiv(M, BLOCK_M) if CTAS > 0 else pid_t + 1, num_tile_programs):
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        x_rows = x_ptr + (offs_m % M)[:, None] * stride_xm + offs_k[None, :] * stride_xk
 
-    for c0 in range(0, KB, CHUNK):
-        # Bit t of a row's mask: the row stores the block at column c0 + t.
-        # With sorted columns, the chunk's blocks of a row are its next ones.
-        bitss = ()
-        union = tl.zeros((), dtype=tl.int32)
+        # Per block row, scalars in tuples of G: its next stored block (index,
+        # and offset of its elements in values), the end of its blocks.
+        nexts = ()
+        ends = ()
+        w_offs = ()
         for r in tl.static_range(G):
-            nxt = nexts[r] + offs_c
-            rel = tl.load(col_ptr + nxt, mask=nxt < ends[r], other=-1).to(tl.int32) - c0
-            inside = (rel >= 0) & (rel < CHUNK)
-            bits = tl.sum(tl.where(inside, 1 << tl.where(inside, rel, 0), 0), axis=0)   # distinct bits: sum = or
-            nexts = nexts[:r] + (nexts[r] + tl.sum(inside.to(tl.int32), axis=0),) + nexts[r + 1:]
-            bitss = bitss + (bits,)
-            union = union | bits
-        count = tl.sum((union >> offs_c) & 1, axis=0)
+            row = pid_g * G + r
+            start = tl.load(crow_ptr + row, mask=row < NB, other=0).to(tl.int32)
+            nexts = nexts + (start,)
+            ends = ends + (tl.load(crow_ptr + row + 1, mask=row < NB, other=0).to(tl.int32),)
+            w_offs = w_offs + (start * (BLOCK * BLOCK),)
+        accs = ()
+        for s in tl.static_range(SUBS):
+            accs = accs + (tl.zeros((BLOCK_M, HB), dtype=tl.float32),)
 
-        rem = union
-        # num_stages on the loop itself: its loads are pipelined although the dots sit in branches.
-        for _ in tl.range(0, count, num_stages=STAGES):
-            j, rem = _pop_low_bit(rem)
-            a = tl.load(x_rows + (c0 + j) * BLOCK * stride_xk)   # x[:, this column]
-            new_ptrs = ()
-            new_accs = ()
-            for s in tl.static_range(SUBS):
-                if H == 1:
-                    stored = (bitss[s] >> j) & 1
-                    w = tl.load(w_ptrs[s] + w_tile, mask=(tl.zeros((BLOCK, HB), dtype=tl.int32) + stored) != 0,
-                                other=0.0)   # (a scalar mask: the interpreter wants a tensor)
-                    new_ptrs = new_ptrs + (w_ptrs[s] + stored * (BLOCK * BLOCK),)
-                    any_row = stored
-                else:
-                    # Each output column's block address and whether it is stored.
-                    w_base = values_ptr + tl.zeros((HB,), dtype=tl.int32)
-                    has = tl.zeros((HB,), dtype=tl.int32)
-                    any_row = 0
-                    for h in tl.static_range(H):
-                        stored = (bitss[s * H + h] >> j) & 1
-                        here = (offs_n >= h * BLOCK) & (offs_n < h * BLOCK + BLOCK)
-                        w_base = tl.where(here, w_ptrs[s * H + h], w_base)
-                        has = tl.where(here, stored, has)
-                        any_row = any_row | stored
-                        new_ptrs = new_ptrs + (w_ptrs[s * H + h] + stored * (BLOCK * BLOCK),)
-                    w = tl.load(w_base[None, :] + w_tile, mask=has[None, :] != 0, other=0.0)
-                acc = accs[s]
-                if SUBS == 1:
-                    acc = tl.dot(a, w, acc)
-                elif any_row != 0:
-                    acc = tl.dot(a, w, acc)
-                new_accs = new_accs + (acc,)
-            w_ptrs = new_ptrs
-            accs = new_accs
+        for c0 in range(0, KB, CHUNK):
+            # Bit t of a row's mask: the row stores the block at column c0 + t.
+            # With sorted columns, the chunk's blocks of a row are its next ones.
+            bitss = ()
+            union = tl.zeros((), dtype=tl.int32)
+            for r in tl.static_range(G):
+                nxt = nexts[r] + offs_c
+                rel = tl.load(col_ptr + nxt, mask=nxt < ends[r], other=-1).to(tl.int32) - c0
+                inside = (rel >= 0) & (rel < CHUNK)
+                bits = tl.sum(tl.where(inside, 1 << tl.where(inside, rel, 0), 0), axis=0)   # distinct: sum = or
+                nexts = nexts[:r] + (nexts[r] + tl.sum(inside.to(tl.int32), axis=0),) + nexts[r + 1:]
+                bitss = bitss + (bits,)
+                union = union | bits
+            count = tl.sum((union >> offs_c) & 1, axis=0)
 
-    y_rows = y_ptr + offs_m[:, None] * stride_ym
-    for s in tl.static_range(SUBS):
-        offs_y = (pid_g * G + s * H) * BLOCK + offs_n
-        tl.store(y_rows + offs_y[None, :] * stride_yn, accs[s].to(tl.float16),
-                 mask=(offs_m[:, None] < M) & (offs_y[None, :] < N))
+            rem = union
+            # num_stages on the loop itself: without it the pipeliner leaves the
+            # loads alone when the dots sit in branches (H < G), and every step
+            # waits for its own loads (checked in the sm_90 TTGIR: plain loads,
+            # no cp.async; with it, cp.async into 3-4 stage buffers). UNROLL
+            # union columns per iteration share its loop overhead.
+            for _ in tl.range(0, count, UNROLL, num_stages=STAGES):
+                for u in tl.static_range(UNROLL):
+                    # Past the last union column (odd count, UNROLL = 2): low = 0, so no row
+                    # stores it and nothing is added; x is read at column c0 (in bounds).
+                    j, low, rem = _pop_low_bit(rem)
+                    a = tl.load(x_rows + (c0 + tl.maximum(j, 0)) * BLOCK * stride_xk)   # x[:, this column]
+                    new_offs = ()
+                    new_accs = ()
+                    for s in tl.static_range(SUBS):
+                        # Per output column of the subgroup's tile: the offset of its row's
+                        # next block, and 1 if that row stores this column (mask bit test).
+                        w_off = tl.zeros((HB,), dtype=tl.int32)
+                        has = tl.zeros((HB,), dtype=tl.int32)
+                        any_row = 0
+                        for h in tl.static_range(H):
+                            stored = ((bitss[s * H + h] & low) != 0).to(tl.int32)
+                            if H == 1:
+                                w_off += w_offs[s]
+                                has += stored
+                            else:
+                                w_off = tl.where(offs_n // BLOCK == h, w_offs[s * H + h], w_off)
+                                has = tl.where(offs_n // BLOCK == h, stored, has)
+                            any_row = any_row | stored
+                            new_offs = new_offs + (w_offs[s * H + h] + stored * (BLOCK * BLOCK),)
+                        w = tl.load(values_ptr + (w_off[None, :] + w_tile), mask=has[None, :] != 0, other=0.0)
+                        acc = accs[s]
+                        if SUBS == 1:   # no branch: the wgmma of one step overlaps the next step
+                            acc = tl.dot(a, w, acc)
+                        elif any_row != 0:   # a synchronous wgmma, on blocks that are stored
+                            acc = tl.dot(a, w, acc)
+                        new_accs = new_accs + (acc,)
+                    w_offs = new_offs
+                    accs = new_accs
+
+        y_rows = y_ptr + offs_m[:, None] * stride_ym
+        for s in tl.static_range(SUBS):
+            offs_y = (pid_g * G + s * H) * BLOCK + offs_n
+            tl.store(y_rows + offs_y[None, :] * stride_yn, accs[s].to(tl.float16),
+                     mask=(offs_m[:, None] < M) & (offs_y[None, :] < N))
 
 
 @triton.jit
@@ -285,22 +314,61 @@ def _grouped_kernel(
 
 
 # The tile choices, as data: each config holds one kernel's constexprs plus
-# num_warps and num_stages. BLOCKS_PER_STEP: _dds_kernel, one block row per
-# program; G and STEPS: _densify_kernel then _grouped_kernel, G block rows per
-# program. Names read BLOCK_M, then blocks per step (bps) or the group width (g)
-# and union columns per step (steps), warps (w, when not 4) and stages (s).
-# _select_config picks one per problem; `python -m bench.sweep dds` times them
-# all on given shapes (MAINTAINING.md, "Retuning a kernel").
+# num_warps and num_stages, and the constexprs say which kernel runs:
+# BLOCKS_PER_STEP: _dds_kernel (one block row per program); H: _dds_rows_kernel
+# (G block rows per program, subgroups of H); STEPS: _densify_kernel then
+# _grouped_kernel. Names read BLOCK_M, then blocks per step (bps), or the group
+# (g), subgroup (h) and union columns per step (u, when not 1), or union columns
+# per step of the grouped kernel (steps); warps (w, when not 4), stages (s),
+# persistent programs per SM (p). _select_config picks one per problem;
+# `python -m bench.sweep dds` times them all (MAINTAINING.md, "Retuning a
+# kernel"). The space stays under the compile check's 30 variants
+# (tests/test_compile_check.py); the grouped config compiles two kernels.
 CONFIGS = {
+    # _dds_kernel. Small M: few rows, so a program's time is its chain of
+    # dependent loads (crow, col, then x and W); more blocks per step make the
+    # chain shorter. Large M at low density: the rows share few columns.
+    "m16_bps4_s2": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=4), num_warps=4, num_stages=2),
+    "m16_bps8_s2": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=8), num_warps=4, num_stages=2),
+    "m16_bps16_s1": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=16), num_warps=4, num_stages=1),
     "m32_bps4_s3": triton.Config(dict(BLOCK_M=32, BLOCKS_PER_STEP=4), num_warps=4, num_stages=3),
+    "m32_bps8_s2": triton.Config(dict(BLOCK_M=32, BLOCKS_PER_STEP=8), num_warps=4, num_stages=2),
     "m64_bps4_s2": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=4), num_warps=4, num_stages=2),
+    "m64_bps8_s2": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=8), num_warps=4, num_stages=2),
     "m128_bps2_s2": triton.Config(dict(BLOCK_M=128, BLOCKS_PER_STEP=2), num_warps=4, num_stages=2),
     "m256_bps1_s2": triton.Config(dict(BLOCK_M=256, BLOCKS_PER_STEP=1), num_warps=4, num_stages=2),
+    "m256_bps1_s4": triton.Config(dict(BLOCK_M=256, BLOCKS_PER_STEP=1), num_warps=4, num_stages=4),
+    # _dds_rows_kernel, H = 1: x read once per union column for G rows, dots
+    # on stored blocks only. The accumulators (G x [BLOCK_M, 32] fp32) bound
+    # BLOCK_M x G at 128 x warps (128 registers a thread).
+    "rows_m128_g4_h1_s3": triton.Config(dict(BLOCK_M=128, G=4, H=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    "rows_m128_g4_h1_s3_p2": triton.Config(dict(BLOCK_M=128, G=4, H=1, UNROLL=1, CTAS=2), num_warps=4, num_stages=3),
+    "rows_m256_g4_h1_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, H=1, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
+    "rows_m256_g4_h1_w8_s4": triton.Config(dict(BLOCK_M=256, G=4, H=1, UNROLL=1, CTAS=0), num_warps=8, num_stages=4),
+    "rows_m256_g4_h1_w8_s3_p1": triton.Config(dict(BLOCK_M=256, G=4, H=1, UNROLL=1, CTAS=1), num_warps=8,
+                                              num_stages=3),
+    "rows_m256_g4_h1_u2_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, H=1, UNROLL=2, CTAS=0), num_warps=8,
+                                              num_stages=3),
+    "rows_m128_g8_h1_w8_s3": triton.Config(dict(BLOCK_M=128, G=8, H=1, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
+    "rows_m128_g8_h1_w8_s3_p1": triton.Config(dict(BLOCK_M=128, G=8, H=1, UNROLL=1, CTAS=1), num_warps=8,
+                                              num_stages=3),
+    "rows_m64_g8_h1_s3": triton.Config(dict(BLOCK_M=64, G=8, H=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    # H = 2: dots twice as wide on pairs of rows, fewer branches (half density and up).
+    "rows_m128_g8_h2_w8_s3": triton.Config(dict(BLOCK_M=128, G=8, H=2, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
+    "rows_m256_g4_h2_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, H=2, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
+    # H = G: the union densified, one wide dot per column, no branch, so the
+    # wgmma runs asynchronously across steps (dense weights).
+    "rows_m128_g4_h4_s3": triton.Config(dict(BLOCK_M=128, G=4, H=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    "rows_m256_g4_h4_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, H=4, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
+    "rows_m256_g4_h4_u2_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, H=4, UNROLL=2, CTAS=0), num_warps=8,
+                                              num_stages=3),
+    "rows_m256_g4_h4_u2_w8_s3_p1": triton.Config(dict(BLOCK_M=256, G=4, H=4, UNROLL=2, CTAS=1), num_warps=8,
+                                                 num_stages=3),
+    "rows_m128_g8_h8_u2_w8_s3": triton.Config(dict(BLOCK_M=128, G=8, H=8, UNROLL=2, CTAS=0), num_warps=8,
+                                              num_stages=3),
+    # _densify_kernel + _grouped_kernel: the union as a GEMM over a densified copy
+    # of the weight (two launches; the H = G configs do the same in one).
     "m256_g4_steps2_w8_s3": triton.Config(dict(G=4, BLOCK_M=256, STEPS=2), num_warps=8, num_stages=3),
-    "rows_m128_g8_h1_w8_s3": triton.Config(dict(BLOCK_M=128, G=8, H=1), num_warps=8, num_stages=3),
-    "rows_m64_g8_h1_s3": triton.Config(dict(BLOCK_M=64, G=8, H=1), num_warps=4, num_stages=3),
-    "rows_m128_g8_h2_w8_s3": triton.Config(dict(BLOCK_M=128, G=8, H=2), num_warps=8, num_stages=3),
-    "rows_m256_g4_h4_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, H=4), num_warps=8, num_stages=3),
 }
 
 # When set, every call runs this config whatever the shape: the tests force each
@@ -309,19 +377,34 @@ FORCE_CONFIG: triton.Config | None = None
 
 
 def _select_config(M: int, N: int, K: int, nnz_blocks: int) -> str:
-    """The name of the config for one problem; measured on H100/H200 (docs/performance.md)."""
+    """The name of the config for one problem (docs/performance.md has the measurements).
+
+    Predicted from the kernels' structure, before their GPU sweep: small M
+    is a chain of dependent loads (one-row kernel, several blocks per step);
+    at large M the one-row kernel reads x from L2 once per stored block, so
+    from about 10 % density the union walk of 4 block rows, which reads it
+    once per union column, is expected to win; dense weights want the
+    branch-free union GEMM.
+    """
     density = nnz_blocks / max(1, (N // BSR_BLOCK) * (K // BSR_BLOCK))
-    # The union of 4 block rows is nearly full: wider tiles win. (The grouped
-    # kernel holds a group's union list, up to K / 32 entries, in registers.)
-    if M >= 4096 and density > 0.4 and K <= 16384:
-        return "m256_g4_steps2_w8_s3"
     if M <= 16:
+        return "m16_bps4_s2" if density <= 0.1 else "m16_bps8_s2"
+    if M <= 64:
         return "m32_bps4_s3"
     if M <= 256:
-        return "m64_bps4_s2"
-    if M <= 8192:
-        return "m128_bps2_s2"
-    return "m256_bps1_s2"
+        return "m64_bps4_s2" if density <= 0.1 else "m64_bps8_s2"
+    if M < 2048 or density <= 0.1:
+        return "m128_bps2_s2" if M <= 8192 else "m256_bps1_s2"
+    if density <= 0.6:
+        return "rows_m256_g4_h1_w8_s3" if M < 16384 else "rows_m256_g4_h1_w8_s3_p1"
+    return "rows_m256_g4_h4_u2_w8_s3"
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 2   # the interpreter: few programs, each taking several row tiles
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _launch(x, weight_bsr, cfg: triton.Config) -> torch.Tensor:
@@ -330,15 +413,18 @@ def _launch(x, weight_bsr, cfg: triton.Config) -> torch.Tensor:
     num_block_rows = N // BSR_BLOCK
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     values = weight_bsr.values().contiguous()
-    if "H" in cfg.kwargs:
-        NB, KB = num_block_rows, K // BSR_BLOCK
-        grid = (triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * triton.cdiv(NB, cfg.kwargs["G"]),)
-        _dds_rows_kernel[grid](
-            x, values, weight_bsr.crow_indices(), weight_bsr.col_indices(), y, M, N, NB, KB,
-            x.stride(0), x.stride(1), y.stride(0), y.stride(1),
-            BLOCK=BSR_BLOCK, STAGES=cfg.num_stages, **cfg.kwargs,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if "H" in cfg.kwargs and values.numel() < 2**31:   # (int32 offsets into values)
+        meta = cfg.kwargs
+        tiles, groups = triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(num_block_rows, meta["G"])
+        # CTAS > 0: persistent, about CTAS programs per SM in all, each taking its group's row tiles in turn.
+        tile_programs = min(tiles, triton.cdiv(meta["CTAS"] * _num_sms(x.device), groups)) if meta["CTAS"] else tiles
+        _dds_rows_kernel[(tile_programs * groups,)](
+            x, values, weight_bsr.crow_indices(), weight_bsr.col_indices(), y, M, N, num_block_rows,
+            K // BSR_BLOCK, tile_programs, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+            BLOCK=BSR_BLOCK, STAGES=cfg.num_stages, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return y
+    if "H" in cfg.kwargs:   # a weight of 2**31 elements or more: not for the rows kernel's int32 offsets
+        cfg = CONFIGS[_select_config(M, N, K, 0)]
     if "G" in cfg.kwargs:
         _launch_grouped(x, values, weight_bsr.crow_indices(), weight_bsr.col_indices(), y, cfg)
         return y

@@ -292,19 +292,22 @@ def test_dds_grouped_kernel(G, steps, force, launches):
     assert (out == 0).all() and len(seen) == 4
 
 
-@pytest.mark.parametrize("G,H", [(1, 1), (4, 1), (4, 2), (4, 4), (8, 2)])
-def test_dds_rows_kernel(G, H, force, launches):
+@pytest.mark.parametrize("G,H,unroll,ctas", [(1, 1, 1, 0), (4, 1, 1, 0), (4, 2, 2, 0), (4, 4, 2, 1), (8, 2, 1, 1)])
+def test_dds_rows_kernel(G, H, unroll, ctas, force, launches):
     # The union walk with G block rows per program in subgroups of H: a partial
-    # last group (5 block rows), empty rows, K of 37 block columns (two chunks of
+    # last group (5 block rows), empty rows, K of 33-34 block columns (two chunks of
     # the per-row bit masks, the second short), bit 31 of a mask (full rows),
-    # int32 indices, an all-empty weight.
-    force("dds", triton.Config(dict(BLOCK_M=16, G=G, H=H), num_warps=4, num_stages=2))
+    # odd union lengths with 2 columns per step, int32 indices, an all-empty
+    # weight; ctas > 0: a persistent grid, each program taking several row tiles.
+    force("dds", triton.Config(dict(BLOCK_M=16, G=G, H=H, UNROLL=unroll, CTAS=ctas), num_warps=4, num_stages=2))
     seen = launches(dds_solution._dds_rows_kernel)
-    _run("dds", (35, 32 * 5, 32 * 37), density=0.3, empty_rows=1)
-    _run("dds", (17, 32 * 5, 32 * 37), density=1.0, index_dtype="int32")
-    _run("dds", (33, 32 * 3, 32 * 6), density=0.6)
+    _run("dds", (35, 32 * 5, 32 * 34), density=0.3, empty_rows=1)
+    _run("dds", (17, 32 * 3, 32 * 33), density=1.0, index_dtype="int32")
+    _run("dds", (33, 32 * 3, 32 * 7), density=0.6)
     _, out = _run("dds", (5, 64, 64), density=0.0)
     assert (out == 0).all() and len(seen) == 4 and all(k["G"] == G and k["H"] == H for k in seen)
+    groups = -(-5 // G)   # the first call: 3 row tiles of 16, 5 block rows; the interpreter counts 2 SMs
+    assert seen[0]["grid"] == ((min(3, -(-2 * ctas // groups)) if ctas else 3) * groups,)
 
 
 # ------------------------------------------------------------------ bad inputs
