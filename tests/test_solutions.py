@@ -310,6 +310,19 @@ def test_dds_rows_kernel(G, H, unroll, ctas, force, launches):
     assert seen[0]["grid"] == ((min(3, -(-2 * ctas // groups)) if ctas else 3) * groups,)
 
 
+@pytest.mark.filterwarnings("ignore:Sparse BSR tensor support is in beta")
+def test_dds_rows_kernel_relies_on_a_bsr_invariant():
+    # The union walk consumes a row's blocks in column order: torch's BSR
+    # format requires sorted, distinct columns within a row (and builds them so).
+    values = torch.zeros(2, 32, 32, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="sorted and distinct"):
+        torch.sparse_bsr_tensor(torch.tensor([0, 2]), torch.tensor([1, 0]), values, size=(32, 64),
+                                check_invariants=True)
+    bsr = torch.zeros(64, 32 * 40, dtype=torch.float16).index_fill_(1, torch.arange(0, 32 * 40, 7), 1.0)
+    cols = bsr.to_sparse_bsr((32, 32)).col_indices()
+    assert torch.equal(cols[:40], torch.arange(40))
+
+
 # ------------------------------------------------------------------ bad inputs
 
 BAD_INPUTS = [
