@@ -82,11 +82,11 @@ def _dds_kernel(
 
 @triton.jit
 def _pop_low_bit(bits):
-    """(index of the lowest set bit of ``bits``, that bit alone, ``bits`` without it); int32, not 0.
+    """(index of the lowest set bit of ``bits``, that bit alone, ``bits`` without it); int32.
 
     The lowest bit alone is a power of two, which float32 holds exactly (bit 31
     too: -2**31); its exponent field is the index, no count-trailing-zeros
-    instruction needed."""
+    instruction needed. bits = 0 gives (-127, 0, 0)."""
     low = bits & -bits
     return ((low.to(tl.float32).to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, low, bits ^ low
 
