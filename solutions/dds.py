@@ -95,20 +95,16 @@ def _pop_low_bit(bits):
 def _dds_rows_kernel(
     x_ptr, values_ptr, crow_ptr, col_ptr, y_ptr, M, N, NB, KB, num_tile_programs,
     stride_xm, stride_xk, stride_ym, stride_yn,
-    BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, G: tl.constexpr, H: tl.constexpr, UNROLL: tl.constexpr,
-    CTAS: tl.constexpr, STAGES: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, G: tl.constexpr, UNROLL: tl.constexpr, CTAS: tl.constexpr,
 ):
     """[BLOCK_M, G * BLOCK] tiles of y: block rows of group pid_g, row tiles pid_t, pid_t + num_tile_programs, ...
 
     The program walks the union of its G block rows' columns and loads each
     union column of x once for all G rows (the one-row kernel gathers it once
-    per row that stores it): at 25 % density and G = 4, 0.68 x (N / 32) / 4
-    reads of x instead of 0.25 x (N / 32), about 30 % less L2 traffic with
-    BLOCK_M = 256 (measured: see docs/performance.md). The rows form G // H subgroups of H rows, each
-    with its own accumulator: at a union column, a subgroup multiplies (one dot
-    of width H * BLOCK, zeros for the blocks its rows do not store) only if
-    one of its rows stores a block there, and skips the column otherwise. H = 1
-    multiplies stored blocks only; H = G is one wide dot per column, no branch.
+    per row that stores it). At each union column one dot of width G * BLOCK
+    multiplies the rows' blocks, zeros for the rows that store none there:
+    the union densified, with no branch in the loop (see the note on branches
+    below). G = 1 walks one row's own blocks: no zero block at all.
 
     Which row stores which column is derived from crow_indices and col_indices
     in this call, 32 block columns at a time: one bit mask per row. BSR keeps
@@ -118,28 +114,36 @@ def _dds_rows_kernel(
     index load in it), so the pipeliner can issue its loads ahead.
 
     CTAS > 0: a persistent grid (about CTAS programs per SM), where a program
-    takes several row tiles of the same group, one after the other: the
-    group's weight blocks (read as 8-byte copies, which stay in L1) then come
-    from L1 after the first tile instead of from L2 each time; CTAS = 0: one
-    row tile per program.
+    takes several row tiles of the same group, one after the other; CTAS = 0:
+    one row tile per program.
     Element offsets into values are int32 (the launcher keeps this kernel to
     weights under 2**31 elements).
+
+    No branch around the dot: a version with one accumulator per row and its
+    dot under `if the row stores this column` (no multiply on zero blocks)
+    was miscompiled on the GPU (Triton 3.6, whose bundled ptxas is CUDA
+    12.8): with 4 warps, the wgmma descriptors of x that the first row's
+    branch computed were reused by the later rows' branches, which that
+    branch does not dominate; when the first row skipped a column the other
+    rows multiplied stale shared memory (wrong values) or an address outside
+    it (illegal memory access). With 8 warps it was right, and slower than
+    this branch-free loop in every case timed (docs/performance.md).
     """
     pid = tl.program_id(0)
     num_groups = tl.cdiv(NB, G)
     pid_g = pid % num_groups
     pid_t = pid // num_groups
-    SUBS: tl.constexpr = G // H
-    HB: tl.constexpr = H * BLOCK
+    GB: tl.constexpr = G * BLOCK
     CHUNK: tl.constexpr = 32   # block columns per mask: the bits of an int32
 
     offs_k = tl.arange(0, BLOCK)
-    offs_n = tl.arange(0, HB)
+    offs_n = tl.arange(0, GB)
     offs_c = tl.arange(0, CHUNK)
-    # A subgroup's weight tile [BLOCK (k), HB (n)]: n = 32 h + r is row r of the
-    # block of its row h. values[b] is W_ij as [r, k] row-major, read
-    # transposed (K-major, as the dot wants it).
+    # The weight tile [BLOCK (k), GB (n)]: n = 32 r + i is row i of the block of
+    # the group's row r. values[b] is W_ij as [i, k] row-major, read transposed
+    # (K-major, as the dot wants it).
     w_tile = (offs_n % BLOCK)[None, :] * BLOCK + offs_k[:, None]
+    row_of_n = offs_n // BLOCK
 
     for pid_m in range(pid_t, tl.cdiv(M, BLOCK_M) if CTAS > 0 else pid_t + 1, num_tile_programs):
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -156,9 +160,7 @@ def _dds_rows_kernel(
             nexts = nexts + (start,)
             ends = ends + (tl.load(crow_ptr + row + 1, mask=row < NB, other=0).to(tl.int32),)
             w_offs = w_offs + (start * (BLOCK * BLOCK),)
-        accs = ()
-        for s in tl.static_range(SUBS):
-            accs = accs + (tl.zeros((BLOCK_M, HB), dtype=tl.float32),)
+        acc = tl.zeros((BLOCK_M, GB), dtype=tl.float32)
 
         for c0 in range(0, KB, CHUNK):
             # Bit t of a row's mask: the row stores the block at column c0 + t.
@@ -176,50 +178,30 @@ def _dds_rows_kernel(
             count = tl.sum((union >> offs_c) & 1, axis=0)
 
             rem = union
-            # num_stages on the loop itself: without it the pipeliner leaves the
-            # loads alone when the dots sit in branches (H < G), and every step
-            # waits for its own loads (checked in the sm_90 TTGIR: plain loads,
-            # no cp.async; with it, cp.async into 3-4 stage buffers). UNROLL
-            # union columns per iteration share its loop overhead.
-            for _ in tl.range(0, count, UNROLL, num_stages=STAGES):
+            # UNROLL union columns per iteration share its loop overhead.
+            for _ in range(0, count, UNROLL):
                 for u in tl.static_range(UNROLL):
                     # Past the last union column (odd count, UNROLL = 2): low = 0, so no row
-                    # stores it and nothing is added; x is read at column c0 (in bounds).
+                    # stores it and its weight tile is zeros; x is read at column c0 (in bounds).
                     j, low, rem = _pop_low_bit(rem)
                     a = tl.load(x_rows + (c0 + tl.maximum(j, 0)) * BLOCK * stride_xk)   # x[:, this column]
+                    # Per output column of the tile: the offset of its row's next block,
+                    # and 1 if that row stores this column (mask bit test).
+                    w_off = tl.zeros((GB,), dtype=tl.int32)
+                    has = tl.zeros((GB,), dtype=tl.int32)
                     new_offs = ()
-                    new_accs = ()
-                    for s in tl.static_range(SUBS):
-                        # Per output column of the subgroup's tile: the offset of its row's
-                        # next block, and 1 if that row stores this column (mask bit test).
-                        w_off = tl.zeros((HB,), dtype=tl.int32)
-                        has = tl.zeros((HB,), dtype=tl.int32)
-                        any_row = 0
-                        for h in tl.static_range(H):
-                            stored = ((bitss[s * H + h] & low) != 0).to(tl.int32)
-                            if H == 1:
-                                w_off += w_offs[s]
-                                has += stored
-                            else:
-                                w_off = tl.where(offs_n // BLOCK == h, w_offs[s * H + h], w_off)
-                                has = tl.where(offs_n // BLOCK == h, stored, has)
-                            any_row = any_row | stored
-                            new_offs = new_offs + (w_offs[s * H + h] + stored * (BLOCK * BLOCK),)
-                        w = tl.load(values_ptr + (w_off[None, :] + w_tile), mask=has[None, :] != 0, other=0.0)
-                        acc = accs[s]
-                        if SUBS == 1:   # no branch: the wgmma of one step overlaps the next step
-                            acc = tl.dot(a, w, acc)
-                        elif any_row != 0:   # a synchronous wgmma, on blocks that are stored
-                            acc = tl.dot(a, w, acc)
-                        new_accs = new_accs + (acc,)
+                    for r in tl.static_range(G):
+                        stored = ((bitss[r] & low) != 0).to(tl.int32)
+                        w_off = tl.where(row_of_n == r, w_offs[r], w_off)
+                        has = tl.where(row_of_n == r, stored, has)
+                        new_offs = new_offs + (w_offs[r] + stored * (BLOCK * BLOCK),)
+                    w = tl.load(values_ptr + (w_off[None, :] + w_tile), mask=has[None, :] != 0, other=0.0)
+                    acc = tl.dot(a, w, acc)
                     w_offs = new_offs
-                    accs = new_accs
 
-        y_rows = y_ptr + offs_m[:, None] * stride_ym
-        for s in tl.static_range(SUBS):
-            offs_y = (pid_g * G + s * H) * BLOCK + offs_n
-            tl.store(y_rows + offs_y[None, :] * stride_yn, accs[s].to(tl.float16),
-                     mask=(offs_m[:, None] < M) & (offs_y[None, :] < N))
+        offs_y = pid_g * GB + offs_n
+        tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_y[None, :] * stride_yn, acc.to(tl.float16),
+                 mask=(offs_m[:, None] < M) & (offs_y[None, :] < N))
 
 
 @triton.jit
@@ -338,34 +320,26 @@ CONFIGS = {
     "m128_bps2_s2": triton.Config(dict(BLOCK_M=128, BLOCKS_PER_STEP=2), num_warps=4, num_stages=2),
     "m256_bps1_s2": triton.Config(dict(BLOCK_M=256, BLOCKS_PER_STEP=1), num_warps=4, num_stages=2),
     "m256_bps1_s4": triton.Config(dict(BLOCK_M=256, BLOCKS_PER_STEP=1), num_warps=4, num_stages=4),
-    # _dds_rows_kernel, H = 1: x read once per union column for G rows, dots
-    # on stored blocks only. The accumulators (G x [BLOCK_M, 32] fp32) bound
-    # BLOCK_M x G at 128 x warps (128 registers a thread).
-    "rows_m128_g4_h1_s3": triton.Config(dict(BLOCK_M=128, G=4, H=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
-    "rows_m128_g4_h1_s3_p2": triton.Config(dict(BLOCK_M=128, G=4, H=1, UNROLL=1, CTAS=2), num_warps=4, num_stages=3),
-    "rows_m256_g4_h1_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, H=1, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
-    "rows_m256_g4_h1_w8_s4": triton.Config(dict(BLOCK_M=256, G=4, H=1, UNROLL=1, CTAS=0), num_warps=8, num_stages=4),
-    "rows_m256_g4_h1_w8_s3_p1": triton.Config(dict(BLOCK_M=256, G=4, H=1, UNROLL=1, CTAS=1), num_warps=8,
-                                              num_stages=3),
-    "rows_m256_g4_h1_u2_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, H=1, UNROLL=2, CTAS=0), num_warps=8,
-                                              num_stages=3),
-    "rows_m128_g8_h1_w8_s3": triton.Config(dict(BLOCK_M=128, G=8, H=1, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
-    "rows_m128_g8_h1_w8_s3_p1": triton.Config(dict(BLOCK_M=128, G=8, H=1, UNROLL=1, CTAS=1), num_warps=8,
-                                              num_stages=3),
-    "rows_m64_g8_h1_s3": triton.Config(dict(BLOCK_M=64, G=8, H=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
-    # H = 2: dots twice as wide on pairs of rows, fewer branches (half density and up).
-    "rows_m128_g8_h2_w8_s3": triton.Config(dict(BLOCK_M=128, G=8, H=2, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
-    "rows_m256_g4_h2_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, H=2, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
-    # H = G: the union densified, one wide dot per column, no branch, so the
-    # wgmma runs asynchronously across steps (dense weights).
-    "rows_m128_g4_h4_s3": triton.Config(dict(BLOCK_M=128, G=4, H=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
-    "rows_m256_g4_h4_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, H=4, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
-    "rows_m256_g4_h4_u2_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, H=4, UNROLL=2, CTAS=0), num_warps=8,
-                                              num_stages=3),
-    "rows_m256_g4_h4_u2_w8_s3_p1": triton.Config(dict(BLOCK_M=256, G=4, H=4, UNROLL=2, CTAS=1), num_warps=8,
-                                                 num_stages=3),
-    "rows_m128_g8_h8_u2_w8_s3": triton.Config(dict(BLOCK_M=128, G=8, H=8, UNROLL=2, CTAS=0), num_warps=8,
-                                              num_stages=3),
+    # _dds_rows_kernel: G block rows per program over the union of their block
+    # columns, x read once per union column for the G rows, one dot of width
+    # 32 G per column (zeros where a row stores no block); G = 1: a row's own
+    # blocks. The accumulator ([BLOCK_M, 32 G] fp32) bounds BLOCK_M x G at 128 x warps.
+    "rows_m128_g4_s3": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    "rows_m128_g4_s4": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
+    "rows_m128_g4_s3_p2": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=2), num_warps=4, num_stages=3),
+    "rows_m64_g4_s3": triton.Config(dict(BLOCK_M=64, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    "rows_m256_g4_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
+    "rows_m256_g4_u2_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, UNROLL=2, CTAS=0), num_warps=8, num_stages=3),
+    "rows_m256_g4_u2_w8_s3_p1": triton.Config(dict(BLOCK_M=256, G=4, UNROLL=2, CTAS=1), num_warps=8, num_stages=3),
+    "rows_m128_g8_u2_w8_s3": triton.Config(dict(BLOCK_M=128, G=8, UNROLL=2, CTAS=0), num_warps=8, num_stages=3),
+    "rows_m64_g8_s3": triton.Config(dict(BLOCK_M=64, G=8, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    "rows_m128_g2_s3": triton.Config(dict(BLOCK_M=128, G=2, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    "rows_m256_g2_w8_s3": triton.Config(dict(BLOCK_M=256, G=2, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
+    "rows_m128_g1_s3": triton.Config(dict(BLOCK_M=128, G=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    "rows_m128_g1_u2_s3": triton.Config(dict(BLOCK_M=128, G=1, UNROLL=2, CTAS=0), num_warps=4, num_stages=3),
+    "rows_m64_g1_s3": triton.Config(dict(BLOCK_M=64, G=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    "rows_m256_g1_w8_s3": triton.Config(dict(BLOCK_M=256, G=1, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
+    "rows_m256_g1_u2_w8_s3": triton.Config(dict(BLOCK_M=256, G=1, UNROLL=2, CTAS=0), num_warps=8, num_stages=3),
     # _densify_kernel + _grouped_kernel: the union as a GEMM over a densified copy
     # of the weight (two launches; the H = G configs do the same in one).
     "m256_g4_steps2_w8_s3": triton.Config(dict(G=4, BLOCK_M=256, STEPS=2), num_warps=8, num_stages=3),
@@ -377,27 +351,17 @@ FORCE_CONFIG: triton.Config | None = None
 
 
 def _select_config(M: int, N: int, K: int, nnz_blocks: int) -> str:
-    """The name of the config for one problem (docs/performance.md has the measurements).
-
-    Predicted from the kernels' structure, before their GPU sweep: small M
-    is a chain of dependent loads (one-row kernel, several blocks per step);
-    at large M the one-row kernel reads x from L2 once per stored block, so
-    from about 10 % density the union walk of 4 block rows, which reads it
-    once per union column, is expected to win; dense weights want the
-    branch-free union GEMM.
-    """
+    """The name of the config for one problem (docs/performance.md has the measurements)."""
     density = nnz_blocks / max(1, (N // BSR_BLOCK) * (K // BSR_BLOCK))
+    if M >= 4096 and density > 0.4 and K <= 16384:
+        return "m256_g4_steps2_w8_s3"
     if M <= 16:
-        return "m16_bps4_s2" if density <= 0.1 else "m16_bps8_s2"
-    if M <= 64:
         return "m32_bps4_s3"
     if M <= 256:
-        return "m64_bps4_s2" if density <= 0.1 else "m64_bps8_s2"
-    if M < 2048 or density <= 0.1:
-        return "m128_bps2_s2" if M <= 8192 else "m256_bps1_s2"
-    if density <= 0.6:
-        return "rows_m256_g4_h1_w8_s3" if M < 16384 else "rows_m256_g4_h1_w8_s3_p1"
-    return "rows_m256_g4_h4_u2_w8_s3"
+        return "m64_bps4_s2"
+    if M <= 8192:
+        return "m128_bps2_s2"
+    return "m256_bps1_s2"
 
 
 @functools.lru_cache(maxsize=None)
@@ -413,7 +377,7 @@ def _launch(x, weight_bsr, cfg: triton.Config) -> torch.Tensor:
     num_block_rows = N // BSR_BLOCK
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     values = weight_bsr.values().contiguous()
-    if "H" in cfg.kwargs and values.numel() < 2**31:   # (int32 offsets into values)
+    if "CTAS" in cfg.kwargs and values.numel() < 2**31:   # (int32 offsets into values)
         meta = cfg.kwargs
         tiles, groups = triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(num_block_rows, meta["G"])
         # CTAS > 0: persistent, about CTAS programs per SM in all, each taking its group's row tiles in turn.
@@ -421,9 +385,9 @@ def _launch(x, weight_bsr, cfg: triton.Config) -> torch.Tensor:
         _dds_rows_kernel[(tile_programs * groups,)](
             x, values, weight_bsr.crow_indices(), weight_bsr.col_indices(), y, M, N, num_block_rows,
             K // BSR_BLOCK, tile_programs, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
-            BLOCK=BSR_BLOCK, STAGES=cfg.num_stages, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            BLOCK=BSR_BLOCK, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return y
-    if "H" in cfg.kwargs:   # a weight of 2**31 elements or more: not for the rows kernel's int32 offsets
+    if "CTAS" in cfg.kwargs:   # a weight of 2**31 elements or more: not for the rows kernel's int32 offsets
         cfg = CONFIGS[_select_config(M, N, K, 0)]
     if "G" in cfg.kwargs:
         _launch_grouped(x, values, weight_bsr.crow_indices(), weight_bsr.col_indices(), y, cfg)
