@@ -311,37 +311,30 @@ CONFIGS = {
     # dependent loads (crow, col, then x and W); more blocks per step make the
     # chain shorter. Large M at low density: the rows share few columns.
     "m16_bps4_s2": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=4), num_warps=4, num_stages=2),
-    "m16_bps8_s2": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=8), num_warps=4, num_stages=2),
     "m16_bps16_s1": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=16), num_warps=4, num_stages=1),
     "m32_bps4_s3": triton.Config(dict(BLOCK_M=32, BLOCKS_PER_STEP=4), num_warps=4, num_stages=3),
-    "m32_bps8_s2": triton.Config(dict(BLOCK_M=32, BLOCKS_PER_STEP=8), num_warps=4, num_stages=2),
     "m64_bps4_s2": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=4), num_warps=4, num_stages=2),
     "m64_bps8_s2": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=8), num_warps=4, num_stages=2),
+    "m64_bps16_s1": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=16), num_warps=4, num_stages=1),
     "m128_bps2_s2": triton.Config(dict(BLOCK_M=128, BLOCKS_PER_STEP=2), num_warps=4, num_stages=2),
     "m256_bps1_s2": triton.Config(dict(BLOCK_M=256, BLOCKS_PER_STEP=1), num_warps=4, num_stages=2),
-    "m256_bps1_s4": triton.Config(dict(BLOCK_M=256, BLOCKS_PER_STEP=1), num_warps=4, num_stages=4),
     # _dds_rows_kernel: G block rows per program over the union of their block
     # columns, x read once per union column for the G rows, one dot of width
     # 32 G per column (zeros where a row stores no block); G = 1: a row's own
     # blocks. The accumulator ([BLOCK_M, 32 G] fp32) bounds BLOCK_M x G at 128 x warps.
-    "rows_m128_g4_s3": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
-    "rows_m128_g4_s4": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
-    "rows_m128_g4_s3_p2": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=2), num_warps=4, num_stages=3),
-    "rows_m64_g4_s3": triton.Config(dict(BLOCK_M=64, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
-    "rows_m256_g4_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
-    "rows_m256_g4_u2_w8_s3": triton.Config(dict(BLOCK_M=256, G=4, UNROLL=2, CTAS=0), num_warps=8, num_stages=3),
-    "rows_m256_g4_u2_w8_s3_p1": triton.Config(dict(BLOCK_M=256, G=4, UNROLL=2, CTAS=1), num_warps=8, num_stages=3),
-    "rows_m128_g8_u2_w8_s3": triton.Config(dict(BLOCK_M=128, G=8, UNROLL=2, CTAS=0), num_warps=8, num_stages=3),
-    "rows_m64_g8_s3": triton.Config(dict(BLOCK_M=64, G=8, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
-    "rows_m128_g2_s3": triton.Config(dict(BLOCK_M=128, G=2, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
-    "rows_m256_g2_w8_s3": triton.Config(dict(BLOCK_M=256, G=2, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
     "rows_m128_g1_s3": triton.Config(dict(BLOCK_M=128, G=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
-    "rows_m128_g1_u2_s3": triton.Config(dict(BLOCK_M=128, G=1, UNROLL=2, CTAS=0), num_warps=4, num_stages=3),
+    "rows_m128_g1_s4": triton.Config(dict(BLOCK_M=128, G=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
     "rows_m64_g1_s3": triton.Config(dict(BLOCK_M=64, G=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
-    "rows_m256_g1_w8_s3": triton.Config(dict(BLOCK_M=256, G=1, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
-    "rows_m256_g1_u2_w8_s3": triton.Config(dict(BLOCK_M=256, G=1, UNROLL=2, CTAS=0), num_warps=8, num_stages=3),
+    "rows_m128_g2_s3": triton.Config(dict(BLOCK_M=128, G=2, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    "rows_m128_g2_s4": triton.Config(dict(BLOCK_M=128, G=2, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
+    "rows_m128_g2_w8_s4": triton.Config(dict(BLOCK_M=128, G=2, UNROLL=1, CTAS=0), num_warps=8, num_stages=4),
+    "rows_m64_g2_s4": triton.Config(dict(BLOCK_M=64, G=2, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
+    "rows_m256_g2_w8_s3": triton.Config(dict(BLOCK_M=256, G=2, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
+    "rows_m128_g4_s4": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
+    "rows_m128_g4_s5": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=5),
+    "rows_m128_g4_w8_s4": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=8, num_stages=4),
     # _densify_kernel + _grouped_kernel: the union as a GEMM over a densified copy
-    # of the weight (two launches; the H = G configs do the same in one).
+    # of the weight (two launches).
     "m256_g4_steps2_w8_s3": triton.Config(dict(G=4, BLOCK_M=256, STEPS=2), num_warps=8, num_stages=3),
 }
 
@@ -353,15 +346,15 @@ FORCE_CONFIG: triton.Config | None = None
 def _select_config(M: int, N: int, K: int, nnz_blocks: int) -> str:
     """The name of the config for one problem (docs/performance.md has the measurements)."""
     density = nnz_blocks / max(1, (N // BSR_BLOCK) * (K // BSR_BLOCK))
-    if M >= 4096 and density > 0.4 and K <= 16384:
-        return "m256_g4_steps2_w8_s3"
     if M <= 16:
-        return "m32_bps4_s3"
+        return "m16_bps4_s2" if density <= 0.1 else "m16_bps16_s1"
     if M <= 256:
-        return "m64_bps4_s2"
-    if M <= 8192:
-        return "m128_bps2_s2"
-    return "m256_bps1_s2"
+        return "m64_bps8_s2"
+    if density <= 0.375:
+        return "rows_m128_g2_s3"
+    if density > 0.75 and M >= 16384:
+        return "m256_g4_steps2_w8_s3"
+    return "rows_m128_g4_s4"
 
 
 @functools.lru_cache(maxsize=None)
