@@ -14,15 +14,15 @@ That kernel reads each column of x from L2 once per block row that stores
 it: at 25 % density, 8 times x for N = 1024, which is more traffic than a
 dense GEMM moves, so it is no faster than dense. The union-walk kernel
 (_dds_rows_kernel) gives a program G block rows ([BLOCK_M, 32 G] of y): it
-walks the union of their block columns and loads each column of x once for
-all G rows; per row, a dot runs only where the row stores a block (a branch),
-so no multiply work is wasted. The rows' stored blocks are tracked with one
-32-bit mask per row and chunk of 32 block columns, built from crow_indices
-and col_indices in the same call: the loop runs on bit arithmetic, with no
-index load that the pipeliner would have to wait for. With H rows per dot
-(H = G: one wide dot per column, zeros where a row stores nothing) the same
-kernel is a GEMM over the union densified: for dense weights, where the
-branch-free loop lets the tensor cores run ahead.
+walks the union of their block columns, loads each column of x once for all
+G rows and multiplies it by the G rows' blocks in one dot of width 32 G,
+zeros where a row stores no block (at 25 %, G = 2 reads x 7 times instead of
+8 and multiplies 1.75 x the stored blocks; G = 4: 5.5 times, 2.7 x). The
+rows' stored blocks are tracked with one 32-bit mask per row and chunk of 32
+block columns, built from crow_indices and col_indices in the same call: the
+loop runs on bit arithmetic, with no index load that the pipeliner would
+have to wait for. On an H100 it is the fastest kernel from M = 1024 up
+except for dense weights at M >= 16384 (figures at CONFIGS).
 
 The third path (_densify_kernel, then _grouped_kernel) is that GEMM over a
 densified copy of the weight written by a first pass: two launches.
@@ -115,7 +115,11 @@ def _dds_rows_kernel(
 
     CTAS > 0: a persistent grid (about CTAS programs per SM), where a program
     takes several row tiles of the same group, one after the other; CTAS = 0:
-    one row tile per program.
+    one row tile per program. UNROLL union columns per loop iteration share
+    its overhead. Neither pays on an H100 (no config uses them): CTAS = 2 gave
+    19.8 vs 19.5 us at 4096 @ 25 % and 263.2 vs 267.2 at 65536 @ 50 % (G = 4),
+    UNROLL = 2 22.1 vs 19.9 us at 4096 @ 25 % and 129.6 vs 102.3 at 65536 @ 5 %
+    (G = 1).
     Element offsets into values are int32 (the launcher keeps this kernel to
     weights under 2**31 elements).
 
@@ -178,7 +182,6 @@ def _dds_rows_kernel(
             count = tl.sum((union >> offs_c) & 1, axis=0)
 
             rem = union
-            # UNROLL union columns per iteration share its loop overhead.
             for _ in range(0, count, UNROLL):
                 for u in tl.static_range(UNROLL):
                     # Past the last union column (odd count, UNROLL = 2): low = 0, so no row
@@ -297,44 +300,46 @@ def _grouped_kernel(
 
 # The tile choices, as data: each config holds one kernel's constexprs plus
 # num_warps and num_stages, and the constexprs say which kernel runs:
-# BLOCKS_PER_STEP: _dds_kernel (one block row per program); H: _dds_rows_kernel
-# (G block rows per program, subgroups of H); STEPS: _densify_kernel then
+# BLOCKS_PER_STEP: _dds_kernel (one block row per program); CTAS:
+# _dds_rows_kernel (G block rows per program); STEPS: _densify_kernel then
 # _grouped_kernel. Names read BLOCK_M, then blocks per step (bps), or the group
-# (g), subgroup (h) and union columns per step (u, when not 1), or union columns
-# per step of the grouped kernel (steps); warps (w, when not 4), stages (s),
-# persistent programs per SM (p). _select_config picks one per problem;
-# `python -m bench.sweep dds` times them all (MAINTAINING.md, "Retuning a
-# kernel"). The space stays under the compile check's 30 variants
-# (tests/test_compile_check.py); the grouped config compiles two kernels.
+# (g) and union columns per step (u, when not 1), or union columns per step of
+# the grouped kernel (steps); warps (w, when not 4), stages (s), persistent
+# programs per SM (p). _select_config picks one per problem; `python -m
+# bench.sweep dds` times them all (MAINTAINING.md, "Retuning a kernel"). The
+# figures below are device times on an H100 (2026-11-25, Triton 3.6,
+# N = K = 1024, bench.sweep's clock), fp16 torch.matmul in brackets. Kept:
+# the selected configs and a few that came within a few percent of them.
 CONFIGS = {
-    # _dds_kernel. Small M: few rows, so a program's time is its chain of
-    # dependent loads (crow, col, then x and W); more blocks per step make the
-    # chain shorter. Large M at low density: the rows share few columns.
+    # _dds_kernel. Small M: 1 or 2 row tiles, so few programs and each one's
+    # time is its chain of dependent loads (crow, col, then x and W); more
+    # blocks per step make the chain shorter: 16 blocks per step at M = 16
+    # (7.2 us at 25 %, 10.3 at 100 % [8.1-8.2]; 4 per step: 9.0 / 13.7).
     "m16_bps4_s2": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=4), num_warps=4, num_stages=2),
     "m16_bps16_s1": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=16), num_warps=4, num_stages=1),
-    "m32_bps4_s3": triton.Config(dict(BLOCK_M=32, BLOCKS_PER_STEP=4), num_warps=4, num_stages=3),
+    # M = 256: 8 blocks per step, 6.5 / 8.2 / 10.1 / 12.1 us at 5 / 25 / 50 / 100 %
+    # [8.4-8.5]; 4 per step ties at 5 %, 9.2 / 11.2 / 13.5 above.
     "m64_bps4_s2": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=4), num_warps=4, num_stages=2),
     "m64_bps8_s2": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=8), num_warps=4, num_stages=2),
-    "m64_bps16_s1": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=16), num_warps=4, num_stages=1),
+    # The large-M choice before the union walk: 21.3 us at 4096 @ 25 % [18.1].
     "m128_bps2_s2": triton.Config(dict(BLOCK_M=128, BLOCKS_PER_STEP=2), num_warps=4, num_stages=2),
-    "m256_bps1_s2": triton.Config(dict(BLOCK_M=256, BLOCKS_PER_STEP=1), num_warps=4, num_stages=2),
-    # _dds_rows_kernel: G block rows per program over the union of their block
-    # columns, x read once per union column for the G rows, one dot of width
-    # 32 G per column (zeros where a row stores no block); G = 1: a row's own
-    # blocks. The accumulator ([BLOCK_M, 32 G] fp32) bounds BLOCK_M x G at 128 x warps.
-    "rows_m128_g1_s3": triton.Config(dict(BLOCK_M=128, G=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    # _dds_rows_kernel. The accumulator ([BLOCK_M, 32 G] fp32) bounds BLOCK_M x G
+    # at 128 x warps. G = 1 (a row's own blocks, 32 per step, loads pipelined over
+    # the bit walk): M = 1024, 8.1 / 10.2 / 12.3 / 15.1 us at 5-100 % [9.5], the
+    # one-row kernel 8.9 / 12.6 / 15.8 / 19.7; also the fastest at 16384 @ 5 %.
     "rows_m128_g1_s4": triton.Config(dict(BLOCK_M=128, G=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
     "rows_m64_g1_s3": triton.Config(dict(BLOCK_M=64, G=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    # G = 2, up to 25 %: 4096 @ 25 % 17.7 us [18.1], 65536 @ 25 % 179.6 [184.9],
+    # 65536 @ 5 % 97.9 [183.8]; 8 warps with 256 rows: 2-7 % slower there.
     "rows_m128_g2_s3": triton.Config(dict(BLOCK_M=128, G=2, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
-    "rows_m128_g2_s4": triton.Config(dict(BLOCK_M=128, G=2, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
-    "rows_m128_g2_w8_s4": triton.Config(dict(BLOCK_M=128, G=2, UNROLL=1, CTAS=0), num_warps=8, num_stages=4),
-    "rows_m64_g2_s4": triton.Config(dict(BLOCK_M=64, G=2, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
     "rows_m256_g2_w8_s3": triton.Config(dict(BLOCK_M=256, G=2, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
+    # G = 4 from 50 %: 4096 @ 50 % 21.1 us [18.4], 65536 @ 50 % 248.1 [191.3];
+    # 4 stages instead of 3: 4-5 % faster; 5 stages: the same as 4.
     "rows_m128_g4_s4": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
     "rows_m128_g4_s5": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=5),
-    "rows_m128_g4_w8_s4": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=8, num_stages=4),
     # _densify_kernel + _grouped_kernel: the union as a GEMM over a densified copy
-    # of the weight (two launches).
+    # of the weight (two launches); dense weights at M >= 16384: 259.2 us at
+    # 65536 [200.3], the union walk (G = 4) 281.5.
     "m256_g4_steps2_w8_s3": triton.Config(dict(G=4, BLOCK_M=256, STEPS=2), num_warps=8, num_stages=3),
 }
 
@@ -344,12 +349,14 @@ FORCE_CONFIG: triton.Config | None = None
 
 
 def _select_config(M: int, N: int, K: int, nnz_blocks: int) -> str:
-    """The name of the config for one problem (docs/performance.md has the measurements)."""
+    """The name of the config for one problem: measured on an H100 (figures at CONFIGS)."""
     density = nnz_blocks / max(1, (N // BSR_BLOCK) * (K // BSR_BLOCK))
     if M <= 16:
         return "m16_bps4_s2" if density <= 0.1 else "m16_bps16_s1"
     if M <= 256:
         return "m64_bps8_s2"
+    if M <= 2048:     # few row tiles: the most programs (one per block row)
+        return "rows_m128_g1_s4"
     if density <= 0.375:
         return "rows_m128_g2_s3"
     if density > 0.75 and M >= 16384:
