@@ -317,8 +317,9 @@ CONFIGS = {
     # (7.2 us at 25 %, 10.3 at 100 % [8.1-8.2]; 4 per step: 9.0 / 13.7).
     "m16_bps4_s2": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=4), num_warps=4, num_stages=2),
     "m16_bps16_s1": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=16), num_warps=4, num_stages=1),
-    # M = 256: 8 blocks per step, 6.5 / 8.2 / 10.1 / 12.1 us at 5 / 25 / 50 / 100 %
-    # [8.4-8.5]; 4 per step ties at 5 %, 9.2 / 11.2 / 13.5 above.
+    # M = 256: 8 blocks per step from 25 %, 8.2 / 10.1 / 12.1 us at 25 / 50 / 100 %
+    # [8.4-8.5] (4 per step: 9.2 / 11.2 / 13.5); at 5 % 4 per step, 6.3-6.7 us
+    # against 6.5-7.2 in two runs of three.
     "m64_bps4_s2": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=4), num_warps=4, num_stages=2),
     "m64_bps8_s2": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=8), num_warps=4, num_stages=2),
     # The large-M choice before the union walk: 21.3 us at 4096 @ 25 % [18.1].
@@ -354,7 +355,7 @@ def _select_config(M: int, N: int, K: int, nnz_blocks: int) -> str:
     if M <= 16:
         return "m16_bps4_s2" if density <= 0.1 else "m16_bps16_s1"
     if M <= 256:
-        return "m64_bps8_s2"
+        return "m64_bps4_s2" if density <= 0.1 else "m64_bps8_s2"
     if M <= 2048:     # few row tiles: the most programs (one per block row)
         return "rows_m128_g1_s4"
     if density <= 0.375:
