@@ -314,7 +314,8 @@ CONFIGS = {
     # _dds_kernel. Small M: 1 or 2 row tiles, so few programs and each one's
     # time is its chain of dependent loads (crow, col, then x and W); more
     # blocks per step make the chain shorter: 16 blocks per step at M = 16
-    # (7.2 us at 25 %, 10.3 at 100 % [8.1-8.2]; 4 per step: 9.0 / 13.7).
+    # (7.2-9.0 us at 25 % in three runs, 10.3 at 100 % [8.1-8.3]; the previous
+    # choice, 32 rows and 4 blocks per step: 9.0 / 13.7).
     "m16_bps4_s2": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=4), num_warps=4, num_stages=2),
     "m16_bps16_s1": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=16), num_warps=4, num_stages=1),
     # M = 256: 8 blocks per step from 25 %, 8.2 / 10.1 / 12.1 us at 25 / 50 / 100 %
@@ -326,8 +327,9 @@ CONFIGS = {
     "m128_bps2_s2": triton.Config(dict(BLOCK_M=128, BLOCKS_PER_STEP=2), num_warps=4, num_stages=2),
     # _dds_rows_kernel. The accumulator ([BLOCK_M, 32 G] fp32) bounds BLOCK_M x G
     # at 128 x warps. G = 1 (a row's own blocks, 32 per step, loads pipelined over
-    # the bit walk): M = 1024, 8.1 / 10.2 / 12.3 / 15.1 us at 5-100 % [9.5], the
-    # one-row kernel 8.9 / 12.6 / 15.8 / 19.7; also the fastest at 16384 @ 5 %.
+    # the bit walk): M = 1024, 8.1 / 10.2 / 12.3 / 15.1 us at 5-100 % [9.4-9.5],
+    # the one-row kernel 8.9 / 12.6 / 15.8 / 19.7; with 64 rows the fastest at
+    # 16384 @ 5 % (30.5 us, G = 2 31.0).
     "rows_m128_g1_s4": triton.Config(dict(BLOCK_M=128, G=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
     "rows_m64_g1_s3": triton.Config(dict(BLOCK_M=64, G=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
     # G = 2, up to 25 %: 4096 @ 25 % 17.7 us [18.1], 65536 @ 25 % 179.6 [184.9],
@@ -335,7 +337,7 @@ CONFIGS = {
     "rows_m128_g2_s3": triton.Config(dict(BLOCK_M=128, G=2, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
     "rows_m256_g2_w8_s3": triton.Config(dict(BLOCK_M=256, G=2, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
     # G = 4 from 50 %: 4096 @ 50 % 21.1 us [18.4], 65536 @ 50 % 248.1 [191.3];
-    # 4 stages instead of 3: 4-5 % faster; 5 stages: the same as 4.
+    # 4 stages instead of 3: 4-7 % faster; 5 stages: the same as 4.
     "rows_m128_g4_s4": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
     "rows_m128_g4_s5": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=5),
     # _densify_kernel + _grouped_kernel: the union as a GEMM over a densified copy
