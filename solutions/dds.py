@@ -2,25 +2,36 @@
 
     y[m, 32i + r] = sum over stored blocks (i, j) of  x[m, 32j : 32j+32] . W_ij[r, :]
 
-Block row i of W holds output channels 32i..32i+31, so one program computes
-the [BLOCK_M, 32] tile of y for one block row: it walks that row's stored
-blocks (crow_indices[i] .. crow_indices[i+1]) and for each one gathers the 32
-matching columns of x. Zero blocks cost nothing, an empty block row writes
-zeros. Programs are ordered block-row fastest, so all block rows for one tile
-of x run at about the same time and read it from L2, not from memory.
+Block row i of W holds output channels 32i..32i+31. The simplest kernel
+(_dds_kernel) computes the [BLOCK_M, 32] tile of y of one block row per
+program: it walks that row's stored blocks (crow_indices[i] ..
+crow_indices[i+1]) and for each one gathers the 32 matching columns of x.
+Zero blocks cost nothing, an empty block row writes zeros. Programs are
+ordered block-row fastest, so all block rows for one tile of x run at about
+the same time and read it from L2, not from memory.
 
-A 32-wide output tile gives the tensor cores little work per load. For dense
-enough weights at large M, a program instead owns G block rows ([BLOCK_M, 32 G]
-of y) and walks the union of their block columns, reading a block that one of
-its rows does not store as zeros: that wastes multiply work on the missing
-blocks but makes every dot G times wider. A first pass writes the weight as a
-dense [N, K] copy (zero blocks included) and each group's union column list,
-so the GEMM reads both operands at the same gathered columns.
+That kernel reads each column of x from L2 once per block row that stores
+it: at 25 % density, 8 times x for N = 1024, which is more traffic than a
+dense GEMM moves, so it is no faster than dense. The union-walk kernel
+(_dds_rows_kernel) gives a program G block rows ([BLOCK_M, 32 G] of y): it
+walks the union of their block columns, loads each column of x once for all
+G rows and multiplies it by the G rows' blocks in one dot of width 32 G,
+zeros where a row stores no block (at 25 %, G = 2 reads x 7 times instead of
+8 and multiplies 1.75 x the stored blocks; G = 4: 5.5 times, 2.7 x). The
+rows' stored blocks are tracked with one 32-bit mask per row and chunk of 32
+block columns, built from crow_indices and col_indices in the same call: the
+loop runs on bit arithmetic, with no index load that the pipeliner would
+have to wait for. On an H100 it is the fastest kernel from M = 1024 up
+except for dense weights at M >= 16384 (figures at CONFIGS).
+
+The third path (_densify_kernel, then _grouped_kernel) is that GEMM over a
+densified copy of the weight written by a first pass: two launches.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import torch
@@ -151,6 +162,133 @@ def _dds_kernel(
 
 
 @triton.jit
+def _pop_low_bit(bits):
+    """(index of the lowest set bit of ``bits``, that bit alone, ``bits`` without it); int32.
+
+    The lowest bit alone is a power of two, which float32 holds exactly (bit 31
+    too: -2**31); its exponent field is the index, no count-trailing-zeros
+    instruction needed. bits = 0 gives (-127, 0, 0)."""
+    low = bits & -bits
+    return ((low.to(tl.float32).to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, low, bits ^ low
+
+
+@triton.jit
+def _dds_rows_kernel(
+    x_ptr, values_ptr, crow_ptr, col_ptr, y_ptr, M, N, NB, KB, num_tile_programs,
+    stride_xm, stride_xk, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, G: tl.constexpr, UNROLL: tl.constexpr, CTAS: tl.constexpr,
+):
+    """[BLOCK_M, G * BLOCK] tiles of y: block rows of group pid_g, row tiles pid_t, pid_t + num_tile_programs, ...
+
+    The program walks the union of its G block rows' columns and loads each
+    union column of x once for all G rows (the one-row kernel gathers it once
+    per row that stores it). At each union column one dot of width G * BLOCK
+    multiplies the rows' blocks, zeros for the rows that store none there:
+    the union densified, with no branch in the loop (see the note on branches
+    below). G = 1 walks one row's own blocks: no zero block at all.
+
+    Which row stores which column is derived from crow_indices and col_indices
+    in this call, 32 block columns at a time: one bit mask per row. BSR keeps
+    a row's columns sorted (torch's invariant), so the row's blocks are
+    consumed in order: its next block is at w_offs, which advances at each
+    union column the row stores. The loop itself runs on bit arithmetic (no
+    index load in it), so the pipeliner can issue its loads ahead.
+
+    CTAS > 0: a persistent grid (about CTAS programs per SM), where a program
+    takes several row tiles of the same group, one after the other; CTAS = 0:
+    one row tile per program. UNROLL union columns per loop iteration share
+    its overhead. Neither pays on an H100 (no config uses them): CTAS = 2 gave
+    19.8 vs 19.5 us at 4096 @ 25 % and 263.2 vs 267.2 at 65536 @ 50 % (G = 4),
+    UNROLL = 2 22.1 vs 19.9 us at 4096 @ 25 % and 129.6 vs 102.3 at 65536 @ 5 %
+    (G = 1).
+    Element offsets into values are int32 (the launcher keeps this kernel to
+    weights under 2**31 elements).
+
+    No branch around the dot: a version with one accumulator per row and its
+    dot under `if the row stores this column` (no multiply on zero blocks)
+    was miscompiled on the GPU (Triton 3.6, whose bundled ptxas is CUDA
+    12.8): with 4 warps, the wgmma descriptors of x that the first row's
+    branch computed were reused by the later rows' branches, which that
+    branch does not dominate; when the first row skipped a column the other
+    rows multiplied stale shared memory (wrong values) or an address outside
+    it (illegal memory access). With 8 warps it was right, and slower than
+    this branch-free loop in every case timed (docs/performance.md).
+    """
+    pid = tl.program_id(0)
+    num_groups = tl.cdiv(NB, G)
+    pid_g = pid % num_groups
+    pid_t = pid // num_groups
+    GB: tl.constexpr = G * BLOCK
+    CHUNK: tl.constexpr = 32   # block columns per mask: the bits of an int32
+
+    offs_k = tl.arange(0, BLOCK)
+    offs_n = tl.arange(0, GB)
+    offs_c = tl.arange(0, CHUNK)
+    # The weight tile [BLOCK (k), GB (n)]: n = 32 r + i is row i of the block of
+    # the group's row r. values[b] is W_ij as [i, k] row-major, read transposed
+    # (K-major, as the dot wants it).
+    w_tile = (offs_n % BLOCK)[None, :] * BLOCK + offs_k[:, None]
+    row_of_n = offs_n // BLOCK
+
+    for pid_m in range(pid_t, tl.cdiv(M, BLOCK_M) if CTAS > 0 else pid_t + 1, num_tile_programs):
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        x_rows = x_ptr + (offs_m % M)[:, None] * stride_xm + offs_k[None, :] * stride_xk
+
+        # Per block row, scalars in tuples of G: its next stored block (index,
+        # and offset of its elements in values), the end of its blocks.
+        nexts = ()
+        ends = ()
+        w_offs = ()
+        for r in tl.static_range(G):
+            row = pid_g * G + r
+            start = tl.load(crow_ptr + row, mask=row < NB, other=0).to(tl.int32)
+            nexts = nexts + (start,)
+            ends = ends + (tl.load(crow_ptr + row + 1, mask=row < NB, other=0).to(tl.int32),)
+            w_offs = w_offs + (start * (BLOCK * BLOCK),)
+        acc = tl.zeros((BLOCK_M, GB), dtype=tl.float32)
+
+        for c0 in range(0, KB, CHUNK):
+            # Bit t of a row's mask: the row stores the block at column c0 + t.
+            # With sorted columns, the chunk's blocks of a row are its next ones.
+            bitss = ()
+            union = tl.zeros((), dtype=tl.int32)
+            for r in tl.static_range(G):
+                nxt = nexts[r] + offs_c
+                rel = tl.load(col_ptr + nxt, mask=nxt < ends[r], other=-1).to(tl.int32) - c0
+                inside = (rel >= 0) & (rel < CHUNK)
+                bits = tl.sum(tl.where(inside, 1 << tl.where(inside, rel, 0), 0), axis=0)   # distinct: sum = or
+                nexts = nexts[:r] + (nexts[r] + tl.sum(inside.to(tl.int32), axis=0),) + nexts[r + 1:]
+                bitss = bitss + (bits,)
+                union = union | bits
+            count = tl.sum((union >> offs_c) & 1, axis=0)
+
+            rem = union
+            for _ in range(0, count, UNROLL):
+                for u in tl.static_range(UNROLL):
+                    # Past the last union column (odd count, UNROLL = 2): low = 0, so no row
+                    # stores it and its weight tile is zeros; x is read at column c0 (in bounds).
+                    j, low, rem = _pop_low_bit(rem)
+                    a = tl.load(x_rows + (c0 + tl.maximum(j, 0)) * BLOCK * stride_xk)   # x[:, this column]
+                    # Per output column of the tile: the offset of its row's next block,
+                    # and 1 if that row stores this column (mask bit test).
+                    w_off = tl.zeros((GB,), dtype=tl.int32)
+                    has = tl.zeros((GB,), dtype=tl.int32)
+                    new_offs = ()
+                    for r in tl.static_range(G):
+                        stored = ((bitss[r] & low) != 0).to(tl.int32)
+                        w_off = tl.where(row_of_n == r, w_offs[r], w_off)
+                        has = tl.where(row_of_n == r, stored, has)
+                        new_offs = new_offs + (w_offs[r] + stored * (BLOCK * BLOCK),)
+                    w = tl.load(values_ptr + (w_off[None, :] + w_tile), mask=has[None, :] != 0, other=0.0)
+                    acc = tl.dot(a, w, acc)
+                    w_offs = new_offs
+
+        offs_y = pid_g * GB + offs_n
+        tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_y[None, :] * stride_yn, acc.to(tl.float16),
+                 mask=(offs_m[:, None] < M) & (offs_y[None, :] < N))
+
+
+@triton.jit
 def _densify_kernel(values_ptr, crow_ptr, col_ptr, w_ptr, list_ptr, count_ptr, NB, KB, K,
                     G: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr, ROW_CAP: tl.constexpr,
                     UNION_CHUNK: tl.constexpr):
@@ -242,17 +380,50 @@ def _grouped_kernel(
 
 
 # The tile choices, as data: each config holds one kernel's constexprs plus
-# num_warps and num_stages. BLOCKS_PER_STEP: _dds_kernel, one block row per
-# program; G and STEPS: _densify_kernel then _grouped_kernel, G block rows per
-# program. Names read BLOCK_M, then blocks per step (bps) or the group width (g)
-# and union columns per step (steps), warps (w, when not 4) and stages (s).
-# _select_config picks one per problem; `python -m bench.sweep dds` times them
-# all on given shapes (MAINTAINING.md, "Retuning a kernel").
+# num_warps and num_stages, and the constexprs say which kernel runs:
+# BLOCKS_PER_STEP: _dds_kernel (one block row per program); CTAS:
+# _dds_rows_kernel (G block rows per program); STEPS: _densify_kernel then
+# _grouped_kernel. Names read BLOCK_M, then blocks per step (bps), or the group
+# (g) and union columns per step (u, when not 1), or union columns per step of
+# the grouped kernel (steps); warps (w, when not 4), stages (s), persistent
+# programs per SM (p). _select_config picks one per problem; `python -m
+# bench.sweep dds` times them all (MAINTAINING.md, "Retuning a kernel"). The
+# figures below are device times on an H100 (2026-11-25, Triton 3.6,
+# N = K = 1024, bench.sweep's clock), fp16 torch.matmul in brackets. Kept:
+# the selected configs and a few that came within a few percent of them.
 CONFIGS = {
-    "m32_bps4_s3": triton.Config(dict(BLOCK_M=32, BLOCKS_PER_STEP=4), num_warps=4, num_stages=3),
+    # _dds_kernel. Small M: 1 or 2 row tiles, so few programs and each one's
+    # time is its chain of dependent loads (crow, col, then x and W); more
+    # blocks per step make the chain shorter: 16 blocks per step at M = 16
+    # (7.2-9.0 us at 25 % in three runs, 10.3 at 100 % [8.1-8.3]; the previous
+    # choice, 32 rows and 4 blocks per step: 9.0 / 13.7).
+    "m16_bps4_s2": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=4), num_warps=4, num_stages=2),
+    "m16_bps16_s1": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=16), num_warps=4, num_stages=1),
+    # M = 256: 8 blocks per step from 25 %, 8.2 / 10.1 / 12.1 us at 25 / 50 / 100 %
+    # [8.4-8.5] (4 per step: 9.2 / 11.2 / 13.5); at 5 % 4 per step, 6.3-6.7 us
+    # against 6.5-7.2 in two runs of three.
     "m64_bps4_s2": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=4), num_warps=4, num_stages=2),
+    "m64_bps8_s2": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=8), num_warps=4, num_stages=2),
+    # The large-M choice before the union walk: 21.3 us at 4096 @ 25 % [18.1].
     "m128_bps2_s2": triton.Config(dict(BLOCK_M=128, BLOCKS_PER_STEP=2), num_warps=4, num_stages=2),
-    "m256_bps1_s2": triton.Config(dict(BLOCK_M=256, BLOCKS_PER_STEP=1), num_warps=4, num_stages=2),
+    # _dds_rows_kernel. The accumulator ([BLOCK_M, 32 G] fp32) bounds BLOCK_M x G
+    # at 128 x warps. G = 1 (a row's own blocks, 32 per step, loads pipelined over
+    # the bit walk): M = 1024, 8.1 / 10.2 / 12.3 / 15.1 us at 5-100 % [9.4-9.5],
+    # the one-row kernel 8.9 / 12.6 / 15.8 / 19.7; with 64 rows the fastest at
+    # 16384 @ 5 % (30.5 us, G = 2 31.0).
+    "rows_m128_g1_s4": triton.Config(dict(BLOCK_M=128, G=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
+    "rows_m64_g1_s3": triton.Config(dict(BLOCK_M=64, G=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    # G = 2, up to 25 %: 4096 @ 25 % 17.7 us [18.1], 65536 @ 25 % 179.6 [184.9],
+    # 65536 @ 5 % 97.9 [183.8]; 8 warps with 256 rows: 2-7 % slower there.
+    "rows_m128_g2_s3": triton.Config(dict(BLOCK_M=128, G=2, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    "rows_m256_g2_w8_s3": triton.Config(dict(BLOCK_M=256, G=2, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
+    # G = 4 from 50 %: 4096 @ 50 % 21.1 us [18.4], 65536 @ 50 % 248.1 [191.3];
+    # 4 stages instead of 3: 4-7 % faster; 5 stages: the same as 4.
+    "rows_m128_g4_s4": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
+    "rows_m128_g4_s5": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=5),
+    # _densify_kernel + _grouped_kernel: the union as a GEMM over a densified copy
+    # of the weight (two launches); dense weights at M >= 16384: 259.2 us at
+    # 65536 [200.3], the union walk (G = 4) 281.5.
     "m256_g4_steps2_w8_s3": triton.Config(dict(G=4, BLOCK_M=256, STEPS=2), num_warps=8, num_stages=3),
 }
 
@@ -260,27 +431,50 @@ CONFIGS = {
 # code path with it, and bench/sweep.py times each config through it.
 FORCE_CONFIG: triton.Config | None = None
 
+# The union walk keeps int32 element offsets into values: a weight of 2**31
+# elements or more (4 GB of fp16) takes this one-row config instead.
+_ONE_ROW_FALLBACK = "m128_bps2_s2"
+
 
 def _select_config(M: int, N: int, K: int, nnz_blocks: int) -> str:
-    """The name of the config for one problem; measured on H100/H200 (docs/performance.md)."""
+    """The name of the config for one problem: measured on an H100 (figures at CONFIGS)."""
     density = nnz_blocks / max(1, (N // BSR_BLOCK) * (K // BSR_BLOCK))
-    # The union of 4 block rows is nearly full: wider tiles win. (The grouped
-    # kernel holds a group's union list, up to K / 32 entries, in registers.)
-    if M >= 4096 and density > 0.4 and K <= 16384:
-        return "m256_g4_steps2_w8_s3"
     if M <= 16:
-        return "m32_bps4_s3"
+        return "m16_bps4_s2" if density <= 0.1 else "m16_bps16_s1"
     if M <= 256:
-        return "m64_bps4_s2"
-    if M <= 8192:
-        return "m128_bps2_s2"
-    return "m256_bps1_s2"
+        return "m64_bps4_s2" if density <= 0.1 else "m64_bps8_s2"
+    if M <= 2048:     # few row tiles: the most programs (one per block row)
+        return "rows_m128_g1_s4"
+    if density <= 0.375:
+        return "rows_m128_g2_s3"
+    if density > 0.75 and M >= 16384:
+        return "m256_g4_steps2_w8_s3"
+    return "rows_m128_g4_s4"
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 2   # the interpreter: few programs, each taking several row tiles
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _plan(x, values, crow, col, M: int, N: int, K: int, cfg: triton.Config) -> dict:
     """What a call of this problem decides (``_plan_key``): the kernels, their grids."""
-    plan = dict(M=M, N=N, K=K, bind=_bindable(x, values, crow, col), grouped=None, dds=None)
+    plan = dict(M=M, N=N, K=K, bind=_bindable(x, values, crow, col), grouped=None, dds=None, rows=None)
     num_block_rows = N // BSR_BLOCK
+    if "CTAS" in cfg.kwargs:
+        if values.numel() < 2**31:   # (int32 offsets into values)
+            meta = cfg.kwargs
+            tiles, groups = triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(num_block_rows, meta["G"])
+            # CTAS > 0: persistent, about CTAS programs per SM in all, each taking its group's row tiles in turn.
+            tile_programs = (min(tiles, triton.cdiv(meta["CTAS"] * _num_sms(x.device), groups)) if meta["CTAS"]
+                             else tiles)
+            plan["tile_programs"] = tile_programs
+            plan["rows"] = _Launch((tile_programs * groups, 1, 1), dict(BLOCK=BSR_BLOCK, **meta),
+                                   dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+            return plan
+        cfg = CONFIGS[_ONE_ROW_FALLBACK]   # a weight of 2**31 elements or more: the one-row kernel
     if "G" in cfg.kwargs:
         NB, KB = N // BSR_BLOCK, K // BSR_BLOCK
         G, chunk = cfg.kwargs["G"], 4
@@ -311,6 +505,13 @@ def _launch(plan: dict, x, values, crow, col) -> torch.Tensor:
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     if plan["grouped"]:
         _launch_grouped(plan, x, values, crow, col, y)
+        return y
+    rows = plan["rows"]
+    if rows:
+        args = (x, values, crow, col, y, M, N, N // BSR_BLOCK, plan["K"] // BSR_BLOCK, plan["tile_programs"],
+                x.stride(0), x.stride(1), y.stride(0), y.stride(1))
+        rows.launch(args, plan["bind"] and _aligned(y),
+                    lambda: _dds_rows_kernel[rows.grid](*args, **rows.meta, **rows.options))
         return y
     dds = plan["dds"]
     args = (x, values, crow, col, y, M, plan["num_block_rows"], x.stride(0), x.stride(1), y.stride(0), y.stride(1))

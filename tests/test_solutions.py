@@ -344,6 +344,61 @@ def test_dds_grouped_kernel(G, steps, force, launches):
     assert (out == 0).all() and len(seen) == 4
 
 
+@pytest.mark.parametrize("G,unroll,ctas", [(1, 1, 0), (1, 2, 0), (2, 1, 0), (4, 1, 0), (4, 2, 1), (8, 2, 1)])
+def test_dds_rows_kernel(G, unroll, ctas, force, launches):
+    # The union walk with G block rows per program: a partial last group (5
+    # block rows), empty rows, K of 33-34 block columns (two chunks of the
+    # per-row bit masks, the second short), bit 31 of a mask (full rows), odd
+    # union lengths with 2 columns per step, int32 indices, an all-empty
+    # weight; ctas > 0: a persistent grid, each program taking several row tiles.
+    force("dds", triton.Config(dict(BLOCK_M=16, G=G, UNROLL=unroll, CTAS=ctas), num_warps=4, num_stages=2))
+    seen = launches(dds_solution._dds_rows_kernel)
+    _run("dds", (35, 32 * 5, 32 * 34), density=0.3, empty_rows=1)
+    _run("dds", (17, 32 * 3, 32 * 33), density=1.0, index_dtype="int32")
+    _run("dds", (33, 32 * 3, 32 * 7), density=0.6)
+    _, out = _run("dds", (5, 64, 64), density=0.0)
+    assert (out == 0).all() and len(seen) == 4 and all(k["G"] == G for k in seen)
+    groups, sms = -(-5 // G), dds_solution._num_sms(torch.device(DEVICE))   # (the interpreter counts 2 SMs)
+    assert seen[0]["grid"] == ((min(3, -(-sms * ctas // groups)) if ctas else 3) * groups, 1, 1)   # 3 row tiles of 16
+
+
+@pytest.mark.filterwarnings("ignore:Sparse BSR tensor support is in beta")
+@pytest.mark.parametrize("name", sorted(n for n, c in dds_solution.CONFIGS.items() if "CTAS" in c.kwargs))
+def test_dds_rows_configs_where_a_groups_first_row_skips_columns(name, force):
+    # Each group's first block row stores one or no block while the others store
+    # many: a column walk must not tie the later rows' multiplies to the first
+    # row's. (A version with a dot per row under a branch gave wrong values and
+    # illegal addresses on an H100 for exactly this, right in the interpreter and
+    # at 100 % density: docs/performance.md, "What did not work".)
+    force("dds", name)
+    cfg = dds_solution.CONFIGS[name]
+    G, rows, cols = cfg.kwargs["G"], 16, 40
+    g = torch.Generator().manual_seed(SEED)
+    keep = torch.rand(rows, cols, generator=g) < 0.4
+    keep[::G] = False
+    keep[G::2 * G, 3] = True            # every other group's first row: one block
+    keep[1, :] = True                   # a full row (bit 31 of both chunks' masks)
+    mask = keep.repeat_interleave(32, 0).repeat_interleave(32, 1)
+    w = (torch.randn(32 * rows, 32 * cols, generator=g) * mask).to(torch.float16).to(DEVICE)
+    bsr = w.to_sparse_bsr((32, 32))
+    M = cfg.kwargs["BLOCK_M"] + 3
+    x = torch.randn(M, 32 * cols, generator=g).to(torch.float16).to(DEVICE)
+    _check("dds", dds_mm(x, bsr), dds_reference(x, bsr), (M, 32 * rows, 32 * cols))
+
+
+@pytest.mark.filterwarnings("ignore:Sparse BSR tensor support is in beta")
+def test_dds_rows_kernel_relies_on_a_bsr_invariant():
+    # The union walk consumes a row's blocks in column order: torch's BSR
+    # format requires sorted, distinct columns within a row (and builds them so).
+    values = torch.zeros(2, 32, 32, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="sorted and distinct"):
+        torch.sparse_bsr_tensor(torch.tensor([0, 2]), torch.tensor([1, 0]), values, size=(32, 64),
+                                check_invariants=True)
+    bsr = torch.zeros(64, 32 * 40, dtype=torch.float16).index_fill_(1, torch.arange(0, 32 * 40, 7), 1.0)
+    cols = bsr.to_sparse_bsr((32, 32)).col_indices()
+    assert torch.equal(cols[:40], torch.arange(40))
+
+
 # ------------------------------------------------------------------ bad inputs
 
 BAD_INPUTS = [
