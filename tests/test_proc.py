@@ -30,6 +30,7 @@ import pytest
 from grader.harness import proc, sandbox
 from tests.docker_users import DockerUsers
 from tests.fakes import install_fake_grade, rubric_toml
+from tests.helpers import interpreter_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -353,6 +354,8 @@ def test_two_students_graded_at_once_under_one_sandbox_user(tmp_path, where):
     "root": the grader is root (setpriv to the student user; CI); "docker": as in the image
     without its security options, a non-root grader reaching the shared student user through sudo
     (tests/docker_users.py)."""
+    if why := interpreter_problem():
+        pytest.skip(why)
     users = None
     if where != "root":
         if why := DockerUsers.unavailable():

@@ -76,6 +76,19 @@ def test_own_kernels_copies_and_the_wrappers_ops_pass_anything_else_is_named():
                                      "vectorized_elementwise_kernel<AddFunctor>", "aten::mm", "aten::mul"]}
 
 
+def test_cudas_own_bookkeeping_is_neither_a_kernel_nor_an_op():
+    # CUPTI reports "Lazy Function Loading" beside the kernels when CUDA loads a
+    # module's functions at their first launch (seen on an H100, CUDA 13): as a
+    # GPU activity and as the op a kernel is tied to. Neither computes.
+    events = [("Lazy Function Loading", None), ("own_kernel", "Lazy Function Loading"),
+              ("Lazy Function Loading", "aten::empty")]
+    assert trace.classify(events, {"own_kernel"}, WRAPPER_OPS) == {"own": 1, "copies": 0, "torch_ops": [],
+                                                                 "foreign": []}
+    # Tied to it, another kernel is still known by its name.
+    assert trace.classify([("cutlass_gemm", "Lazy Function Loading")], {"own_kernel"},
+                          WRAPPER_OPS)["foreign"] == ["cutlass_gemm"]
+
+
 def _call(trace_summary, status="ok"):
     return CallResult(status, evidence={"own_launches": 1, "trace": trace_summary} if trace_summary else
                       {"own_launches": 1}, traced=True)

@@ -52,14 +52,16 @@ def env_for(scratch: Path) -> dict:
 def run(code: str, *args: str, prefix=(), timeout=300, b=None, **jail_kw):
     """Run ``code`` as a script in a fresh gpu=True jail; (returncode, output, seconds)."""
     top = sandbox.task_dir("gpucheck-")
-    scratch = top / "scratch"
+    scratch, stage = top / "scratch", top / "stage"
     scratch.mkdir()
     scratch.chmod(0o777)                  # the child may run as the student user
-    script = scratch / "check.py"         # a file, not -c: Triton's jit reads the source
+    stage.mkdir()                         # read-only in the jail; scratch is a fresh tmpfs there
+    stage.chmod(0o755)
+    script = stage / "check.py"           # a file, not -c: Triton's jit reads the source
     script.write_text(textwrap.dedent(code))
     script.chmod(0o644)
     try:
-        jail = sandbox.Jail(scratch=scratch, env=env_for(scratch), gpu=True, **jail_kw)
+        jail = sandbox.Jail(scratch=scratch, readonly=[stage], env=env_for(scratch), gpu=True, **jail_kw)
         t0 = time.monotonic()
         p = sandbox.spawn([*prefix, sys.executable, str(script), *args], jail,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, backend_=b)

@@ -33,6 +33,10 @@ from collections import Counter
 
 MAX_NAMES = 10
 COPY_PREFIXES = ("Memcpy", "Memset")   # how PyTorch's profiler names CUPTI's copy and memset activities
+# CUDA's own bookkeeping that CUPTI reports beside the kernels (a module's functions
+# loaded at their first launch under CUDA_MODULE_LOADING=LAZY): no arithmetic, and
+# named by CUDA, never by the submission. Seen on an H100 with CUDA 13, 2026-11-25.
+CUDA_BOOKKEEPING = frozenset({"Lazy Function Loading"})
 # A PyTorch kernel the profiler could not tie to its op is known by its name: ATen's kernels
 # live in at::native (a Triton kernel's name is an identifier, without "::"); its copies and
 # fills are copies, any other is PyTorch computing.
@@ -93,6 +97,10 @@ def classify(events: list[tuple[str, str | None]], own: set[str], wrapper_ops: s
     torch_ops: Counter = Counter()
     foreign: Counter = Counter()
     for name, op in events:
+        if name in CUDA_BOOKKEEPING:
+            continue
+        if op in CUDA_BOOKKEEPING:   # not a PyTorch op: the kernel is known by its name alone
+            op = None
         if name in own:
             counts["own"] += 1
         elif name.startswith(COPY_PREFIXES):
