@@ -78,6 +78,7 @@ if "fake: helper" in text:  # a helper that leaves this process's tree at once (
 time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
 
 from grader.report import write_reports
+from grader.rubric import DEFAULT_RUBRIC, rubric_hash
 from grader.scoring import GradeResult, TaskResult, TestResult
 tests = [TestResult(name="w8a8/c", task="w8a8", kind="correctness", score=c, max_score=60, status="passed",
                     message="ok"),
@@ -87,7 +88,7 @@ tasks = [TaskResult(task="w8a8", title="W8A8", score=c + p, max_score=100, summa
 write_reports(GradeResult(schema_version=1, submission=str(sub), started="2026-03-03T00:00:00+00:00",
                           seconds=0.1, device="cuda", gpu="fake GPU", versions={}, seed=7, rubric="r",
                           score=c + p, max_score=100, max_score_all_tests=100, partial=False, notes=[],
-                          tasks=tasks, tests=tests, rubric_hash="0123456789ab"), reports)
+                          tasks=tasks, tests=tests, rubric_hash=rubric_hash(DEFAULT_RUBRIC)), reports)
 gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "none")
 (log / f"run@{sub.name}@{gpu}@{start}@{time.time_ns()}").touch()
 '''
