@@ -51,7 +51,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
@@ -60,6 +60,7 @@ from grader.report import REPORT_FILES, error_result, escape_name, one_line, wri
 from grader.rubric import Rubric, rubric_hash
 
 from .gpus import GpuSpecError, Stopped, run_parallel, visible_gpus
+from .cluster_jobs import shards_in_flight
 from .history import keep_previous, previous
 from .lms.csvio import DIR_MODE, FILE_MODE, CsvError, to_csv
 from .lms.csvio import write_atomic as _write_atomic
@@ -696,6 +697,7 @@ class Plan:
     digest: str
     timeout_s: float
     pending: tuple | None
+    busy: list = field(default_factory=list)   # shards of an earlier cluster run still grading (cluster.py)
 
 
 def plan_batch(submissions: str, out: str, rubric: Rubric, force: bool = False, timeout_s: float | None = None,
@@ -751,8 +753,16 @@ def plan_batch(submissions: str, out: str, rubric: Rubric, force: bool = False, 
         if pending and not force:
             print(f"an interrupted --force run (started {pending[1]}) is resumed: reports older than it "
                   "are regraded")
-        print(f"{len(entries)} submissions, {len(entries) - len(todo)} already graded, {len(todo)} to grade")
-    return Plan(out, students, entries, not_submitted, todo, list(rubric.tasks), digest, timeout_s, pending)
+    busy = shards_in_flight(out / "cluster")   # a cluster run's shards still grading: not a second time here
+    taken = {sid for r in busy for sid in r["students"]}
+    listed = len(todo)
+    if taken:
+        todo = [e for e in todo if e.sid not in taken]
+        print(f"{len(busy)} shard(s) of an earlier cluster run are still grading {listed - len(todo)} of these "
+              f"(jobs {', '.join(r['job_id'] for r in busy)}): not graded here")
+    if student is None:
+        print(f"{len(entries)} submissions, {len(entries) - listed} already graded, {len(todo)} to grade")
+    return Plan(out, students, entries, not_submitted, todo, list(rubric.tasks), digest, timeout_s, pending, busy)
 
 
 def finish_batch(plan: Plan, stopped_by=None) -> int:

@@ -30,7 +30,6 @@ wave of shards, and, if that dies too, by the next run.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -43,13 +42,10 @@ from grader.report import one_line
 
 from . import batch
 from .gpus import visible_gpus
-from .lms.csvio import write_atomic
+from .cluster_jobs import JOBS_FILE, record, shards_in_flight  # noqa: F401 - JOBS_FILE: API
 
 EXECUTORS = ("local", "slurm")
 STUDENTS_PER_SHARD = 10     # default shard size
-JOBS_FILE = "jobs.json"     # in OUT/cluster: shards in flight
-ACTIVE_SLURM = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED",
-                "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED"}
 POLL_S = 2.0
 
 
@@ -90,37 +86,6 @@ def split(todo: list, shards: int) -> list[list]:
     return [p for p in parts if p]
 
 
-# ----------------------------------------------------------------------------- jobs in flight
-
-def _record(folder: Path, records: list[dict]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(folder / JOBS_FILE, json.dumps(records, indent=1) + "\n")
-
-
-def _recorded(folder: Path) -> list[dict]:
-    try:
-        data = json.loads((folder / JOBS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    return [r for r in data if isinstance(r, dict) and isinstance(r.get("job_id"), str)
-            and isinstance(r.get("students"), list)] if isinstance(data, list) else []
-
-
-def _alive(record: dict, folder: Path) -> bool:
-    """Whether a recorded shard may still be grading: a local shard's controller
-    process exists, a Slurm job is in an active state (or its state is unknown)."""
-    if record.get("executor") == "local":
-        try:
-            cmdline = Path(f"/proc/{int(record['job_id'])}/cmdline").read_bytes()
-            stat = Path(f"/proc/{int(record['job_id'])}/stat").read_text()
-        except (OSError, ValueError):
-            return False
-        return b"submitit.local._local" in cmdline and stat.rsplit(")", 1)[1].split()[0] != "Z"
-    import submitit
-    state = submitit.SlurmJob(folder, record["job_id"]).state.split()[0].upper()
-    return state in ACTIVE_SLURM or state == "UNKNOWN"
-
-
 def _executor(kind: str, folder: Path, partition: str | None, gpus_per_task: int, jobs: int, timeout_min: int,
               parallel: int, options: dict):
     import submitit
@@ -145,18 +110,21 @@ def run_cluster(plan: batch.Plan, rubric, executor: str = "slurm", partition: st
     """Grade ``plan.todo`` on a job array, wait for it, write the class files; the exit status."""
     folder = plan.out / "cluster"
     started_ns = time.time_ns()
-    earlier = [r for r in _recorded(folder) if _alive(r, folder)]
+    earlier = plan.busy    # alive shards of an earlier run: waited for; their students are not in plan.todo
     busy = {sid for r in earlier for sid in r["students"]}
     if earlier:
-        print(f"{len(earlier)} shard(s) of an earlier run are still grading {len(busy)} student(s) "
-              f"(jobs {', '.join(r['job_id'] for r in earlier)}): waiting for them, not grading those again")
-    todo = [e for e in plan.todo if e.sid not in busy]
+        print("this run waits for them before it writes the class files (and grades again what they leave)")
+    entries = {e.sid: e for e in plan.entries}
+    todo = plan.todo
     command = batch.grade_command   # looked up now: what this batch runs, pickled into each shard
     live: list[tuple[object, dict]] = []
     stopped_by = None
+    handlers = {s: signal.signal(s, batch._stop) for s in batch.STOP_SIGNALS
+                if signal.getsignal(s) not in (signal.SIG_IGN, None)}
     try:
         for wave in (1, 2):
-            waiting = [e for e in (todo if wave == 1 else plan.todo)
+            pool = todo if wave == 1 else todo + [entries[sid] for sid in sorted(busy) if sid in entries]
+            waiting = [e for e in pool
                        if not batch._is_finished(plan.students, e.sid, None if e.sid in busy else started_ns)]
             if wave == 2:
                 if not waiting:
@@ -172,7 +140,7 @@ def run_cluster(plan: batch.Plan, rubric, executor: str = "slurm", partition: st
                 submitted = ex.map_array(grade_shard, specs)
                 live = [(job, {"job_id": str(job.job_id), "executor": executor,
                                "students": [e.sid for e in part]}) for job, part in zip(submitted, parts)]
-                _record(folder, [*earlier, *(rec for _, rec in live)])
+                record(folder, [*earlier, *(rec for _, rec in live)])
                 print(f"submitted {len(parts)} shard(s) of up to {per_shard} student(s) ({executor}; jobs "
                       f"{', '.join(rec['job_id'] for _, rec in live)}); logs in {folder}")
             _wait(live, earlier, folder, plan, [e.sid for e in todo], started_ns)
@@ -182,13 +150,16 @@ def run_cluster(plan: batch.Plan, rubric, executor: str = "slurm", partition: st
                     print(f"shard {rec['job_id']} ({len(rec['students'])} students) ended without finishing: "
                           f"{problem}")
             earlier, live = [], []
-            _record(folder, [])
+            record(folder, [])
     except KeyboardInterrupt as e:
         stopped_by = e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT
         for job, _ in live:
             job.cancel(check=False)
         print("\ninterrupted: the shards of this run were cancelled; finished students are kept; run the same "
               "command again to resume")
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
     if plan.pending and stopped_by is None and all(batch._is_finished(plan.students, e.sid) for e in plan.todo):
         (plan.out / batch.FORCE_MARKER).unlink(missing_ok=True)
     return batch.finish_batch(plan, stopped_by)
@@ -212,7 +183,7 @@ def _wait(live, earlier, folder: Path, plan: batch.Plan, sids: list[str], since_
     installed = -1
     while True:
         running = [job for job, _ in live if not job.done()]
-        alive = [r for r in earlier if _alive(r, folder)]
+        alive = shards_in_flight(folder, earlier)
         done = sum(1 for sid in sids if batch._is_finished(plan.students, sid, since_ns))
         if done != installed:
             installed = done
