@@ -303,6 +303,18 @@ def movement_markdown(tasks: list[TaskResult]) -> list[str]:
     return md
 
 
+def task_line(task: TaskResult) -> str:
+    """A task's points and state in one line: a task that ran but lost points never reads as done."""
+    state = one_line(task.summary)
+    if task.status == "ok":
+        state = ("none of its tests runs here" if task.max_score == 0 else
+                 "every test passed" if task.score >= task.max_score else
+                 "it ran, but no test passed: see the tests below" if task.score == 0 else
+                 "it ran; some tests failed: see the tests below")
+    return f"{one_line(task.task, 40)}: {_fmt(task.score)}/{_fmt(task.max_score)} {_bonus(task)}".rstrip() + \
+        f": {state}"
+
+
 def gradescope(result: GradeResult, error: str | None = None) -> dict:
     """Gradescope's results.json (https://gradescope-autograders.readthedocs.io/en/latest/specs/):
     only the fields that spec names; every output is plain text, cleaned and bounded.
@@ -313,7 +325,8 @@ def gradescope(result: GradeResult, error: str | None = None) -> dict:
     """
     tests, elsewhere = [], 0.0
     for t in result.tests:
-        entry = {"name": one_line(t.name, 200), "score": t.score, "max_score": t.max_score,
+        entry = {"name": one_line(t.name, 200) + (" (bonus)" if t.bonus else ""), "score": t.score,
+                 "max_score": t.max_score,
                  "status": "passed" if t.status == "passed" else "failed",
                  "output": clean_text(t.message), "output_format": "text", "visibility": t.visibility}
         if t.kind == "performance" and t.status == "not_run":
@@ -330,7 +343,7 @@ def gradescope(result: GradeResult, error: str | None = None) -> dict:
         lines.append(f"Grader error: {one_line(error, 1000)}. The score is 0 until a TA regrades this "
                      "submission.")
     else:
-        lines.append("; ".join(f"{one_line(t.task, 40)}: {one_line(t.summary)}" for t in result.tasks))
+        lines += [task_line(t) for t in result.tasks]
         if elsewhere:
             lines.append(f"Performance ({elsewhere:g} points) is graded separately on a GPU; "
                          "this score is correctness only.")
