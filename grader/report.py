@@ -26,6 +26,7 @@ from .rubric import Rubric
 from .scoring import SCHEMA_VERSION, GradeResult, TaskResult, TestResult, points_lines
 
 REPORT_FILES = ("report.md", "report.json", "results.json")
+FILE_MODE, DIR_MODE = 0o640, 0o750   # reports: the owner and their group (course staff), not other users
 MESSAGE_CHARS = 4000   # one test message, in report.md and results.json
 LOG_CHARS = 2000       # the printed-output tail shown in report.md
 INLINE_CHARS = 300     # one table cell or list item
@@ -382,7 +383,9 @@ def write_reports(result: GradeResult, report_dir: str | Path, error: str | None
     ``error`` marks a grader error: report.json gets ``grader_error``, and the
     Markdown and Gradescope outputs lead with it."""
     report_dir = Path(report_dir)
-    report_dir.mkdir(parents=True, exist_ok=True)
+    if not report_dir.is_dir():
+        report_dir.mkdir(parents=True, mode=DIR_MODE)
+        os.chmod(report_dir, DIR_MODE)   # grades are personal: the owner's group (course staff) only
     data = dataclasses.asdict(result)
     if error:
         data["grader_error"] = one_line(error, 1000)
@@ -393,6 +396,7 @@ def write_reports(result: GradeResult, report_dir: str | Path, error: str | None
         fd, tmp = tempfile.mkstemp(dir=report_dir, prefix=f".{name}.")
         with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, report_dir / name)
     return report_dir
 

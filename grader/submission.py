@@ -59,6 +59,14 @@ def _read_member(zf: zipfile.ZipFile, name: str) -> bytes:
     return data
 
 
+def _starts_like_a_zip(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
+
+
 def load_submission(path: str | Path) -> Submission:
     path = Path(path)
     sub = Submission(source=str(path))
@@ -79,6 +87,9 @@ def load_submission(path: str | Path) -> Submission:
         names = [n for n in infos if _safe_member(n) and n.endswith(".py")]
         read = lambda n: _read_member(zf, n)  # noqa: E731
         size = lambda n: infos[n].file_size  # noqa: E731
+    elif path.is_file() and (path.suffix.lower() == ".zip" or _starts_like_a_zip(path)):
+        raise SubmissionError(f"{path.name}: a truncated or corrupt .zip file (it has no zip directory at its "
+                              "end): download or zip it again")
     elif path.exists():
         raise SubmissionError(f"{path}: not a folder or a .zip file")
     else:
