@@ -824,7 +824,8 @@ def grade_entries(todo: list[Entry], students: Path, rubric: Rubric, timeout_s: 
         if slots and len(todo) > 1:
             _grade_parallel(todo, students, rubric, timeout_s, slots, before, seed, command)
         else:
-            env = dict(slots[0][1]) if slots else {}
+            # One student: all the cores are theirs; a GPU slot still names its GPU.
+            env = {k: v for k, v in (slots[0][1] if slots else ()) if k == "CUDA_VISIBLE_DEVICES"}
             one = Slot(slots[0][0], tuple(env.items()), threading.Event(), frozenset(before)) if slots else None
             for entry in tqdm(todo, unit="student", dynamic_ncols=True):
                 try:
