@@ -106,8 +106,8 @@ class Settings:
     # tests out ("omit", one line says they are graded on a GPU) or lists them
     # with 0 points ("informational").
     gradescope_performance: str = "omit"
-    # The whole Gradescope run (python -m grader.gradescope) must fit in this
-    # many seconds; each task gets an equal share of what is left.
+    # The whole Gradescope run (python -m grader.gradescope) in seconds; each task
+    # is graded by its own process within an equal share of it (plus a grace).
     gradescope_budget_s: float = 480
     # A timed call faster than this fraction of its memory floor (bytes that
     # must move / the copy bandwidth measured at the start) is not trusted.
