@@ -16,6 +16,12 @@ CALIBRATE_FLAGS ?=
 FORMAT ?= gradescope
 ASSIGNMENT ?=
 GRADESCOPE_SCORES ?=
+ALLOW ?=
+JOBS ?=
+EXECUTOR ?=
+SLURM_PARTITION ?=
+GPUS_PER_TASK ?=
+RUBRIC ?=
 
 export PYTHON VENV NO_VENV
 
@@ -27,7 +33,7 @@ ifneq ($(wildcard solutions),)
 	@echo "make test                  the project's own test suite"
 	@echo "make batch SUBMISSIONS=dir grade a whole class (TA)"
 	@echo "make regrade STUDENT=id    regrade one student of the batch, rebuild class.csv (TA)"
-	@echo "make gradebook FORMAT=f    class.csv as a gradescope or canvas upload file (TA)"
+	@echo "make gradebook FORMAT=f    class.csv as a gradescope, canvas or moodle upload file (TA; ALLOW=kinds)"
 	@echo "make merge GRADESCOPE_SCORES=csv  Gradescope's correctness + the batch's GPU performance (TA)"
 	@echo "make dist                  build the student bundle in dist/ (TA)"
 	@echo "make gradescope            build a Gradescope autograder zip (TA)"
@@ -52,24 +58,28 @@ test: setup
 endif
 
 batch: setup
-	$(PY) -m classroom batch $(SUBMISSIONS) --out $(BATCH_DIR) $(GRADE_FLAGS)
+	$(PY) -m classroom batch $(SUBMISSIONS) --out $(BATCH_DIR) $(if $(JOBS),--jobs $(JOBS)) \
+	  $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(SLURM_PARTITION),--slurm-partition $(SLURM_PARTITION)) \
+	  $(if $(GPUS_PER_TASK),--gpus-per-task $(GPUS_PER_TASK)) $(GRADE_FLAGS)
 
 regrade: setup
 	@test -n "$(STUDENT)" || { echo "usage: make regrade STUDENT=id (the id column of class.csv, the file name, an email or a SID)"; exit 2; }
 	$(PY) -m classroom regrade $(SUBMISSIONS) "$(STUDENT)" --out $(BATCH_DIR) $(GRADE_FLAGS)
 
 gradebook: setup
-	$(PY) -m classroom gradebook $(BATCH_DIR)/class.csv --format $(FORMAT) $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)")
+	$(PY) -m classroom gradebook $(BATCH_DIR)/class.csv --format $(FORMAT) $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)") \
+	  $(if $(ALLOW),--allow $(ALLOW))
 
 merge: setup
 	@test -n "$(GRADESCOPE_SCORES)" || { echo "usage: make merge GRADESCOPE_SCORES=file.csv [FORMAT=gradescope|canvas] (Gradescope's Download Grades CSV of the assignment)"; exit 2; }
-	$(PY) -m classroom merge "$(GRADESCOPE_SCORES)" $(BATCH_DIR)/class.csv --format $(FORMAT) $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)")
+	$(PY) -m classroom merge "$(GRADESCOPE_SCORES)" $(BATCH_DIR)/class.csv --format $(FORMAT) $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)") \
+	  $(if $(ALLOW),--allow $(ALLOW))
 
 dist: setup
-	$(PY) -m tools.dist dist
+	$(PY) -m tools.dist dist $(if $(RUBRIC),--rubric $(RUBRIC))
 
 gradescope: setup
-	$(PY) -m tools.gradescope_zip dist/gradescope.zip
+	$(PY) -m tools.gradescope_zip dist/gradescope.zip $(if $(RUBRIC),--rubric $(RUBRIC))
 
 bench: setup
 	$(PY) -m bench.bench

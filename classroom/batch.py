@@ -31,40 +31,44 @@ with its output in a file (no pipes for an escaped process to hold): when
 a student is done, timed out or interrupted, or when the batch itself dies,
 every process left from that student's grading, including ones that started
 a new session or double-forked, is killed and reaped, and nothing else is:
-with --gpus (classroom/gpus.py) one grade process per GPU runs at a time,
-and one student's clean-up never touches another's processes.
+with --gpus or --jobs (classroom/gpus.py) one grade process per slot (a GPU,
+a CPU job) runs at a time, and one student's clean-up never touches
+another's processes. run_grade_process is the one place the batch starts and
+ends a process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from tabulate import tabulate
 from tqdm import tqdm
 
 from grader.harness import proc
 from grader.report import REPORT_FILES, error_result, escape_name, one_line, write_reports
 from grader.rubric import Rubric, rubric_hash
 
+from .cluster_jobs import shards_in_flight
 from .gpus import GpuListError, Stopped, run_parallel, visible_gpus
+from .history import keep_previous, previous
 from .lms.csvio import DIR_MODE, FILE_MODE, CsvError, to_csv
 from .lms.csvio import write_atomic as _write_atomic
-from .lms.intake import discover, select
+from .lms.intake import discover, remember_rubric, select
 from .lms.layouts import Entry, LayoutError, find_entries, student_id  # noqa: F401 - find_entries, student_id: API
+from .summary import other_rubric_line, summary_table, write_summary  # noqa: F401 - other_rubric_line: API
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT_JSON_BYTES = 8 << 20      # largest report.json the batch reads
@@ -74,6 +78,7 @@ _HASH = re.compile(r"[0-9a-f]{6,64}")
 STOP_SIGNALS = tuple(getattr(signal, s) for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s))
 
 _FLAG_KIND = re.compile(r"[a-z][a-z0-9_]{0,39}")
+TEST_STATUSES = ("passed", "partial", "failed", "not_run")
 # class.csv's columns, in this order, the rubric's tasks between head and tail (README.md documents each).
 CSV_FIELDS_HEAD = ["id", "name", "email", "sid", "total", "max", "correctness", "bonus", "performance"]
 CSV_FIELDS_TAIL = ["flags", "submitted_at", "graded_at", "rubric_hash", "device", "partial", "seed",
@@ -82,6 +87,7 @@ CSV_FIELDS_TAIL = ["flags", "submitted_at", "graded_at", "rubric_hash", "device"
 
 # ----------------------------------------------------------------------------- processes
 
+_STOPPED = "stopped"      # run_grade_process: the batch stopped before the grade process ended
 _deferring = 0            # > 0 inside clean-up that a stop signal must not cut short
 _pending: list[int] = []  # stop signals that arrived meanwhile
 
@@ -124,6 +130,13 @@ def grade_command(path: Path, report_dir: Path, rubric: Rubric) -> list[str]:
             "--rubric", str(source.absolute() if source.is_file() else source)]
 
 
+def student_seed(seed: int, sid: str) -> int:
+    """A student's seed in a batch given ``--seed``: the same for the same student
+    whichever machine, slot or shard grades them, different between students."""
+    digest = hashlib.blake2b(f"{seed}:{sid}".encode(), digest_size=7).digest()
+    return int.from_bytes(digest, "little")
+
+
 def _tail(path: Path, chars: int = 4000) -> str:
     """The end of a log file, read without loading the whole file."""
     try:
@@ -141,34 +154,57 @@ def _last_line(text: str) -> str:
 
 @dataclass(frozen=True)
 class Slot:
-    """Where a parallel batch runs a grade process: its GPU, and the batch's stop event."""
-    gpu: str
+    """Where a parallel batch runs a grade process: its name (a GPU, or a CPU
+    job's number), the environment it adds (CUDA_VISIBLE_DEVICES, thread
+    limits), and the batch's stop event."""
+    name: str
+    env: tuple
     stop: threading.Event
 
 
-def _grade_one(entry: Entry, students: Path, rubric: Rubric, timeout_s: float, slot: Slot | None = None) -> str:
+def run_grade_process(cmd: list[str], log: Path, timeout_s: float, slot: Slot | None = None):
+    """Run one grade process with its output in ``log`` and a deadline; when it
+    ends, times out or the batch stops, kill and reap its whole tree. Returns
+    its exit status, None on timeout, or _STOPPED (``slot``'s stop was set first).
+
+    The one place the batch starts and ends processes. Each grade process runs
+    under a supervisor of its own (grader/harness/proc.py), which kills and
+    reaps everything the grade left, however it escaped, and nothing else: a
+    student's clean-up never touches another slot's processes."""
+    env = dict(os.environ, **dict(slot.env)) if slot is not None else None
+    p = None
+    try:
+        with open(log, "wb") as out:
+            p = proc.start(cmd, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
+                           stderr=subprocess.STDOUT, deadline_s=timeout_s)
+        while (rc := p.wait(0.05)) is None:
+            if slot is not None and slot.stop.is_set():
+                return _STOPPED
+        return None if p.timed_out else rc
+    finally:
+        if p is not None:
+            with _signals_deferred():
+                p.kill()   # its supervisor kills and reaps what the grade left; waits until it has
+
+
+def _grade_one(entry: Entry, students: Path, rubric: Rubric, timeout_s: float, slot: Slot | None = None,
+               command=None, seed: int | None = None) -> str:
     """Grade one student in a child process and install their report folder;
     return 'ok' or the reason for the grader error written in its place.
-    With a ``slot`` (a parallel batch) the child sees only the slot's GPU, and
-    Stopped is raised, with nothing installed, if the batch stops meanwhile."""
+    With a ``slot`` (a parallel batch) the child gets the slot's environment, and
+    Stopped is raised, with nothing installed, if the batch stops meanwhile.
+    ``command``: what makes the grade command (default: grade_command);
+    ``seed``: the batch's --seed (each student's own is derived from it)."""
     work = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.sid}-", dir=students))
     reports, log = work / "reports", work / "grade.log"
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=slot.gpu) if slot is not None else None
+    cmd = (command or grade_command)(entry.path, reports, rubric)
+    if seed is not None:
+        cmd = [*cmd, "--seed", str(student_seed(seed, entry.sid))]
     try:
-        p = None
-        try:
-            with open(log, "wb") as out:
-                p = proc.start(grade_command(entry.path, reports, rubric), env=env, cwd=ROOT,
-                               stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                               deadline_s=timeout_s)
-            while (rc := p.wait(0.05)) is None:
-                if slot is not None and slot.stop.is_set():
-                    raise Stopped(entry.sid)
-        finally:
-            if p is not None:
-                with _signals_deferred():
-                    p.kill()   # its supervisor kills and reaps what the grade left, and nothing else
-        if p.timed_out:
+        rc = run_grade_process(cmd, log, timeout_s, slot)
+        if rc == _STOPPED:
+            raise Stopped(entry.sid)
+        if rc is None:
             reason = f"grading took longer than {timeout_s:g} s; it was stopped"
         elif rc != 0:
             reason = f"the grader exited with code {rc}: {_last_line(_tail(log))}"
@@ -207,7 +243,8 @@ def _plain_file(path: Path) -> bool:
 def _install(reports: Path, final: Path, work: Path) -> None:
     """Put the three reports at ``final`` (nothing else the run left there) by
     renames only: at every moment ``final`` is the old complete folder, absent,
-    or the new complete folder. Readable by the owner's group (course staff)."""
+    or the new complete folder. Readable by the owner's group (course staff).
+    A folder it replaces is kept in OUT/history/<id>/ (history.py)."""
     staged = work / "final"
     staged.mkdir(mode=DIR_MODE)
     for name in REPORT_FILES:
@@ -217,6 +254,7 @@ def _install(reports: Path, final: Path, work: Path) -> None:
     if final.exists() or final.is_symlink():
         os.replace(final, work / "old")
     os.replace(staged, final)
+    keep_previous(work / "old", final.parent.parent, final.name)
 
 
 # ----------------------------------------------------------------------------- reports
@@ -285,7 +323,11 @@ def load_report(path: Path) -> dict:
             raise BadReport(f"tests[{i}] is not an object")
         out["tests"].append({"kind": _text(t.get("kind"), f"tests[{i}].kind"),
                              "score": _num(t.get("score"), f"tests[{i}].score"),
-                             "bonus": t.get("bonus") is True})
+                             "bonus": t.get("bonus") is True,
+                             # for the class view only: a test without them is left out of its table
+                             "name": one_line(t["name"], 100) if isinstance(t.get("name"), str) else "",
+                             "status": t["status"] if t.get("status") in TEST_STATUSES else "",
+                             "cause": _cause(t.get("message"))})
     out["tasks"] = []
     for i, t in enumerate(_items(data.get("tasks"), "tasks")):
         if not isinstance(t, dict):
@@ -296,6 +338,16 @@ def load_report(path: Path) -> dict:
                              "status": _text(t.get("status", "ok"), f"tasks[{i}].status"),
                              "flags": [_flag(f, f"tasks[{i}].flags") for f in flags]})
     return out
+
+
+def _cause(message) -> str:
+    """What a test's message says went wrong, in one line: its "likely cause:"
+    line (grader/diagnose.py), else its first line."""
+    if not isinstance(message, str):
+        return ""
+    lines = [line.strip() for line in message[:20_000].splitlines() if line.strip()]
+    cause = next((line for line in lines if line.startswith("likely cause:")), lines[0] if lines else "")
+    return one_line(cause, 200)
 
 
 def _flag(value, what: str) -> dict:
@@ -350,7 +402,7 @@ def _row(entry: Entry, report: dict, tasks: list[str]) -> dict:
         if task["task"] in tasks:
             row[task["task"]] = task["score"]
     row.update(partial=report["partial"], seed=report["seed"], device=report["gpu"] or "cpu",
-               graded_at=report["started"], rubric_hash=report["rubric_hash"])
+               graded_at=report["started"], rubric_hash=report["rubric_hash"], _tests=report["tests"])
     return _with_flags(row, _flags(report))
 
 
@@ -359,13 +411,27 @@ def _error_row(entry: Entry, error: str, max_score=None) -> dict:
     return _with_flags(row, ["grader_error"])
 
 
+def _previous(out: Path, sid: str) -> dict | None:
+    """The score of a student's report before the last regrade (OUT/history), or None."""
+    path = previous(out, sid)
+    if path is None:
+        return None
+    try:
+        report = load_report(path)
+    except BadReport:
+        return None
+    if "grader_error" in report:
+        return {"score": None, "graded_at": "", "error": report["grader_error"]}
+    return {"score": report["score"], "max": report["max_score"], "graded_at": report["started"]}
+
+
 def write_class_files(out: Path, entries: list[Entry], tasks: list[str], current_hash: str = "",
                       not_submitted=()) -> list[dict]:
-    """Rebuild class.csv and summary.md from whatever reports exist now. A
-    report that cannot be used becomes that student's grader_error row.
-    ``current_hash``: the rubric now in use, to list reports made under another.
-    ``not_submitted``: roster members (classroom.lms.roster.Member) without a
-    submission, one ``no_submission`` row each."""
+    """Rebuild class.csv and the class view (summary.md, .html, .png) from
+    whatever reports exist now. A report that cannot be used becomes that
+    student's grader_error row. ``current_hash``: the rubric now in use, to
+    list reports made under another. ``not_submitted``: roster members
+    (classroom.lms.roster.Member) without a submission, one ``no_submission`` row each."""
     rows = []
     for entry in entries:
         path = out / "students" / entry.sid / "report.json"
@@ -378,59 +444,19 @@ def write_class_files(out: Path, entries: list[Entry], tasks: list[str], current
             rows.append(_error_row(entry, f"report.json unusable: {e}"))
             continue
         if "grader_error" in report:
-            rows.append(_error_row(entry, report["grader_error"], report["max_score"]) |
-                        {"rubric_hash": report["rubric_hash"]})
+            row = _error_row(entry, report["grader_error"], report["max_score"]) | {
+                "rubric_hash": report["rubric_hash"]}
         else:
-            rows.append(_row(entry, report, tasks))
+            row = _row(entry, report, tasks)
+        row["_previous"] = _previous(out, entry.sid)
+        rows.append(row)
     for m in not_submitted:
         rows.append({"id": m.key, "name": _people([m.person], "name"), "email": _people([m.person], "email"),
                      "sid": _people([m.person], "sid"), "flags": "no_submission"})
     fields = [*CSV_FIELDS_HEAD, *tasks, *CSV_FIELDS_TAIL]
     _write_atomic(out / "class.csv", to_csv(fields, [[r.get(f, "") for f in fields] for r in rows]))
-    _write_atomic(out / "summary.md", summary_table(rows, tasks, current_hash) + "\n")
+    write_summary(out, rows, tasks, current_hash)
     return rows
-
-
-def other_rubric_line(rows: list[dict], current_hash: str) -> str:
-    """One line naming the students whose report was made under another rubric ('' if none)."""
-    if not current_hash:
-        return ""
-    old = [r["id"] for r in rows if r.get("rubric_hash") and r["rubric_hash"] != current_hash]
-    if not old:
-        return ""
-    names = ", ".join(old[:20]) + (", ..." if len(old) > 20 else "")
-    return (f"{len(old)} report{'s were' if len(old) != 1 else ' was'} made under an older rubric: {names}; "
-            "regrade them with --force or make regrade STUDENT=id")
-
-
-def summary_table(rows: list[dict], tasks: list[str], current_hash: str = "") -> str:
-    graded = [r for r in rows if r.get("_graded")]
-    submissions = [r for r in rows if "no_submission" not in r.get("flags", "")]
-    lines = [f"{len(graded)} of {len(submissions)} submissions graded", ""]
-    stats = []
-    for col in ["total", "correctness", "bonus", "performance", *tasks]:
-        vals = [float(r[col]) for r in graded if col in r]
-        if vals:
-            stats.append([col, statistics.mean(vals), statistics.median(vals), min(vals), max(vals)])
-    lines.append(tabulate(stats, headers=["", "mean", "median", "min", "max"], floatfmt=".1f"))
-    if graded:
-        top = max(float(r["max"]) for r in graded) or 1
-        buckets = [0] * 10
-        for r in graded:
-            buckets[max(0, min(9, int(10 * float(r["total"]) / top)))] += 1
-        lines += ["", "distribution of totals (% of max):"]
-        lines += [f"  {10 * i:3d}-{10 * i + 10:3d}%  {'#' * n} {n}" for i, n in enumerate(buckets)]
-    flagged = [(r["id"] or r["email"] or r["sid"], r["flags"]) for r in rows if r.get("flags")]
-    if flagged:
-        lines += ["", "flags:"] + [f"  {sid}: {f}" for sid, f in flagged]
-    errors = [(r["id"], r["error"]) for r in rows if r.get("error")]
-    if errors:
-        lines += ["", "grader errors (retried on the next run):"]
-        lines += [f"  {sid}: {one_line(e, 200)}" for sid, e in errors]
-    stale = other_rubric_line(rows, current_hash)
-    if stale:
-        lines += ["", stale]
-    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- the batch
@@ -502,28 +528,74 @@ def _usage_error(line: str) -> int:
     return 2
 
 
-def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
-              timeout_s: float | None = None, student: str | None = None, layout: str | None = None,
-              roster: str | None = None, gpus: str | None = None) -> int:
-    """Grade every submission in ``submissions`` not yet graded (all of them
-    with ``force``; only ``student``, by id, file name, email or SID, when
-    given) and rebuild the class files. ``layout``: auto (detect), plain,
-    gradescope, canvas or moodle; ``roster``: a CSV of names, emails and SIDs;
-    ``gpus``: grade on several GPUs at once ("all" or a list). Returns the exit status."""
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, and a cgroup's CPU quota where one is set)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:  # cgroup v2: "max 100000" or "<quota> <period>"
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def spare_cores() -> int:
+    """The default JOBS: the usable cores that are not busy now (the 1-minute load average), at least 1."""
+    cores = usable_cores()
+    try:
+        busy = int(os.getloadavg()[0] + 0.5)
+    except OSError:
+        busy = 0
+    return max(1, min(cores, cores - busy))
+
+
+def cpu_slots(jobs: int) -> list[tuple[str, tuple]]:
+    """(name, environment) of each of ``jobs`` CPU slots. Each grade process limits
+    its thread pools (PyTorch's, OpenMP's, BLAS's) to its share of the cores, so
+    that N students at once do not oversubscribe the machine."""
+    threads = str(max(1, usable_cores() // max(1, jobs)))
+    env = tuple((k, threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"))
+    return [(f"job{i}", env) for i in range(jobs)]
+
+
+def gpu_slots(gpus: list[str]) -> list[tuple[str, tuple]]:
+    return [(gpu, (("CUDA_VISIBLE_DEVICES", gpu),)) for gpu in gpus]
+
+
+@dataclass
+class Plan:
+    """What a batch run grades, and everything it needs to write the class files."""
+    out: Path
+    students: Path
+    entries: list
+    not_submitted: list
+    todo: list
+    tasks: list
+    digest: str
+    timeout_s: float
+    pending: tuple | None
+    busy: list = field(default_factory=list)   # shards of an earlier cluster run still grading (cluster.py)
+
+
+def plan_batch(submissions: str, out: str, rubric: Rubric, force: bool = False, timeout_s: float | None = None,
+               student: str | None = None, layout: str | None = None, roster: str | None = None):
+    """Check the folders, read the submissions, decide who to grade: a Plan, or
+    the exit status of a usage error (its line printed)."""
     folder, out = Path(submissions), Path(out).absolute()  # grade processes run in ROOT
     if not folder.is_dir():
         hint = "; unzip it first" if folder.is_file() and folder.name.lower().endswith(".zip") else ""
         return _usage_error(f"{folder}: not a folder of submissions{hint}")
-    try:
-        slots = visible_gpus(gpus) if gpus else []
-    except GpuListError as e:
-        return _usage_error(str(e))
     _warn_if_not_isolated()
     students = out / "students"
     try:
         students.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(PermissionError):
-            os.chmod(students, DIR_MODE)  # ids name students: not for other users of the machine
+        for d in (out, students):  # ids name students: not for other users of the machine
+            with contextlib.suppress(PermissionError):
+                os.chmod(d, DIR_MODE)
         probe = tempfile.mkstemp(dir=students, prefix=".probe-")
         os.close(probe[0])
         os.unlink(probe[1])
@@ -538,8 +610,11 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
         return _usage_error(str(e))
     for line in lines:
         print(line)
-    tasks = list(rubric.tasks)
+    if not entries:
+        return _usage_error(f"{folder}: no submissions found (an empty folder, or nothing in it is a submission "
+                            "of the layout above): check the path, or unzip the platform's download there")
     digest = _current_hash(rubric)
+    remember_rubric(out, digest)
     timeout_s = timeout_s or 3 * max(rubric.settings.task_timeout_s, rubric.settings.cpu_task_timeout_s) + 300
     pending = None
     if student is not None:
@@ -559,46 +634,100 @@ def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
         if pending and not force:
             print(f"an interrupted --force run (started {pending[1]}) is resumed: reports older than it "
                   "are regraded")
-        print(f"{len(entries)} submissions, {len(entries) - len(todo)} already graded, {len(todo)} to grade"
-              + (f", on {len(slots)} GPUs ({', '.join(slots)})" if slots else ""))
+    busy = shards_in_flight(out / "cluster")   # a cluster run's shards still grading: not a second time here
+    taken = {sid for r in busy for sid in r["students"]}
+    listed = len(todo)
+    if taken:
+        todo = [e for e in todo if e.sid not in taken]
+        print(f"{len(busy)} shard(s) of an earlier cluster run are still grading {listed - len(todo)} of these "
+              f"(jobs {', '.join(r['job_id'] for r in busy)}): not graded here")
+    if student is None:
+        print(f"{len(entries)} submissions, {len(entries) - listed} already graded, {len(todo)} to grade")
+    return Plan(out, students, entries, not_submitted, todo, list(rubric.tasks), digest, timeout_s, pending, busy)
+
+
+def finish_batch(plan: Plan, stopped_by=None) -> int:
+    """Write the class files from the reports there are, print the summary; the exit status."""
+    with _signals_deferred(reraise=False):
+        rows = write_class_files(plan.out, plan.entries, plan.tasks, plan.digest, plan.not_submitted)
+    print(summary_table(rows, plan.tasks, plan.digest))
+    print(f"\nclass CSV: {plan.out / 'class.csv'}; summary: {plan.out / 'summary.md'} (and .html); "
+          f"per-student reports: {plan.students}/<id>/")
+    return 128 + int(stopped_by) if stopped_by else 0
+
+
+def run_batch(submissions: str, out: str, rubric: Rubric, force: bool = False,
+              timeout_s: float | None = None, student: str | None = None, layout: str | None = None,
+              roster: str | None = None, gpus: str | None = None, jobs: int = 1, seed: int | None = None) -> int:
+    """Grade every submission in ``submissions`` not yet graded (all of them
+    with ``force``; only ``student``, by id, file name, email or SID, when
+    given) and rebuild the class files. ``layout``: auto (detect), plain,
+    gradescope, canvas or moodle; ``roster``: a CSV of names, emails and SIDs;
+    ``gpus``: grade on several GPUs at once ("all" or a list), one student per
+    GPU; else ``jobs`` students at once on the CPU. ``seed``: each student's
+    seed derived from it (the same scores, however the class is split up).
+    Returns the exit status."""
+    try:
+        slots = gpu_slots(visible_gpus(gpus)) if gpus else cpu_slots(jobs) if jobs > 1 else []
+    except GpuListError as e:
+        return _usage_error(str(e))
+    plan = plan_batch(submissions, out, rubric, force, timeout_s, student, layout, roster)
+    if isinstance(plan, int):
+        return plan
+    if slots and len(plan.todo) > 1:
+        where = f"on {len(slots)} GPUs ({', '.join(n for n, _ in slots)})" if gpus else \
+            f"{len(slots)} at a time, {dict(slots[0][1])['OMP_NUM_THREADS']} thread(s) each"
+        print(f"grading {where}")
+    stopped_by = None
+    try:
+        grade_entries(plan.todo, plan.students, rubric, plan.timeout_s, slots, seed=seed)
+        if plan.pending:  # every student is now graded after the --force run began
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(plan.out / FORCE_MARKER)
+    except KeyboardInterrupt as e:
+        stopped_by = e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT
+        print("\ninterrupted: finished students are kept; run the same command again to resume")
+    return finish_batch(plan, stopped_by)
+
+
+def grade_entries(todo: list[Entry], students: Path, rubric: Rubric, timeout_s: float, slots=(),
+                  seed: int | None = None, command=None) -> None:
+    """Grade ``todo`` into ``students``, serially or one grade process per slot
+    at a time, with the batch's stop signals and clean-up. A stop signal
+    raises KeyboardInterrupt once every grade process is gone (nothing half
+    installed). Used by a local batch and by each shard of a cluster batch."""
     main_thread = threading.current_thread() is threading.main_thread()
     handlers = {s: signal.signal(s, _stop) for s in STOP_SIGNALS  # what the caller ignores stays ignored
                 if main_thread and signal.getsignal(s) not in (signal.SIG_IGN, None)}
-    stopped_by = None
     try:
-        if slots:
-            _grade_parallel(todo, students, rubric, timeout_s, slots)
+        if slots and len(todo) > 1:
+            _grade_parallel(todo, students, rubric, timeout_s, slots, seed, command)
         else:
+            # One student: all the cores are theirs; a GPU slot still names its GPU.
+            env = {k: v for k, v in (slots[0][1] if slots else ()) if k == "CUDA_VISIBLE_DEVICES"}
+            one = Slot(slots[0][0], tuple(env.items()), threading.Event()) if slots else None
             for entry in tqdm(todo, unit="student", dynamic_ncols=True):
                 try:
-                    status = _grade_one(entry, students, rubric, timeout_s)
+                    status = _grade_one(entry, students, rubric, timeout_s, one, command, seed)
                 except Exception as e:  # the batch's own failure (disk full...): this student only
                     status = f"batch error: {type(e).__name__}: {e}"
                 if status != "ok":
                     tqdm.write(f"{entry.sid}: grader error: {one_line(status, 300)}")
-        if pending:  # every student is now graded after the --force run began
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(out / FORCE_MARKER)
-    except KeyboardInterrupt as e:
-        stopped_by = e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT
-        print("\ninterrupted: finished students are kept; run the same command again to resume")
     finally:
         with _signals_deferred(reraise=False):
-            rows = write_class_files(out, entries, tasks, digest, not_submitted)
             for s, h in handlers.items():
                 signal.signal(s, h)
-    print(summary_table(rows, tasks, digest))
-    print(f"\nclass CSV: {out / 'class.csv'}; per-student reports: {students}/<id>/")
-    return 128 + int(stopped_by) if stopped_by else 0
 
 
-def _grade_parallel(todo: list[Entry], students: Path, rubric: Rubric, timeout_s: float, slots: list[str]) -> None:
-    """Grade ``todo`` with one grade process per GPU of ``slots`` at a time."""
+def _grade_parallel(todo: list[Entry], students: Path, rubric: Rubric, timeout_s: float, slots: list,
+                    seed: int | None = None, command=None) -> None:
+    """Grade ``todo`` with one grade process per slot (a GPU, a CPU job) at a time."""
     bar = tqdm(total=len(todo), unit="student", dynamic_ncols=True)
     lock = threading.Lock()
+    env_of = dict(slots)
 
-    def work(entry: Entry, gpu: str, stop: threading.Event) -> str:
-        return _grade_one(entry, students, rubric, timeout_s, Slot(gpu, stop))
+    def work(entry: Entry, name: str, stop: threading.Event) -> str:
+        return _grade_one(entry, students, rubric, timeout_s, Slot(name, env_of[name], stop), command, seed)
 
     def done(entry: Entry, status: str) -> None:
         with lock:
@@ -606,6 +735,6 @@ def _grade_parallel(todo: list[Entry], students: Path, rubric: Rubric, timeout_s
                 bar.write(f"{entry.sid}: grader error: {one_line(status, 300)}")
             bar.update(1)
     try:
-        run_parallel(todo, slots, work, done)
+        run_parallel(todo, [name for name, _ in slots], work, done)
     finally:
         bar.close()

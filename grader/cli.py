@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         return 2
 
     from .grade import grade
-    from .report import remove_reports, terminal_table, write_reports
+    from .report import DIR_MODE, remove_reports, terminal_table, write_reports
     tasks = args.tasks.split(",") if args.tasks else None
     unknown = set(tasks or []) - set(rubric.tasks)
     if unknown:
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
         return 2
     try:
         remove_reports(args.report_dir)  # a stale report must never pass for this run's
-        Path(args.report_dir).mkdir(parents=True, exist_ok=True)
+        Path(args.report_dir).mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
         fd, probe = tempfile.mkstemp(dir=args.report_dir, prefix=".probe-")
         os.close(fd)
         os.unlink(probe)

@@ -26,6 +26,7 @@ from .rubric import Rubric
 from .scoring import SCHEMA_VERSION, GradeResult, TaskResult, TestResult, points_lines
 
 REPORT_FILES = ("report.md", "report.json", "results.json")
+FILE_MODE, DIR_MODE = 0o640, 0o750   # reports: the owner and their group (course staff), not other users
 MESSAGE_CHARS = 4000   # one test message, in report.md and results.json
 LOG_CHARS = 2000       # the printed-output tail shown in report.md
 INLINE_CHARS = 300     # one table cell or list item
@@ -305,6 +306,18 @@ def movement_markdown(tasks: list[TaskResult]) -> list[str]:
     return md
 
 
+def task_line(task: TaskResult) -> str:
+    """A task's points and state in one line: a task that ran but lost points never reads as done."""
+    state = one_line(task.summary)
+    if task.status == "ok":
+        state = ("none of its tests runs here" if task.max_score == 0 else
+                 "every test passed" if task.score >= task.max_score else
+                 "it ran, but no test passed: see the tests below" if task.score == 0 else
+                 "it ran; some tests failed: see the tests below")
+    return f"{one_line(task.task, 40)}: {_fmt(task.score)}/{_fmt(task.max_score)} {_bonus(task)}".rstrip() + \
+        f": {state}"
+
+
 def gradescope(result: GradeResult, error: str | None = None) -> dict:
     """Gradescope's results.json (https://gradescope-autograders.readthedocs.io/en/latest/specs/):
     only the fields that spec names; every output is plain text, cleaned and bounded.
@@ -315,7 +328,8 @@ def gradescope(result: GradeResult, error: str | None = None) -> dict:
     """
     tests, elsewhere = [], 0.0
     for t in result.tests:
-        entry = {"name": one_line(t.name, 200), "score": t.score, "max_score": t.max_score,
+        entry = {"name": one_line(t.name, 200) + (" (bonus)" if t.bonus else ""), "score": t.score,
+                 "max_score": t.max_score,
                  "status": "passed" if t.status == "passed" else "failed",
                  "output": clean_text(t.message), "output_format": "text", "visibility": t.visibility}
         if t.kind == "performance" and t.status == "not_run":
@@ -332,7 +346,7 @@ def gradescope(result: GradeResult, error: str | None = None) -> dict:
         lines.append(f"Grader error: {one_line(error, 1000)}. The score is 0 until a TA regrades this "
                      "submission.")
     else:
-        lines.append("; ".join(f"{one_line(t.task, 40)}: {one_line(t.summary)}" for t in result.tasks))
+        lines += [task_line(t) for t in result.tasks]
         lines += [f"{one_line(t.task, 40)}: check {one_line(c, 400)}" for t in result.tasks for c in t.checks_off]
         if elsewhere:
             lines.append(f"Performance ({elsewhere:g} points) is graded separately on a GPU; "
@@ -372,7 +386,9 @@ def write_reports(result: GradeResult, report_dir: str | Path, error: str | None
     ``error`` marks a grader error: report.json gets ``grader_error``, and the
     Markdown and Gradescope outputs lead with it."""
     report_dir = Path(report_dir)
-    report_dir.mkdir(parents=True, exist_ok=True)
+    if not report_dir.is_dir():
+        report_dir.mkdir(parents=True, mode=DIR_MODE)
+        os.chmod(report_dir, DIR_MODE)   # grades are personal: the owner's group (course staff) only
     data = dataclasses.asdict(result)
     if error:
         data["grader_error"] = one_line(error, 1000)
@@ -383,6 +399,7 @@ def write_reports(result: GradeResult, report_dir: str | Path, error: str | None
         fd, tmp = tempfile.mkstemp(dir=report_dir, prefix=f".{name}.")
         with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, report_dir / name)
     return report_dir
 

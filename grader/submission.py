@@ -179,6 +179,20 @@ def _zip_members(zf: zipfile.ZipFile, label: str, sub: Submission, nested: bool 
     return names, (lambda n: _read_member(zf, infos[n])), (lambda n: infos[n].file_size)
 
 
+def _starts_like_a_zip(path: Path) -> bool:
+    """Whether the file begins as a zip does (a zip cut short has no directory at its end)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
+
+
+def _broken_zip(path: Path, why: str) -> str:
+    """The one wording of a zip that cannot be read: the student's to fix, never a grader error."""
+    return f"{path.name}: a truncated or corrupt .zip file ({why}): download or zip it again"
+
+
 def load_submission(path: str | Path) -> Submission:
     """The kernel files of a folder or a .zip. A zip that cannot be read at all raises
     SubmissionError; anything else about it (odd names, links, duplicates, a zip in a
@@ -195,7 +209,9 @@ def load_submission(path: str | Path) -> Submission:
             zf = _open_zip(path, sub)
             names, read, size = _zip_members(zf, path.name, sub)
         except Exception as e:  # noqa: BLE001 - any zip the grader cannot walk is a corrupt zip, said so
-            raise SubmissionError(f"{path.name}: corrupt zip file ({type(e).__name__}: {e})"[:500]) from e
+            raise SubmissionError(_broken_zip(path, f"{type(e).__name__}: {e}"[:300])) from e
+    elif path.is_file() and (path.suffix.lower() == ".zip" or _starts_like_a_zip(path)):
+        raise SubmissionError(_broken_zip(path, "it has no zip directory at its end"))
     elif path.exists():
         raise SubmissionError(f"{path}: not a folder or a .zip file")
     else:

@@ -18,6 +18,9 @@ from tests.helpers import HAS_CUDA, problem, w8a8_reference
 
 pytestmark = pytest.mark.skipif(HAS_CUDA, reason="checks what the CPU interpreter launched")
 FIXTURES = Path(__file__).parent / "fixtures" / "compile"
+# These tests assert what compiles and what does not, never how fast: the check's
+# wall-clock budget is out of their way on any machine (one test sets a tiny one on purpose).
+NO_BUDGET = 24 * 3600
 UTILS = Path(__file__).parent.parent / "assignment" / "utils.py"
 
 
@@ -78,7 +81,7 @@ def fixture_rows(tmp_path_factory, launches):
             assert torch.equal(scale(x, 2.0), 2 * x)
     finally:
         launches.on_launch = None
-    rows = check.check(budget_s=120)
+    rows = check.check(budget_s=NO_BUDGET)
     by_file = {}
     for row in rows:
         by_file.setdefault(row["file"], []).append(row)
@@ -144,12 +147,12 @@ def test_reference_solutions_compile(launches, tmp_path):
         solutions.dds_mm(*problem("dds", (17, 128, 128), 1, density=0.5)[0])
     finally:
         launches.on_launch = None
-    rows = check.check(budget_s=120, cache_dir=str(tmp_path))
+    rows = check.check(budget_s=NO_BUDGET, cache_dir=str(tmp_path))
     assert {r["kernel"] for r in rows} >= {"_quantize_rows_kernel", "_w8a8_gemm_kernel", "_w4a16_kernel"}
     for row in rows:
         assert row["ok"] and row["checked"] and row["launchable"], row
         assert isinstance(row["registers"], int) and row["file"] in ("w8a8.py", "w4a16.py", "dds.py")
-    again = check.check(budget_s=120, cache_dir=str(tmp_path))  # a later run of the same sources
+    again = check.check(budget_s=NO_BUDGET, cache_dir=str(tmp_path))  # a later run of the same sources
     assert [r["registers"] for r in again] == [r["registers"] for r in rows]
     assert all("from the compile cache" in r["note"] for r in again)
 
@@ -189,7 +192,7 @@ def test_every_declared_config_compiles_for_sm90(task, shape, options, launches,
                 getattr(module, f"{task}_mm")(*problem(task, shape, 1, **options)[0])
         finally:
             launches.on_launch = None
-        rows = check.check(budget_s=300, cache_dir=str(tmp_path))
+        rows = check.check(budget_s=NO_BUDGET, cache_dir=str(tmp_path))
         assert not check.record_errors and len(rows) < cc.MAX_VARIANTS
         described = " | ".join(r["variant"] for r in rows)
         for cfg in configs:
@@ -216,12 +219,12 @@ def test_check_never_raises(tmp_path, launches):
     finally:
         launches.on_launch = None
     check.record(object(), (), {})  # not a kernel: ignored
-    [row] = check.check(budget_s=60)
+    [row] = check.check(budget_s=NO_BUDGET)
     assert not row["ok"] and row["status"] == "internal"
     assert row["error"].startswith("compile check failed: the compiler process ended (signal SIGKILL)")
 
     check.variants[next(iter(check.variants))].module = "no_such_module_anywhere"
-    [row] = check.check(budget_s=60)
+    [row] = check.check(budget_s=NO_BUDGET)
     assert row["status"] == "internal" and "ModuleNotFoundError" in row["error"]
 
     [row] = check.check(budget_s=0.01)
@@ -241,7 +244,7 @@ def test_unknown_launch_keyword_fails_as_on_the_gpu(tmp_path, launches):
                        y.stride(0), y.stride(1), BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warp=4)
     finally:
         launches.on_launch = None
-    [row] = check.check(budget_s=30)
+    [row] = check.check(budget_s=NO_BUDGET)
     assert not row["ok"] and row["status"] == "error" and row["launchable"] is False
     assert "Keyword argument num_warp was specified but unrecognised" in row["error"]
 

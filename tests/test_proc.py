@@ -216,8 +216,10 @@ def _by_the_gradescope_runner(tmp_path, monkeypatch, code: str, hang: bool, mark
     monkeypatch.setattr(gradescope, "grade_command", lambda *a: [sys.executable, "-c", code])
     monkeypatch.setattr(gradescope, "GRACE_S", 0)
     (tmp_path / "submission").mkdir()
-    results = gradescope.run(tmp_path, HANG_S if hang else 90, seed=1)
-    assert results["score"] == 0 and ("time budget" in results["output"]) == hang, results["output"]
+    rubric = tmp_path / "rubric.toml"   # one task: one grade process, its share the whole budget
+    rubric.write_text(rubric_toml(tasks=("w8a8",)))
+    results = gradescope.run(tmp_path, HANG_S if hang else 90, seed=1, rubric=rubric)
+    assert results["score"] == 0 and ("time limit" in results["output"]) == hang, results["output"]
 
 
 USERS = {"sandbox": _by_the_sandbox, "batch": _by_the_batch, "gradescope": _by_the_gradescope_runner}

@@ -1,14 +1,20 @@
-"""Build the student bundle: python -m tools.dist OUT_DIR  (make dist).
+"""Build the student bundle: python -m tools.dist OUT_DIR [--rubric R]  (make dist [RUBRIC=...]).
 
 OUT_DIR/student-bundle/ and OUT_DIR/student-bundle.zip hold the stubs, the
 grader with the public tests only (hidden rubric entries removed), the handout,
 Makefile, requirements, Dockerfile and a student README. Never solutions/,
 the project's tests, the benchmark, TA docs or the TA's classroom/ (the
 bundle's Dockerfile builds an image of the engine alone).
+
+The rubric is validated as ``make grade`` validates it, before anything is
+built, and so is the bundle's own copy after: a bad rubric or an incomplete
+bundle stops the build with one line and exit status 2 (check_rubric,
+check_files; tools/gradescope_zip.py uses the same checks).
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 from pathlib import Path
@@ -18,6 +24,41 @@ INCLUDE = ["assignment", "grader", "handout.md", "Makefile", "requirements.txt",
            ".dockerignore", "tools/__init__.py", "tools/setup_env.sh"]
 RENAME = {"docs/README-student.md": "README.md"}
 SKIP_PARTS = {"__pycache__", ".pytest_cache"}
+
+
+class BundleError(ValueError):
+    """The rubric or the bundle would not grade: one line saying why."""
+
+
+def check_rubric(text: str, source: str):
+    """The rubric parsed and validated as the grader does (grader.rubric); BundleError if it is not valid."""
+    from grader.rubric import RubricError, parse_rubric, rubric_hash, tomllib
+
+    try:
+        return parse_rubric(tomllib.loads(text), source, text, rubric_hash(text))
+    except tomllib.TOMLDecodeError as e:
+        raise BundleError(f"rubric error: {source}: not valid TOML: {e}") from None
+    except RubricError as e:
+        raise BundleError(f"rubric error: {e}") from None
+
+
+def check_files(names, rubric, what: str) -> None:
+    """Every file a grade of ``rubric`` needs is among ``names`` (paths relative to the bundle's root)."""
+    need = ["grader/__main__.py", "grader/rubric.toml", "grader/tests/test_kernels.py", "assignment/utils.py"]
+    for task in rubric.tasks.values():
+        need += [f"grader/tasks/{task.name}.py", f"assignment/{task.file}"]
+    missing = [n for n in need if n not in set(names)]
+    if missing:
+        raise BundleError(f"{what} lacks {', '.join(missing[:5])}: it could not grade")
+
+
+def read_rubric(path: Path | None) -> tuple[str, str]:
+    """(text, name) of the rubric to ship: ``path`` or grader/rubric.toml."""
+    path = path or ROOT / "grader" / "rubric.toml"
+    try:
+        return path.read_text(encoding="utf-8"), str(path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise BundleError(f"rubric error: {path}: cannot read it ({e})") from None
 
 
 def public_rubric(text: str) -> str:
@@ -54,7 +95,12 @@ def _copy(src: Path, dst: Path) -> None:
     shutil.copymode(src, dst)
 
 
-def build(out_dir: Path) -> Path:
+def build(out_dir: Path, rubric_path: Path | None = None) -> Path:
+    """Build the bundle; BundleError (nothing half-built left) if the rubric or the bundle would not grade."""
+    text, source = read_rubric(rubric_path)
+    check_rubric(text, source)
+    public = public_rubric(text)
+    check_rubric(public, "the student bundle's grader/rubric.toml")
     bundle = out_dir / "student-bundle"
     if bundle.exists():
         shutil.rmtree(bundle)
@@ -63,14 +109,29 @@ def build(out_dir: Path) -> Path:
     for src, dst in RENAME.items():
         _copy(ROOT / src, bundle / dst)
     rubric = bundle / "grader" / "rubric.toml"
-    rubric.write_text(public_rubric(rubric.read_text()))
+    rubric.write_text(public)
+    check_files([p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()],
+                check_rubric(public, str(rubric)), "the student bundle")
     dockerfile = bundle / "Dockerfile"
     dockerfile.write_text(engine_dockerfile(dockerfile.read_text()))
     shutil.make_archive(str(out_dir / "student-bundle"), "zip", out_dir, "student-bundle")
     return bundle
 
 
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.dist", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out", nargs="?", default="dist")
+    p.add_argument("--rubric", type=Path, default=None, help="the rubric to ship (default: grader/rubric.toml)")
+    args = p.parse_args(argv)
+    try:
+        bundle = build(Path(args.out), args.rubric)
+    except BundleError as e:
+        print(e, file=sys.stderr)
+        return 2
+    print(f"student bundle: {bundle}/ and {Path(args.out) / 'student-bundle.zip'}")
+    return 0
+
+
 if __name__ == "__main__":
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "dist")
-    bundle = build(out)
-    print(f"student bundle: {bundle}/ and {out / 'student-bundle.zip'}")
+    sys.exit(main())

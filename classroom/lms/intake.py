@@ -18,7 +18,8 @@ from .csvio import write_atomic
 from .layouts import LAYOUTS, Entry, mark_same_person, read_layout, stage_files
 from .roster import apply_roster, load_roster
 
-SETTINGS = "batch.json"   # in OUT: a layout given with --layout, reused by later runs of the same OUT
+SETTINGS = "batch.json"   # in OUT: a layout given with --layout (reused by later runs of the same OUT),
+                          # the rubric hash of the last run (gradebook uploads refuse reports of another)
 ROSTER_COPY = "roster.csv"  # in OUT: the roster last given with --roster, reused by later runs
 
 
@@ -42,6 +43,13 @@ def _choose_layout(out: Path, layout: str | None) -> tuple[str, str]:
     if isinstance(remembered, str) and remembered in LAYOUTS:
         return remembered, " (given with --layout earlier; --layout auto detects again)"
     return "auto", ""
+
+
+def remember_rubric(out: Path, digest: str) -> None:
+    """Record the rubric this run grades with: the uploads' reference for stale reports."""
+    settings = _settings(out)
+    if settings.get("rubric_hash") != digest:
+        write_atomic(out / SETTINGS, json.dumps(dict(settings, rubric_hash=digest)) + "\n")
 
 
 def _load_roster(out: Path, roster: str | None):

@@ -143,6 +143,9 @@ def _text(value) -> str:
     return one_line(str(value), TEXT_CHARS)
 
 
+HIDDEN = "a hidden or system entry (.DS_Store, __MACOSX, ...), not a submission"
+
+
 def _hidden(p: Path) -> bool:
     return p.name.startswith((".", "__"))
 
@@ -150,7 +153,7 @@ def _hidden(p: Path) -> bool:
 def _not_a_submission(p: Path) -> str | None:
     """Why ``p`` is not a student's submission (a folder or a .zip), or None."""
     if _hidden(p):
-        return "a hidden or system entry"
+        return HIDDEN
     if p.is_dir():
         return None
     if p.is_file():
@@ -284,7 +287,9 @@ def _read_gradescope(root: Path, warn) -> list[Entry]:
         entries.append(Entry(student_id(name, is_file=False), _folder_or_zip(folders[name]), name,
                              layout="gradescope"))
     for p in _listing(root):
-        if not p.is_dir() and p.name != GRADESCOPE_METADATA and not _hidden(p):
+        if _hidden(p):
+            warn(f"skipped {one_line(p.name, 80)}: {HIDDEN}")
+        elif not p.is_dir() and p.name != GRADESCOPE_METADATA:
             warn(f"skipped {one_line(p.name, 80)}: not a submission folder of the export")
     return sorted(entries, key=lambda e: os.fsencode(e.original))
 
@@ -341,8 +346,8 @@ def _read_canvas(folder: Path, warn) -> list[Entry]:
     for p in _listing(folder):
         m = _canvas_match(p.name) if p.is_file() and not _hidden(p) else None
         if m is None:
-            if not _hidden(p):
-                warn(f"skipped {one_line(p.name, 80)}: not a file of Canvas's submissions download")
+            why = HIDDEN if _hidden(p) else "not a file of Canvas's submissions download"
+            warn(f"skipped {one_line(p.name, 80)}: {why}")
             continue
         g = groups[m.group("user").lower()]
         g["files"].append((m.group("file"), p))
@@ -365,14 +370,16 @@ def _read_moodle(folder: Path, warn) -> list[Entry]:
     for p in _listing(folder):
         m = _moodle_match(p) if not _hidden(p) else None
         if m is None:
-            if not _hidden(p):
-                warn(f"skipped {one_line(p.name, 80)}: not a submission of Moodle's download")
+            why = HIDDEN if _hidden(p) else "not a submission of Moodle's download"
+            warn(f"skipped {one_line(p.name, 80)}: {why}")
             continue
         g = groups[m.group("user")]
         g["name"] = g["name"] or m.group("name")
         g["prefix"] = g["prefix"] or f"{m.group('name')}_{m.group('user')}"
-        if m.group("plugin") != "file":
-            continue  # online text and other plugins hold no kernel files
+        if m.group("plugin") != "file":  # online text and other plugins hold no kernel files
+            warn(f"skipped {one_line(p.name, 80)}: Moodle's {m.group('plugin')} submission, not a file "
+                 "upload (only uploaded files are graded)")
+            continue
         if p.is_dir():
             g["folders"].append(p)
         else:

@@ -27,7 +27,9 @@ from . import sandbox
 LOG_TAIL_BYTES = 16 * 1024
 MAX_REPLY_BYTES = 64 * 1024
 PASS_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH",
-            "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "NVIDIA_VISIBLE_DEVICES", "LANG", "LC_ALL")
+            "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "NVIDIA_VISIBLE_DEVICES", "LANG", "LC_ALL",
+            # a batch grading several students at once limits each one's thread pools
+            "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 # The fields a reply may have, and their types; anything else is a broken reply.
 REPLY_SCHEMA = {"ok": bool, "error": str, "returned": str, "graph": bool, "note": str, "evidence": dict,
                 "compile": list, "movement": dict, "checks_off": dict}
