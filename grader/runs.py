@@ -82,6 +82,12 @@ class TaskRun:
                                       # dropped), named by test ("a hidden test" for the hidden ones)
     kernels: list = field(default_factory=list)      # compile check rows
     movement: dict = field(default_factory=dict)     # data movement of one call (CPU; feedback)
+    capture: dict = field(default_factory=dict)      # CPU: what the wrapper launches at the GPU shapes
+                                                     # (grader/harness/capture.py; feedback, never a score)
+    gpu_launch_errors: dict[str, str] = field(default_factory=dict)  # performance test -> why its
+                                                     # captured kernel would not compile or launch on the GPU
+    estimate: dict = field(default_factory=dict)     # CPU: the predicted speed of each performance test
+                                                     # (grader/estimate.py; feedback, never a score)
     memcheck_errors: int = 0          # compute-sanitizer (--sanitize): errors it reported
     memcheck_silent: bool = False     # a worker under compute-sanitizer left no summary
     seconds: float = 0.0

@@ -52,6 +52,11 @@ class TaskResult:
     # programs, launch_count, launches [{kernel, grid, programs, loaded, stored, flops}],
     # output_wrong, error, seconds (the harness's clock). Feedback reported by the worker; never part of the score.
     movement: dict = field(default_factory=dict)
+    # The predicted speed of each performance test on a CPU run (grader/estimate.py):
+    # {"tests": {test: {"gpus": [{gpu, us, ratio, ratio_range, points, points_range, launches,
+    # baseline_us, reference_us}], shape, min_bytes, flops} | {"error"}}, "uncertainty"}.
+    # An estimate from what the worker reported; never part of the score.
+    estimate: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -149,7 +154,13 @@ def score(judgment, runs, rubric: Rubric, **header) -> GradeResult:
     tests = []
     for spec in specs:
         v = judgment.tests[spec.name]
-        tests.append(resolve_test(spec, v.fraction, v.message, step, v.details))
+        details = dict(v.details or {})
+        if spec.kind == "performance":   # the product's size, for the roofline plot (grader/roofline.py)
+            task = spec.task_spec
+            details.setdefault("flops", task.dot_flops(spec.shape, task.defaults(spec.options)))
+            details.setdefault("min_bytes", task.minimum_bytes(spec.shape, spec.options))
+            details.setdefault("shape", list(spec.shape))
+        tests.append(resolve_test(spec, v.fraction, v.message, step, details))
     tasks = []
     for name, run in runs.tasks.items():
         mine = [r for r in tests if r.task == name]
@@ -160,7 +171,8 @@ def score(judgment, runs, rubric: Rubric, **header) -> GradeResult:
             max_score=sum(r.max_score for r in mine if not r.bonus and r.status != "not_run"),
             bonus=round(sum(r.score for r in mine if r.bonus), 6),
             summary=state.summary, status=state.status, flags=state.problems,
-            seconds=run.seconds, log_tail=run.log[-4000:], kernels=run.kernels, movement=run.movement))
+            seconds=run.seconds, log_tail=run.log[-4000:], kernels=run.kernels, movement=run.movement,
+            estimate=run.estimate))
     total, ran, everything = totals(rubric, tests)
     return GradeResult(
         schema_version=SCHEMA_VERSION, seed=runs.seed, rubric=rubric.source, score=total, max_score=ran,

@@ -19,6 +19,7 @@ import torch
 
 from ..compare import check_sanity, check_task_output
 from ..diagnose import likely_cause, out_of_bounds
+from ..estimate import estimate
 from ..judge import task_flags
 from ..rubric import Rubric, TestSpec
 from ..runs import CaseRun, Draw, Runs, TaskRun, TimedRun, problem
@@ -26,7 +27,7 @@ from ..staticcheck import check_source
 from ..submission import Submission
 from ..tasks import get
 from ..tracebacks import explain_error
-from . import movement
+from . import capture, movement
 from .measure import CallResult, checked_call, timed_batches
 from .session import Session, WorkerGone
 
@@ -94,6 +95,7 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
     groups = [[s for s in correctness if not s.hidden], [s for s in correctness if s.hidden]]
     sanitizer = sanitizer if device == "cuda" else None
     sessions, visible = [], None
+    compiled: dict = {}   # the visible worker's compile results, by variant key: the hidden one reuses them
     try:
         # Both workers start at once: their imports (torch, CUDA) overlap.
         # The workers share nothing writable (no compile cache either): what the hidden
@@ -109,7 +111,10 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
             _check_import(run, session, bool(hidden))
             for spec in group:
                 run.cases[spec.name] = _correctness(run, session, spec, runs)
-            _compile_check(run, session, group, log, bool(hidden))
+            # What the GPU will launch: the wrapper at the GPU shapes of these tests (and, in the
+            # visible worker, of the performance tests), compiled with what the CPU shapes launched.
+            gpu_specs = group + ([] if hidden else [s for s in specs if s.kind == "performance"])
+            _compile_check(run, session, group, log, bool(hidden), gpu_specs, runs, compiled)
             if not hidden:
                 visible = session   # times the performance tests
             else:
@@ -122,6 +127,11 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
                 _check_import(run, visible, False)
             _performance(run, rubric, performance, visible, timeout, runs, log)
         _movement(run, t.movement_shape, visible, runs, log)   # last: nothing scored follows it
+        if run.capture:
+            try:
+                run.estimate = estimate(run, rubric)
+            except Exception as e:  # noqa: BLE001 - an estimate never costs a grade
+                run.estimate = {"error": f"no estimate: {type(e).__name__}: {e}"[:300]}
     finally:
         for session in sessions:
             if session is not None and session is not visible:
@@ -171,7 +181,7 @@ def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs) -> 
         if _stopped(run, spec.hidden):
             break
         args, extras = task.make_inputs(shape, spec.options, seed + draw, runs.device)
-        result = checked_call(session, f"case{len(run.calls)}", args, (shape[0], shape[1]))
+        result = checked_call(session, f"case{len(run.calls)}", args, (shape[0], shape[1]), label=spec.name)
         # A wrapper may prepare (a cast, a pad): about the activations and the output once.
         result.work_limit = shape[0] * shape[1] + sum(args[i].numel() for i in task.activation_args)
         if result.status == "gone":
@@ -204,33 +214,68 @@ def _draw(task: str, result: CallResult, args: tuple, extras: dict) -> Draw:
     return d
 
 
-def _compile_check(run: TaskRun, session: Session, group: list, log, hidden: bool) -> None:
-    """Compile what the worker launched for the target GPU; a kernel that would not
-    compile or launch there fails this group's cases, as it would on the GPU. The
-    report's table shows the visible worker's kernels only."""
+def _compile_check(run: TaskRun, session: Session, group: list, log, hidden: bool, gpu_specs: list,
+                   runs: Runs, compiled: dict) -> None:
+    """Compile for the target GPU what the worker launched: the CPU shapes' calls, and
+    what the wrapper launches at the GPU shapes of ``gpu_specs`` (captured first, on
+    a CPU run). A kernel that would not compile or launch there fails the tests that
+    launch it, as it would on the GPU: every case of the group when a CPU shape
+    launched it, the named tests when only their GPU shapes do. The report's table
+    shows the visible worker's kernels only. When every GPU shape was captured, only
+    what they launch is compiled. ``compiled``: results by variant key, filled by the
+    visible worker's check and reused by the hidden one's (never the other way)."""
     if _stopped(run, hidden) or not any(r.status == "ok" for _, r in run.calls):
         return
     left = session.deadline - time.monotonic()
     if left < 15:
         return
+    gpu_only = False
+    if runs.device == "cpu" and left > capture.MIN_LEFT_S:
+        log(f"{run.task}: calling the wrapper at the GPU shapes, launches intercepted ...")
+        found = capture.capture(session, run.task, gpu_specs, lambda name: case_seed(runs.seed, name),
+                                min(capture.BUDGET_S, left / 3))
+        if not hidden:
+            run.capture = found
+        if "gone" in found:   # the worker ended while the wrapper ran on uninitialised inputs
+            return
+        cases = found.get("cases", {})
+        gpu_only = bool(cases) and len(cases) == len([s for s in gpu_specs if s.shape]) and \
+            not any(c.get("error") for c in cases.values())
+        left = session.deadline - time.monotonic()
     log(f"{run.task}: compiling the launched kernels for the GPU (sm_90) ...")
     try:
-        reply = session.request({"op": "compile", "budget_s": min(60.0, left - 10)})
+        reply = session.request({"op": "compile", "budget_s": min(90.0, left - 10), "gpu_only": gpu_only,
+                                 "known": compiled if hidden else {}})
     except WorkerGone as e:
         _stop(run, e.kind, str(e), hidden)
         return
     rows = reply.get("compile", [])
     if not hidden:
         run.kernels.extend(rows)
+        compiled.update({r["key"]: {k: r.get(k) for k in ("status", "registers", "spills", "shared_bytes", "error",
+                                                          "loop", "num_warps")}
+                         for r in rows if r.get("key") and r.get("checked") and r.get("status") in ("ok", "error")})
     bad = [r for r in rows if r.get("status") == "error" or r.get("launchable") is False]
     if not bad:
         return
-    r = bad[0]
-    why = (f"compile error for the GPU: {r.get('error', '')}" if r.get("status") == "error" else
-           f"would not launch on the GPU: kernel {r.get('kernel')} {r.get('why_not', '')}")
-    for spec in group:
-        run.cases[spec.name].compile_error = why
-    _stop(run, "compile_error", why, hidden)
+    names = {spec.name for spec in group}
+
+    def why(r):
+        return (f"compile error for the GPU: {r.get('error', '')}" if r.get("status") == "error" else
+                f"would not launch on the GPU: kernel {r.get('kernel')} {r.get('why_not', '')}")
+
+    everywhere = [r for r in bad if r.get("cpu_tests") or not r.get("tests")]
+    if everywhere:
+        for spec in group:
+            run.cases[spec.name].compile_error = why(everywhere[0])
+        _stop(run, "compile_error", why(everywhere[0]), hidden)
+        return
+    for r in bad:   # only GPU shapes launch it: the tests of those shapes fail
+        for name in r.get("tests", []):
+            if name in names and not run.cases[name].compile_error:
+                run.cases[name].compile_error = why(r) + " (at this test's GPU shape)"
+            elif name not in names and not hidden:
+                run.gpu_launch_errors.setdefault(name, why(r))
 
 
 def scored_cases_clean(run: TaskRun, rubric: Rubric, device: str) -> bool:

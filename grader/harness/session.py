@@ -30,11 +30,14 @@ PASS_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUD
             "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "NVIDIA_VISIBLE_DEVICES", "LANG", "LC_ALL")
 # The fields a reply may have, and their types; anything else is a broken reply.
 REPLY_SCHEMA = {"ok": bool, "error": str, "returned": str, "graph": bool, "note": str, "evidence": dict,
-                "compile": list, "movement": dict}
+                "compile": list, "movement": dict, "capture": dict}
 # One row of the compile check (grader/worker/compile.py), as the report uses it.
 COMPILE_ROW = {"kernel": str, "file": str, "line": int, "status": str, "error": str, "registers": int,
                "spills": int, "shared_bytes": int, "launchable": bool, "why_not": str, "warning": str,
-               "note": str, "launches": int}
+               "note": str, "launches": int, "variant": str, "tests": list, "cpu_tests": list, "ids": list,
+               "num_warps": int, "num_stages": int, "loop": dict, "key": str}
+COMPILE_LOOP_KEYS = ("instructions", "serial", "mma", "wgmma", "loads", "async_loads", "load_chain", "loops",
+                     "kernel_instructions", "kernel_serial")
 MAX_COMPILE_ROWS = 30
 EVIDENCE_SCHEMA = {"own_launches": int, "foreign_launches": list, "library_matmuls": list,
                    "oversized_ops": list, "torch_elements": int}
@@ -116,6 +119,9 @@ def _validate(reply) -> dict:
         clean["compile"] = [_compile_row(r) for r in clean["compile"][:MAX_COMPILE_ROWS]]
     if "movement" in clean:
         clean["movement"] = _movement(clean["movement"])
+    if "capture" in clean:
+        from .capture import clean_capture
+        clean["capture"] = clean_capture(clean["capture"])
     return clean
 
 
@@ -172,6 +178,13 @@ def _compile_row(row) -> dict:
             continue
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise WorkerGone(f"the worker sent a malformed compile check row (field {key!r})")
+        if kind is list:
+            value = [v[:200] if isinstance(v, str) else v for v in value[:MAX_COMPILE_ROWS * 4]
+                     if isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 10 ** 6)]
+        elif kind is dict:
+            value = {k: value[k] for k in COMPILE_LOOP_KEYS
+                     if isinstance(value.get(k), (int, float)) and not isinstance(value.get(k), bool)
+                     and 0 <= value[k] <= MAX_COUNT}
         out[key] = value[:2000] if isinstance(value, str) else value
     return out
 

@@ -1,0 +1,202 @@
+"""What the GPU will launch: the worker calls the wrapper at the rubric's GPU shapes, launches intercepted.
+
+A CPU run grades correctness on small shapes; a wrapper that picks its tiles,
+warps or kernels by shape launches something else at the GPU's shapes. Here
+the harness describes the inputs of every GPU test of a task (shapes, dtypes,
+strides, a BSR weight's real index arrays; no values) and the worker
+(grader/worker/capture.py) calls the wrapper on uninitialised tensors of those
+shapes with Triton's launches intercepted: each launch is recorded for the
+compile check under the test's name, and for the performance tests a few of
+its programs are run and counted for the speed estimate (grader/estimate.py).
+Nothing here changes a score by itself: what the compile check says about
+the captured kernels does (a kernel that would not compile or launch on the
+GPU fails the tests that launch it), as for the kernels the CPU shapes
+launched.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from ..rubric import TestSpec
+from ..tasks import get
+from .session import Session, WorkerGone
+
+BUDGET_S = 90.0        # the whole capture of one worker (probes stop early past it)
+MIN_LEFT_S = 30.0      # no capture when the worker's deadline is nearer than this
+
+
+def describe(task: str, shape, options: dict, seed: int) -> list[dict]:
+    """The worker's descriptions of one call's arguments at ``shape``: dense tensors
+    as {"empty": shape, stride, dtype}, a BSR tensor as {"bsr": ...} with its index
+    arrays. Built on PyTorch's meta device (no memory, no time) where the task's
+    input builder allows it; otherwise (a sparse weight) the weights are built for
+    real with one row of activations, and the activations described at M rows."""
+    spec = get(task)
+    M, N, K = shape
+    opts = spec.defaults(options)
+    try:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            args, _ = spec.build_inputs(M, N, K, torch.Generator().manual_seed(seed), **opts)
+    except (NotImplementedError, RuntimeError, TypeError, ValueError):
+        args, _ = spec.make_inputs((1, N, K), options, seed, "cpu")
+        args = tuple(_rows(a, M) if i in spec.activation_args else a for i, a in enumerate(args))
+    return [_describe(a) for a in args]
+
+
+def _rows(a: torch.Tensor, M: int) -> torch.Tensor:
+    """An activation with M rows: same dtype and strides, no memory (meta)."""
+    return torch.empty_strided((M, *a.shape[1:]), a.stride(), dtype=a.dtype, device="meta")
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _describe(a: torch.Tensor) -> dict:
+    if a.layout == torch.strided:
+        return {"empty": {"shape": list(a.shape), "stride": list(a.stride()), "dtype": _dtype(a)}}
+    crow, col = a.crow_indices(), a.col_indices()
+    return {"bsr": {"size": list(a.shape), "crow": crow.tolist(), "col": col.tolist(),
+                    "index_dtype": _dtype(crow), "dtype": _dtype(a.values()),
+                    "blocksize": list(a.values().shape[1:])}}
+
+
+def cases(task: str, specs: list[TestSpec], seed_of) -> list[dict]:
+    """One capture case per test that has a GPU shape: its name, its arguments,
+    and whether to count its programs (performance tests)."""
+    out = []
+    for s in specs:
+        if s.shape is None:
+            continue
+        out.append({"test": s.name, "args": describe(task, s.shape, s.options, seed_of(s.name)),
+                    "probe": s.kind == "performance"})
+    return out
+
+
+def capture(session: Session, task: str, specs: list[TestSpec], seed_of, budget_s: float) -> dict:
+    """Have the worker capture every case; {"cases": {test: {"launches", ...}}} or {"error"}."""
+    todo = cases(task, specs, seed_of)
+    if not todo:
+        return {"cases": {}}
+    try:
+        reply = session.request({"op": "capture", "cases": todo, "names": list(get(task).arg_names),
+                                 "budget_s": budget_s})
+    except WorkerGone as e:
+        return {"error": f"not captured: {e}", "gone": e.kind}
+    if not reply["ok"]:
+        why = ((reply.get("error") or "").strip().splitlines() or ["?"])[-1]
+        return {"error": f"not captured: {why}"[:500]}
+    return {"cases": reply.get("capture", {}).get("cases", {})}
+
+
+# ---------------------------------------------------------------------------
+# The worker's reply, checked (it is the submission's process talking)
+# ---------------------------------------------------------------------------
+
+MAX_CASES = 64
+MAX_LAUNCHES = 12
+MAX_TENSORS = 16
+MAX_VALUE = 1e18
+_NUMBERS = ("lanes_read", "lanes_written", "sectors_read", "sectors_written", "rows_read", "rows_written")
+_LAUNCH_NUMBERS = ("dots", "alu", "steps", "max_steps", "probe_s")
+_LAUNCH_INTS = ("programs", "sampled", "signatures", "outside")
+
+
+class Malformed(Exception):
+    pass
+
+
+def _number(value, what: str, integer: bool = False):
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if not ok or isinstance(value, bool) or not 0 <= value <= MAX_VALUE or value != value:
+        raise Malformed(what)
+    return value
+
+
+def _text(value, n: int) -> str:
+    if not isinstance(value, str):
+        raise Malformed("text")
+    return value[:n]
+
+
+def _launch(rec) -> dict:
+    if not isinstance(rec, dict):
+        raise Malformed("launch")
+    grid = rec.get("grid")
+    if not isinstance(grid, list) or len(grid) != 3:
+        raise Malformed("grid")
+    out = {"kernel": _text(rec.get("kernel", "?"), 100), "grid": [_number(g, "grid", True) for g in grid]}
+    for key in _LAUNCH_INTS:
+        if key in rec:
+            out[key] = _number(rec[key], key, True)
+    for key in _LAUNCH_NUMBERS:
+        if key in rec:
+            out[key] = _number(rec[key], key)
+    for key in ("complete", "ran", "trial"):
+        if key in rec:
+            out[key] = bool(rec[key])
+    if rec.get("variant") is not None:
+        out["variant"] = _number(rec["variant"], "variant", True)
+    if "alternatives" in rec:
+        alts = rec["alternatives"]
+        if not isinstance(alts, list):
+            raise Malformed("alternatives")
+        out["alternatives"] = [_number(a, "alternatives", True) for a in alts[:MAX_LAUNCHES]]
+    if "probe_error" in rec:
+        out["probe_error"] = _text(rec["probe_error"], 300)
+    flops = rec.get("dot_flops", {})
+    if not isinstance(flops, dict) or len(flops) > 8:
+        raise Malformed("dot_flops")
+    out["dot_flops"] = {_text(k, 20): _number(v, "dot_flops") for k, v in flops.items()}
+    tensors = rec.get("tensors", {})
+    counts = rec.get("counts", {})
+    if not isinstance(tensors, dict) or not isinstance(counts, dict) or len(tensors) > MAX_TENSORS \
+            or len(counts) > MAX_TENSORS:
+        raise Malformed("tensors")
+    out["tensors"] = {}
+    for key, t in tensors.items():
+        if not isinstance(t, dict):
+            raise Malformed("tensors")
+        out["tensors"][_text(key, 60)] = {"name": _text(t.get("name", "?"), 60),
+                                          "bytes": _number(t.get("bytes", 0), "bytes", True)}
+    out["counts"] = {}
+    for key, c in counts.items():
+        if not isinstance(c, dict):
+            raise Malformed("counts")
+        entry = {k: _number(c[k], k) for k in _NUMBERS if k in c}
+        if "shared_at" in c:
+            entry["shared_at"] = _number(c["shared_at"], "shared_at", True)
+        out["counts"][_text(key, 60)] = entry
+    return out
+
+
+def clean_capture(reply: dict) -> dict:
+    """The capture reply with every field type- and range-checked and bounded; a
+    malformed one ends the session as a protocol error, like any other reply."""
+    try:
+        cases = reply.get("cases", {})
+        if not isinstance(cases, dict) or len(cases) > MAX_CASES:
+            raise Malformed("cases")
+        out = {}
+        for name, case in cases.items():
+            if not isinstance(case, dict):
+                raise Malformed("case")
+            launches = case.get("launches", [])
+            if not isinstance(launches, list):
+                raise Malformed("launches")
+            entry = {"launches": [_launch(r) for r in launches[:MAX_LAUNCHES]],
+                     "dropped": _number(case.get("dropped", 0), "dropped", True)}
+            if "error" in case:
+                entry["error"] = _text(case["error"], 3000)
+            errors = case.get("errors", [])
+            if not isinstance(errors, list):
+                raise Malformed("errors")
+            entry["errors"] = [_text(e, 300) for e in errors[:5]]
+            out[_text(name, 200)] = entry
+        return {"cases": out}
+    except Malformed as e:
+        raise WorkerGone(f"the worker sent a malformed launch capture (field {e})") from None
