@@ -29,7 +29,8 @@ is modelled from five bounds:
   its instructions take one warp that waits on each result (unless enough
   warps share the scheduler to hide that), or its loads take to arrive (a load
   in the software pipeline waits less, by the number of stages in flight; a
-  load whose address needs another load of the same trip waits in full).
+  load whose address needs another load of the same trip waits in full), and
+  one round trip to memory per trip of an enclosing loop.
 
 They overlap, so they combine as ``(sum t^p)^(1/p)``, plus a fixed cost per
 launch. The constants below were fitted to the times the grader measured for
@@ -210,7 +211,9 @@ def launch_time(launch: dict, row: dict | None, gpu: Target, in_l2: set) -> dict
         for kind, f in (launch.get("dot_flops") or {}).items():
             mma_trip += (f / steps) * resident / (_peak(kind, gpu) * 1e12 * mma_share / gpu.sms)
     trip = _soft((alu_trip, async_wait, mma_trip)) + sync_wait
-    program = steps * trip + cycles(rest, rest_serial) / clock + 2 * lat
+    # An enclosing loop's trips each refill the inner loop's pipeline and wait for their own loads.
+    outer = float(launch.get("outer_steps") or 0)
+    program = steps * trip + outer * lat + cycles(rest, rest_serial) / clock + 2 * lat
     latency_s = waves * program + P / gpu.sms * PROGRAM_US * 1e-6
 
     parts = {"DRAM": dram / bw, "L2": l2 / (bw * L2_FACTOR), "tensor cores": mma_s, "issue": issue_s,

@@ -102,7 +102,7 @@ MAX_LAUNCHES = 12
 MAX_TENSORS = 16
 MAX_VALUE = 1e18
 _NUMBERS = ("lanes_read", "lanes_written", "sectors_read", "sectors_written", "rows_read", "rows_written")
-_LAUNCH_NUMBERS = ("dots", "alu", "steps", "max_steps", "probe_s")
+_LAUNCH_NUMBERS = ("dots", "alu", "steps", "max_steps", "outer_steps", "probe_s")
 _LAUNCH_INTS = ("programs", "sampled", "signatures", "outside")
 
 

@@ -608,9 +608,11 @@ def _summary(programs: list[_Program], signatures: dict, bases: list[int], dists
         for kind, f in p.dot_flops.items():
             flops[kind] = flops.get(kind, 0) + f / n
     steps = [max(p.sites.values(), default=0) for p in programs]
+    # Trips of an enclosing loop: load lines that run more than once, less often than the busiest.
+    outer = [max((c for c in p.sites.values() if 1 < c < top), default=0) for p, top in zip(programs, steps)]
     return {"sampled": n, "complete": all(p.complete for p in programs),
             "counts": per_tensor, "dot_flops": {k: round(v) for k, v in flops.items()},
             "dots": round(sum(p.dots for p in programs) / n, 2),
             "alu": round(sum(p.alu for p in programs) / n, 1),
-            "steps": round(sum(steps) / n, 2), "max_steps": max(steps),
+            "steps": round(sum(steps) / n, 2), "max_steps": max(steps), "outer_steps": round(sum(outer) / n, 2),
             "signatures": len(signatures)}
