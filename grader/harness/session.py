@@ -35,7 +35,7 @@ REPLY_SCHEMA = {"ok": bool, "error": str, "returned": str, "graph": bool, "note"
 COMPILE_ROW = {"kernel": str, "file": str, "line": int, "status": str, "error": str, "registers": int,
                "spills": int, "shared_bytes": int, "launchable": bool, "why_not": str, "warning": str,
                "note": str, "launches": int, "variant": str, "tests": list, "cpu_tests": list, "ids": list,
-               "num_warps": int, "num_stages": int, "loop": dict, "key": str}
+               "num_warps": int, "num_stages": int, "loop": dict, "key": str, "ok": bool, "checked": bool}
 COMPILE_LOOP_KEYS = ("instructions", "serial", "mma", "wgmma", "loads", "async_loads", "load_chain", "loops",
                      "kernel_instructions", "kernel_serial")
 MAX_COMPILE_ROWS = 30
