@@ -66,7 +66,8 @@ class TimedRun:
 class TaskRun:
     """Everything the harness learnt about one task of the submission."""
     task: str
-    missing: dict | None = None       # problem(): the kernel file is not there (missing_file, unreadable)
+    missing: dict | None = None       # problem(): the kernel file is not there (missing_file, unreadable),
+                                      # or defines no entry point (missing_entry)
     static: list[str] = field(default_factory=list)   # allowlist findings in the kernel file
     stopped: dict | None = None       # problem(): why the task's (visible) worker was of no more use
                                       # (import_error, timeout, crashed, exited_early, worker_ended,

@@ -39,7 +39,7 @@ class TaskResult:
     score: float                # points of its scored (not bonus) tests
     max_score: float            # the most those could give here
     summary: str                # the state in words
-    status: str = "ok"          # the state as a kind: ok, not_implemented, missing_file, import_error,
+    status: str = "ok"          # the state as a kind: ok, not_implemented, missing_file, missing_entry, import_error,
                                 # timeout, crashed, exited_early, worker_ended, protocol_error,
                                 # compile_error, raised, grader_error, or the first flag's kind
     bonus: float = 0.0          # points of its bonus tests

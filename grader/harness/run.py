@@ -82,6 +82,14 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
         run.missing = problem("unreadable" if sub.unreadable else "missing_file", why)
         log(f"{task}: {t.file} missing, not graded")
         return
+    if _defines(sub.files[t.file], t.entry) is False:
+        # Before the static check: its findings would otherwise be the task's summary, and
+        # the one thing to fix first is that the grader has nothing to call.
+        run.missing = problem("missing_entry", f"{t.file} defines no {t.entry}: the grader calls {t.entry}(...) "
+                                               f"(the entry point of the stub in assignment/{t.file}); "
+                                               "keep its name and arguments")
+        log(f"{task}: {t.file} defines no {t.entry}, not graded")
+        return
     if rubric.settings.static_checks:
         found = check_source(sub.files[t.file], set(rubric.settings.extra_allowed_imports))
         # A file that does not parse is reported by its import, with its line.
@@ -145,6 +153,38 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
             run.memcheck_silent = None in counts
         run.seconds = time.monotonic() - started
     log(f"{task}: done in {run.seconds:.1f} s")
+
+
+def _defines(source: bytes, name: str) -> bool | None:
+    """Whether the module binds ``name`` at its top level (a def, a class, an assignment,
+    an import, also inside a module-level if/try/with); None if it does not parse
+    (its import reports that, with the line)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+    def binds(body) -> bool:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+                return True
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
+                    return True
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                    (a.asname or a.name.split(".")[0]) == name or a.name == "*" for a in node.names):
+                return True
+            if isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+                inner = list(node.body) + list(getattr(node, "orelse", []))
+                inner += [n for h in getattr(node, "handlers", []) for n in h.body] + list(getattr(node, "finalbody", []))
+                if binds(inner):
+                    return True
+        return False
+
+    return binds(tree.body)
 
 
 def _stop(run: TaskRun, kind: str, detail: str, hidden: bool = False) -> None:
