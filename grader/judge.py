@@ -78,7 +78,7 @@ def task_flags(calls: list[tuple[str, CallResult]]) -> list[dict]:
             flags.append(problem("computed_outside_triton", f"computed outside Triton: in {name} PyTorch ops "
                                  f"computed {ev['torch_elements']} elements, more than the activations and the "
                                  f"output hold ({r.work_limit}): the product must be computed by the Triton "
-                                 "kernel (handout, section 5, rule 1)"))
+                                 "kernel (handout, section 10, rule 1)"))
         if r.inputs_modified:
             flags.append(problem("inputs_modified", f"inputs modified: {name} wrote into input(s) "
                                  f"{r.inputs_modified}"))
