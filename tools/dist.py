@@ -2,7 +2,8 @@
 
 OUT_DIR/student-bundle/ and OUT_DIR/student-bundle.zip hold the stubs, the
 grader with the public tests only (hidden rubric entries removed), the handout,
-Makefile, requirements, Dockerfile and a student README. Never solutions/,
+its hints (one file each, printed by ``make hint``, never inline), Makefile,
+requirements, Dockerfile and a student README. Never solutions/,
 the project's tests, the benchmark or TA docs.
 """
 
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-INCLUDE = ["assignment", "grader", "handout.md", "Makefile", "requirements.txt", "Dockerfile",
+INCLUDE = ["assignment", "grader", "handout.md", "hints", "Makefile", "requirements.txt", "Dockerfile",
            ".dockerignore", "tools/__init__.py", "tools/setup_env.sh"]
 RENAME = {"docs/README-student.md": "README.md"}
 SKIP_PARTS = {"__pycache__", ".pytest_cache"}
