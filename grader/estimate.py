@@ -211,6 +211,8 @@ def launch_time(launch: dict, row: dict | None, gpu: Target, in_l2: set) -> dict
         for kind, f in (launch.get("dot_flops") or {}).items():
             mma_trip += (f / steps) * resident / (_peak(kind, gpu) * 1e12 * mma_share / gpu.sms)
     trip = _soft((alu_trip, async_wait, mma_trip)) + sync_wait
+    waits = {"its instructions": alu_trip, "its pipelined loads": async_wait, "the tensor cores": mma_trip,
+             "loads that wait for a load": sync_wait}
     # An enclosing loop's trips each refill the inner loop's pipeline and wait for their own loads.
     outer = float(launch.get("outer_steps") or 0)
     program = steps * trip + outer * lat + cycles(rest, rest_serial) / clock + 2 * lat
@@ -222,7 +224,8 @@ def launch_time(launch: dict, row: dict | None, gpu: Target, in_l2: set) -> dict
     bound = max(parts, key=parts.get)
     return {**out, "us": total * 1e6, "bound": bound, "parts": {k: v * 1e6 for k, v in parts.items()},
             "dram_bytes": dram, "l2_bytes": l2, "flops": flops, "occupancy": occ, "limit": limit,
-            "waves": waves, "launchable": True}
+            "waves": waves, "launchable": True, "steps": steps, "trip_us": trip * 1e6, "program_us": program * 1e6,
+            "trip_bound": max(waits, key=waits.get), "trip_instructions": per_trip, "serial": serial_trip}
 
 
 def _short_runs(c: dict, how: str) -> float:

@@ -130,9 +130,17 @@ def _launch_lines(name: str, gpu: dict, md_inline, md_code) -> list[str]:
                        f"{md_inline(launch.get('bound', ''), 100)}")
             continue
         detail = ", ".join(f"{k} {_us(v)}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
+        why = ""
+        if launch["bound"] == "latency" and launch.get("steps"):
+            why = (f": {launch.get('waves', '?')} wave(s) of one program's {launch['steps']:g} loop trips, "
+                   f"{_us(launch.get('trip_us'))} each, waiting on {launch.get('trip_bound', '?')}")
+            if launch.get("serial"):
+                why += f" ({launch['serial']:g} correctly rounded divisions a trip, each a long chain)"
+        elif launch["bound"] == "latency":
+            why = f": {launch.get('waves', '?')} wave(s) of programs that each wait on memory"
         out.append(f"- {md_code(name, 60)}: {md_code(launch.get('kernel', '?'), 60)}, {launch['programs']} programs, "
-                   f"{launch.get('occupancy', '?')} per multiprocessor (limited by {md_inline(launch.get('limit', '?'), 30)}), "
-                   f"{launch.get('waves', '?')} wave(s): {_us(launch['us'])}, bound by **{md_inline(launch['bound'], 30)}** "
+                   f"{launch.get('occupancy', '?')} per multiprocessor (limited by {md_inline(launch.get('limit', '?'), 30)}): "
+                   f"{_us(launch['us'])}, bound by **{md_inline(launch['bound'], 30)}**{md_inline(why, 300)} "
                    f"({md_inline(detail, 300)}; DRAM {launch.get('dram_bytes', 0) / 1e6:.1f} MB, "
                    f"L2 {launch.get('l2_bytes', 0) / 1e6:.1f} MB)")
     return out
