@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from grader.harness import capture as hcap
-from grader.harness.session import WorkerGone
+from grader.harness.session import MAX_CAPTURE_LAUNCHES, WorkerGone, clean_capture
 from grader.worker import capture as cap
 from tests.helpers import HAS_CUDA
 
@@ -179,15 +179,15 @@ def test_describe_builds_gpu_shapes_without_their_memory():
 ])
 def test_a_malformed_capture_reply_ends_the_session(bad):
     with pytest.raises(WorkerGone, match="malformed launch capture"):
-        hcap.clean_capture(bad)
+        clean_capture(bad)
 
 
 def test_a_capture_reply_is_bounded():
     launch = {"kernel": "k" * 500, "grid": [1, 1, 1], "alternatives": list(range(100)),
               "tensors": {"a": {"name": "x" * 500, "bytes": 10}}, "probe_error": "e" * 5000}
-    clean = hcap.clean_capture({"cases": {"t": {"launches": [launch] * 50, "errors": ["e"] * 50}}})
+    clean = clean_capture({"cases": {"t": {"launches": [launch] * 50, "errors": ["e"] * 50}}})
     case = clean["cases"]["t"]
-    assert len(case["launches"]) == hcap.MAX_LAUNCHES and len(case["errors"]) == 5
+    assert len(case["launches"]) == MAX_CAPTURE_LAUNCHES and len(case["errors"]) == 5
     first = case["launches"][0]
-    assert len(first["kernel"]) == 100 and len(first["alternatives"]) == hcap.MAX_LAUNCHES
+    assert len(first["kernel"]) == 100 and len(first["alternatives"]) == MAX_CAPTURE_LAUNCHES
     assert len(first["tensors"]["a"]["name"]) == 60 and len(first["probe_error"]) == 300

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader.estimate import Target, launch_time, load_targets, occupancy, shape_key
+from grader.estimate import launch_time, load_targets, occupancy, shape_key
 from grader.rubric import load_rubric
 from tests.helpers import HAS_CUDA, validate_gradescope
 

@@ -37,7 +37,6 @@ This file runs in the untrusted worker and depends on torch, triton and numpy on
 from __future__ import annotations
 
 import inspect
-import math
 import signal
 import sys
 import time
@@ -370,13 +369,11 @@ class _Alarm:
 class Capture:
     """Intercepts every interpreted launch while installed (see the module docstring)."""
 
-    def __init__(self, probe: bool = False, on_launch=None, files: set[str] | None = None,
-                 budget_s: float = 60.0):
-        """``probe``: sample and count programs of each launch; ``on_launch(record)``
-        is called once per recorded launch; ``files``: the submission's source files
-        (the kernel lines that count as load sites); ``budget_s``: all probes of this
-        capture together."""
-        self.probe, self.on_launch = probe, on_launch
+    def __init__(self, probe: bool = False, files: set[str] | None = None, budget_s: float = 60.0):
+        """``probe``: sample and count programs of each launch; ``files``: the
+        submission's source files (the kernel lines that count as load sites);
+        ``budget_s``: all probes of this capture together."""
+        self.probe = probe
         self.files = files or set()
         self.deadline = time.monotonic() + budget_s
         self.launches: list[dict] = []
@@ -461,8 +458,6 @@ class Capture:
             self.dropped += 1
             return
         self.launches.append(record)
-        if self.on_launch is not None:
-            self.on_launch(record)
         if self.probe and record["programs"] > 0:
             try:
                 self._probe(executor, callargs, grid, tensors, record)
