@@ -191,3 +191,25 @@ def test_a_capture_reply_is_bounded():
     first = case["launches"][0]
     assert len(first["kernel"]) == 100 and len(first["alternatives"]) == MAX_CAPTURE_LAUNCHES
     assert len(first["tensors"]["a"]["name"]) == 60 and len(first["probe_error"]) == 300
+
+
+@triton.jit
+def count_kernel(cnt_ptr, y_ptr):
+    old = tl.atomic_add(cnt_ptr, 1)
+    tl.store(y_ptr + tl.program_id(0), old)
+
+
+def test_counted_programs_leave_state_kept_between_calls_alone(monkeypatch):
+    """A module's persistent counter (a split-K tile counter, say) is read by a counted
+    program's atomics, never written: later calls must find it as the last real one left it."""
+    monkeypatch.setattr(cap, "FULL_RUN_S", 0.0)   # sampled programs only
+    counter = torch.zeros(1, dtype=torch.int32)   # kept by the "module" across calls
+    y = torch.full((64,), -1, dtype=torch.int32)
+
+    def wrapper(x):
+        count_kernel[(64,)](counter, y)
+        return y
+
+    _, rep = _captured(wrapper, torch.empty(1), names=("x",))
+    assert rep["launches"][0]["sampled"] >= 3 and int(counter) == 0
+    assert rep["launches"][0]["counts"]["cnt_ptr"]["lanes_written"] > 0   # counted as a write all the same

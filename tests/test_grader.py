@@ -10,6 +10,7 @@ import zipfile
 
 import pytest
 
+from grader.estimate_report import draw_plots
 from grader.report import gradescope, markdown, write_reports
 from grader.rubric import RubricError, load_rubric, parse_rubric
 from tests.fakes import ROOT, SOLUTION, by_name, correctness, grade_files, submission
@@ -159,7 +160,8 @@ def test_reports_and_gradescope_schema(tmp_path):
     assert "Seed 1234" in gs["output"] and gs["extra_data"]["seed"] == 1234   # the student sees the seed
     md = (out / "report.md").read_text()
     assert "dds/c0" in md and "SEED=1234" in md
-    assert markdown(result) == md and gradescope(result)["score"] == gs["score"]
+    plots = draw_plots(result, tmp_path / "again")   # what write_reports drew beside report.md
+    assert markdown(result, None, plots) == md and gradescope(result)["score"] == gs["score"]
 
 
 def test_gradescope_schema_refuses_what_the_spec_does_not_name():

@@ -259,9 +259,14 @@ class _Counter:
             mask = me._touch(ptrs, mask, True)
             return originals["create_masked_store"](self, ptrs, value, mask, cache_policy)
 
+        # A counted program's atomics read and do not write: it runs alone, out of order,
+        # and must not leave a counter or a lock that the module keeps between calls
+        # (a split-K tile counter, say) in a state no real launch would leave it in.
         def atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
             me._touch(ptr, mask, False)
             mask = me._touch(ptr, mask, True)
+            if me.prog is not None:
+                return originals["create_masked_load"](self, ptr, mask, None, None, True)
             return originals["create_atomic_rmw"](self, rmwOp, ptr, val, mask, sem, scope)
 
         def atomic_cas(self, ptr, cmp, val, sem, scope):
@@ -269,6 +274,11 @@ class _Counter:
             me._touch(ptr, None, False)
             if me._touch(ptr, None, True) is not None:
                 raise _Stop("an atomic outside every tensor")
+            if me.prog is not None:
+                import triton.language as tl
+                import triton.runtime.interpreter as interp
+                everywhere = interp.TensorHandle(np.ones(np.shape(ptr.data), dtype=bool), tl.int1)
+                return originals["create_masked_load"](self, ptr, everywhere, None, None, True)
             return originals["create_atomic_cas"](self, ptr, cmp, val, sem, scope)
 
         # A dot is counted, not computed: the inputs are uninitialised, so its values
