@@ -193,7 +193,7 @@ def gradescope_entries(result, report_dir: Path | None, one_line) -> list[dict]:
         if plot is not None and plot.is_file() and plot.stat().st_size * 4 / 3 <= EMBED_MAX_BYTES:
             data = base64.b64encode(plot.read_bytes()).decode()
             body += f'<img alt="roofline of {html.escape(task.task)}" src="data:image/png;base64,{data}"/>'
-        out.append({"name": one_line(f"{task.task}: predicted performance (an estimate, not graded)", 200),
+        out.append({"name": one_line(f"{task.task}: speed predicted on the CPU (an estimate, not graded)", 200),
                     "score": 0.0, "max_score": 0.0, "output": body, "output_format": "html",
                     "visibility": "visible"})
     return out

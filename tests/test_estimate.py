@@ -257,7 +257,7 @@ def test_the_report_draws_a_roofline_per_task_and_gradescope_embeds_it(graded):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({png.name})" in report
     results = json.loads((out / "results.json").read_text())
     validate_gradescope(results)
-    extra = [t for t in results["tests"] if "predicted performance" in t["name"]]
+    extra = [t for t in results["tests"] if "speed predicted" in t["name"]]
     assert len(extra) == 2 and all(t["max_score"] == 0 and t["output_format"] == "html" for t in extra)
     assert any('src="data:image/png;base64,' in t["output"] for t in extra)
     assert results["score"] == result.score   # informational entries add nothing
