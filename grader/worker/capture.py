@@ -47,7 +47,7 @@ import torch
 
 SECTOR = 32                 # bytes: the unit of a memory transaction
 MAX_LAUNCHES = 12           # launch records kept per call
-MAX_FULL_PROGRAMS = 4       # programs run to the end per launch
+MAX_FULL_PROGRAMS = 6       # programs run to the end per launch
 MAX_SIGNATURES = 12         # programs run for one loop step per base program (sharing distances)
 PROGRAM_LIMIT_S = 6.0       # one sampled program, CPU seconds
 LAUNCH_BUDGET_S = 20.0      # all sampled programs of one launch, wall seconds
@@ -488,7 +488,10 @@ class Capture:
             return
         counter = _Counter(_Tensors(tensors), self.files)
         P = record["programs"]
-        full = sorted({0, P // 2, P - 1, (P * 3) // 4})[:MAX_FULL_PROGRAMS]
+        # The first and last programs (edges), and a few drawn at random (not at round
+        # fractions of the grid, which in a 1-D grid split with % all land on one row).
+        drawn = np.random.default_rng(P).choice(P, size=min(P, MAX_FULL_PROGRAMS - 2), replace=False)
+        full = list(dict.fromkeys([0, P - 1, *map(int, drawn)]))[:MAX_FULL_PROGRAMS]
         # Sharing distances are looked for behind a few programs: a program next to the
         # grid's centre, one near its end, one a third of the way in (one of them at the
         # start of a group of a grouped order, say, finds no one before it that shares).
