@@ -1,6 +1,6 @@
 """Check the CPU run's speed estimate against the grader's own clock, on a GPU.
 
-    python -m tools.validate_estimate OUT [--kernels NAME,...] [--rounds N]
+    python -m tools.validate_estimate OUT [--kernels NAME,...] [--rounds N] [--append]
 
 For every kernel set below and every performance test of the rubric, the
 estimate is made exactly as a CPU grade makes it (a sandboxed worker in the
@@ -20,6 +20,9 @@ file (date, GPU, versions), ``device`` (this GPU's properties),
     summary  how many tests are predicted within a factor 1.5 of the measured
              ratio, and the most any test predicted to earn nothing earned
 
+``--append`` keeps the rows of OUT/results.json for other kernel sets and
+sums them up with the new ones (to split a run over two sessions, e.g.
+``--kernels reference,naive,from_the_handout``, then the slow ones).
 Copy OUT/results.json into results/ (one file per GPU and date; merge into an
 existing one) and run ``python -m tools.render_results``: the table in
 docs/grading.md and grader/targets.toml follow. The acceptance of the estimate
@@ -188,6 +191,7 @@ def main(argv=None) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--kernels", default=",".join(KERNELS), help="kernel sets, comma-separated: " + ", ".join(KERNELS))
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--append", action="store_true", help="keep OUT/results.json's rows of other kernel sets")
     args = ap.parse_args(argv)
     import torch
 
@@ -232,6 +236,10 @@ def main(argv=None) -> int:
                 rows.append(row)
                 print(f"  {spec.name:22s} predicted {row.get('predicted_ratio') or 0:6.3f} measured "
                       f"{row.get('measured_ratio') or 0:6.3f} {row.get('error', '')}", flush=True)
+    previous = args.out / "results.json"
+    if args.append and previous.exists():
+        old = json.loads(previous.read_text()).get("estimate", {}).get("rows", [])
+        rows = [r for r in old if r["kernels"] not in chosen] + rows
     record["estimate"] = {"command": "python -m tools.validate_estimate", "target": target.name,
                           "seconds": round(time.time() - started), "rows": rows, "summary": summary(rows)}
     (args.out / "results.json").write_text(json.dumps(record, indent=1) + "\n")
