@@ -225,7 +225,8 @@ def launch_time(launch: dict, row: dict | None, gpu: Target, in_l2: set) -> dict
     return {**out, "us": total * 1e6, "bound": bound, "parts": {k: v * 1e6 for k, v in parts.items()},
             "dram_bytes": dram, "l2_bytes": l2, "flops": flops, "occupancy": occ, "limit": limit,
             "waves": waves, "launchable": True, "steps": steps, "trip_us": trip * 1e6, "program_us": program * 1e6,
-            "trip_bound": max(waits, key=waits.get), "trip_instructions": per_trip, "serial": serial_trip}
+            "trip_bound": max(waits, key=waits.get), "trip_instructions": per_trip, "serial": serial_trip,
+            "sms": gpu.sms}
 
 
 def _short_runs(c: dict, how: str) -> float:

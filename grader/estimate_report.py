@@ -136,6 +136,9 @@ def _launch_lines(name: str, gpu: dict, md_inline, md_code) -> list[str]:
                    f"{_us(launch.get('trip_us'))} each, waiting on {launch.get('trip_bound', '?')}")
             if launch.get("serial"):
                 why += f" ({launch['serial']:g} correctly rounded divisions a trip, each a long chain)"
+            if launch.get("sms") and launch["programs"] < launch["sms"]:
+                why += (f"; only {launch['programs']} programs for {launch['sms']} multiprocessors: "
+                        "the rest of the GPU waits")
         elif launch["bound"] == "latency":
             why = f": {launch.get('waves', '?')} wave(s) of programs that each wait on memory"
         out.append(f"- {md_code(name, 60)}: {md_code(launch.get('kernel', '?'), 60)}, {launch['programs']} programs, "
