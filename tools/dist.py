@@ -2,9 +2,10 @@
 
 OUT_DIR/student-bundle/ and OUT_DIR/student-bundle.zip hold the stubs, the
 grader with the public tests only (hidden rubric entries removed), the handout,
-Makefile, requirements, Dockerfile and a student README. Never solutions/,
-the project's tests, the benchmark, TA docs or the TA's classroom/ (the
-bundle's Dockerfile builds an image of the engine alone).
+its hints (one file each, printed by ``make hint``, never inline), Makefile,
+requirements, Dockerfile and a student README. Never solutions/, the
+project's tests, the benchmark, TA docs or the TA's classroom/ (the bundle's
+Dockerfile builds an image of the engine alone).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-INCLUDE = ["assignment", "grader", "handout.md", "Makefile", "requirements.txt", "Dockerfile",
+INCLUDE = ["assignment", "grader", "handout.md", "hints", "Makefile", "requirements.txt", "Dockerfile",
            ".dockerignore", "tools/__init__.py", "tools/setup_env.sh"]
 RENAME = {"docs/README-student.md": "README.md"}
 SKIP_PARTS = {"__pycache__", ".pytest_cache"}
