@@ -25,10 +25,11 @@ RUBRIC ?=
 
 export PYTHON VENV NO_VENV
 
-.PHONY: help setup grade test batch regrade gradebook merge dist gradescope bench calibrate docs clean
+.PHONY: help setup grade hint test batch regrade gradebook merge dist gradescope bench calibrate docs clean
 
 help:
 	@echo "make grade                 grade assignment/ (SUBMISSION=path for a folder or .zip)"
+	@echo "make hint TASK=w8a8 LEVEL=1  one hint (TASK w8a8|w4a16|dds, LEVEL 1|2|3), nothing else"
 ifneq ($(wildcard solutions),)
 	@echo "make test                  the project's own test suite"
 	@echo "make batch SUBMISSIONS=dir grade a whole class (TA)"
@@ -47,6 +48,13 @@ setup:
 
 grade: setup
 	$(PY) -m grader grade $(SUBMISSION) --report-dir $(REPORT_DIR) $(if $(SEED),--seed $(SEED)) $(GRADE_FLAGS)
+
+# One hint file, printed only when asked for (hints/<task>-<level>.md).
+hint:
+	@case "$(TASK)-$(LEVEL)" in \
+	  w8a8-[123]|w4a16-[123]|dds-[123]) cat "hints/$(TASK)-$(LEVEL).md" ;; \
+	  *) echo "usage: make hint TASK=w8a8|w4a16|dds LEVEL=1|2|3  (1: the idea, 2: pseudo-code, 3: the step that needs care)"; exit 2 ;; \
+	esac
 
 ifneq ($(wildcard tests),)
 test:

@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     kernels = Path(sys.modules[w8a8_mm.__module__].__file__).parent
     print(f"course_compat: w8a16_mm, w4a16_mm, dds_mm -> the kernels in {kernels}/", file=sys.stderr, flush=True)
     sys.argv = [str(ns.script), *ns.args]
-    sys.path.insert(0, str(ns.script.resolve().parent))  # as `python script.py` does
+    sys.path.insert(0, str(ns.script.resolve().parent))  # as `python <script>` does
     runpy.run_path(str(ns.script), run_name="__main__")
 
 

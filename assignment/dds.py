@@ -4,8 +4,8 @@
 
 YOUR TASK: write the body of ``_dds_kernel`` (its comments are a plan), then
 delete the ``raise NotImplementedError`` near the end of ``dds_mm``.
-handout.md, "Task 3: DDS", draws one BSR block row and has hints you can open
-one at a time.
+handout.md, "6. Task 3: DDS", draws one BSR block row; ``make hint TASK=dds LEVEL=1``
+prints the first of three hints.
 """
 
 from __future__ import annotations

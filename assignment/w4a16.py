@@ -7,8 +7,8 @@
 
 YOUR TASK: write the body of ``_w4a16_kernel`` (its comments are a plan), then
 delete the ``raise NotImplementedError`` near the end of ``w4a16_mm``.
-handout.md, "Task 2: W4A16", works through the packing on one int32 and has
-hints you can open one at a time.
+handout.md, "5. Task 2: W4A16", works through the packing on one int32;
+``make hint TASK=w4a16 LEVEL=1`` prints the first of three hints.
 """
 
 from __future__ import annotations

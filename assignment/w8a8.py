@@ -6,8 +6,8 @@ quantized per output channel, int8 x int8 -> int32 on the tensor cores.
 
 YOUR TASK: write the body of ``_w8a8_kernel`` (its comments are a plan), then
 delete the ``raise NotImplementedError`` near the end of ``w8a8_mm``.
-handout.md, "Task 1: W8A8", explains the math and has hints you can open one
-at a time. The file follows Triton's tutorial 03-matrix-multiplication: the
+handout.md, "4. Task 1: W8A8", explains the math; ``make hint TASK=w8a8 LEVEL=1``
+prints the first of three hints. The file follows Triton's tutorial 03-matrix-multiplication: the
 kernel first, then a wrapper that checks the inputs, allocates the output and
 launches the kernel.
 """
@@ -56,7 +56,7 @@ def _w8a8_kernel(
     #    b. quantize it with each row's scale, exactly as the docstring of
     #       w8a8_mm says: divide, clamp, round half to even, convert to int8.
     #       Which of these must come before the conversion, and why is
-    #       rounding the step that needs care in Triton? (handout, Task 1)
+    #       rounding the step that needs care in Triton? (handout, section 4)
     #    c. load the weight tile [BLOCK_K, BLOCK_N] through stride_wk and
     #       stride_wn, masked the same way;
     #    d. multiply the two int8 tiles on the tensor cores and add the exact

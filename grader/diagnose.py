@@ -4,7 +4,7 @@
 differs from the reference with the signatures of known bugs and returns one
 line for the report, e.g.
 
-    likely cause: unsigned int4 unpacking: ... (handout: "Task 2: W4A16")
+    likely cause: unsigned int4 unpacking: ... (handout: "5. Task 2: W4A16")
 
 or None when no signature matches. Only failures are explained: an output that
 passes the tight check of ``grader.compare`` never gets a cause. It runs on

@@ -65,7 +65,7 @@ HIDDEN_DETAIL = {
     "computed_outside_triton": "computed outside Triton: a hidden test computed outside Triton",
     "inputs_modified": "inputs modified: a hidden test's call wrote into its inputs",
 }
-RULE = "the product must be computed by the Triton kernel (handout, section 5, rule 1)"
+RULE = "the product must be computed by the Triton kernel (handout, section 10, rule 1)"
 # The submission's kernels must do at least this share of the product's FLOPs. An honest
 # kernel does all of them or more (padded tiles, split K, masked tails, tiny M: tl.dot on
 # whole tiles); a kernel that leaves the product to PyTorch or Python does next to none.

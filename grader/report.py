@@ -22,11 +22,14 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from . import estimate_report
+from .estimate import load_targets, occupancy
 from .rubric import Rubric
 from .scoring import SCHEMA_VERSION, GradeResult, TaskResult, TestResult, points_lines
 
 REPORT_FILES = ("report.md", "report.json", "results.json")
 FILE_MODE, DIR_MODE = 0o640, 0o750   # reports: the owner and their group (course staff), not other users
+REPORT_PLOTS = "roofline-*.png"   # beside them (grader/roofline.py)
 MESSAGE_CHARS = 4000   # one test message, in report.md and results.json
 LOG_CHARS = 2000       # the printed-output tail shown in report.md
 INLINE_CHARS = 300     # one table cell or list item
@@ -130,12 +133,16 @@ def terminal_table(result: GradeResult) -> str:
         lines += [f"       check {one_line(c, 400)}" for c in task.checks_off]
     lines.append("")
     lines.append(f"TOTAL {_fmt(result.score)}/{_fmt(result.max_score)}: " + "; ".join(points_lines(result)))
+    predicted = estimate_report.terminal_lines(result, one_line)
+    if predicted:
+        lines += ["", *predicted, "(report.md, \"Predicted performance\": what bounds each kernel, and a roofline plot)"]
     lines += [f"note: {one_line(n, 500)}" for n in result.notes]
     return "\n".join(lines)
 
 
-def markdown(result: GradeResult, error: str | None = None) -> str:
-    """The human report. ``error``: the grader itself failed on this submission."""
+def markdown(result: GradeResult, error: str | None = None, plots: dict | None = None) -> str:
+    """The human report. ``error``: the grader itself failed on this submission;
+    ``plots``: each task's roofline plot file beside the report, or why there is none."""
     md = [f"# Grade report: {_fmt(result.score)} / {_fmt(result.max_score)}", ""]
     if error:
         md += [f"> **Grader error.** This submission could not be graded: {md_inline(error, 1000)}. "
@@ -175,24 +182,59 @@ def markdown(result: GradeResult, error: str | None = None) -> str:
             md += [f"- Check {md_inline(c, 1000)}" for c in task.checks_off]
             if task.log_tail.strip():
                 md += ["", "Last lines your code printed:", "", *md_block(task.log_tail, LOG_CHARS, keep="tail")]
-    kernels = [(task, k) for task in result.tasks for k in task.kernels]
-    if kernels:
-        md += ["", "## Kernels compiled for the GPU", "",
-               "Every kernel variant your code launched, compiled for the course's GPU "
-               "(on a CPU run: by Triton's compiler, without running it).", "",
-               "| task | kernel | where | status | registers | spills | shared memory | note |",
-               "|---|---|---|---|---|---|---|---|"]
-        for task, k in kernels:
-            note = k.get("why_not") or k.get("warning") or k.get("note") or ""
-            shared = k.get("shared_bytes")
-            md.append(f"| {md_inline(task.task, 20)} | {md_code(k.get('kernel', '?'), 60, table=True)} | "
-                      f"{md_inline(k.get('file', '?'), 60)}:{k.get('line', '?')} | {md_inline(k.get('status', '?'), 20)} | "
-                      f"{k.get('registers', '')} | {k.get('spills', '')} | "
-                      f"{'' if shared is None else f'{shared / 1024:.1f} KiB'} | {md_inline(note, 200)} |")
+    md += compile_markdown(result)
+    md += estimate_report.markdown(result, plots, md_inline, md_code)
     md += movement_markdown(result.tasks)
     if details:
         md += ["", "## Test details", *details]
     return "\n".join(md) + "\n"
+
+
+def _occupancy(k: dict, target) -> str:
+    if target is None or not k.get("ok") or k.get("registers") is None:
+        return ""
+    n, why = occupancy(k, target)
+    return f"{n}/SM ({why})" if n else f"none ({why})"
+
+
+def compile_markdown(result: GradeResult) -> list[str]:
+    """The compile check's table: each kernel variant, the tests whose GPU shape
+    launches it, its configuration and resources, and what would fail."""
+    kernels = [(task, k) for task in result.tasks for k in task.kernels]
+    if not kernels:
+        return []
+    targets = load_targets()
+    target = next((t for t in targets if t.name == result.gpu), None) or next(
+        (t for t in targets if any(t.name in c for c in result.calibrated_on)), None)
+    md = ["", "## Kernels compiled for the GPU", "",
+          "Every kernel variant your code launched, compiled for the course's GPU (on a CPU run: by Triton's "
+          "compiler, without running it, with the specialization Triton gives the launch on the GPU). On a CPU "
+          "run, *tests* names the tests whose GPU shape launches the variant (your wrapper was called at that "
+          "shape with its launches intercepted); *CPU shapes* the calls that launched it in the interpreter. "
+          "Occupancy: programs one multiprocessor holds at once"
+          + (f" on the {md_inline(target.name, 40)}" if target else "") + ", and what limits them.", "",
+          "| task | kernel | tests | configuration | status | registers | spills | shared memory | occupancy | note |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
+    for task, k in kernels:
+        note = k.get("why_not") or k.get("warning") or k.get("note") or ""
+        if k.get("launchable") is False and not k.get("why_not"):
+            note = "will not launch"
+        shared = k.get("shared_bytes")
+        tests = ", ".join(k.get("tests") or [])
+        cpu = ", ".join(t.split("/", 1)[-1] for t in k.get("cpu_tests") or [])
+        where = "; ".join(x for x in (tests, f"CPU shapes: {cpu}" if cpu else "") if x)
+        status = k.get("status", "?")
+        if k.get("launchable") is False:
+            status += ", will not launch"
+        elif k.get("spills"):
+            status += ", spills"
+        md.append(f"| {md_inline(task.task, 20)} | {md_code(k.get('kernel', '?'), 60, table=True)} "
+                  f"({md_inline(k.get('file', '?'), 60)}:{k.get('line', '?')}) | {md_inline(where, 400)} | "
+                  f"{md_inline(k.get('variant', ''), 200)} | {md_inline(status, 40)} | "
+                  f"{k.get('registers', '')} | {k.get('spills', '')} | "
+                  f"{'' if shared is None else f'{shared / 1024:.1f} KiB'} | {md_inline(_occupancy(k, target), 40)} | "
+                  f"{md_inline(note, 200)} |")
+    return md
 
 
 MOVEMENT_LABEL = ("an upper bound without caches, counted in the interpreter, not a predicted score")
@@ -318,13 +360,16 @@ def task_line(task: TaskResult) -> str:
         f": {state}"
 
 
-def gradescope(result: GradeResult, error: str | None = None) -> dict:
+def gradescope(result: GradeResult, error: str | None = None, report_dir: Path | None = None) -> dict:
     """Gradescope's results.json (https://gradescope-autograders.readthedocs.io/en/latest/specs/):
     only the fields that spec names; every output is plain text, cleaned and bounded.
 
     Performance tests that did not run here (no GPU, as on Gradescope) are left
     out with one line saying so, or listed with 0 points ("informational"),
     as the rubric's ``gradescope_performance`` says; they are never failures.
+    A CPU run's speed estimate adds one entry per task, 0 of 0 points, in HTML
+    (every text in it escaped), with the task's roofline plot from
+    ``report_dir`` embedded when it is small (grader/estimate_report.py).
     """
     tests, elsewhere = [], 0.0
     for t in result.tests:
@@ -352,6 +397,8 @@ def gradescope(result: GradeResult, error: str | None = None) -> dict:
             lines.append(f"Performance ({elsewhere:g} points) is graded separately on a GPU; "
                          "this score is correctness only.")
     lines.append(f"Seed {result.seed} (to reproduce: {reproduce}).")
+    if not error:
+        tests += estimate_report.gradescope_entries(result, report_dir, one_line)
     return {"score": result.score, "execution_time": round(result.seconds),
             "output": clean_text("\n".join(lines)), "output_format": "text",
             "visibility": "visible", "stdout_visibility": "hidden",
@@ -392,9 +439,14 @@ def write_reports(result: GradeResult, report_dir: str | Path, error: str | None
     data = dataclasses.asdict(result)
     if error:
         data["grader_error"] = one_line(error, 1000)
-    contents = {"report.md": markdown(result, error),
+    for old in report_dir.glob(REPORT_PLOTS):   # plots of an earlier grade
+        old.unlink()
+    plots = {} if error else estimate_report.draw_plots(result, report_dir)
+    for plot in report_dir.glob(REPORT_PLOTS):
+        os.chmod(plot, FILE_MODE)   # as personal as the report
+    contents = {"report.md": markdown(result, error, plots),
                 "report.json": json.dumps(data, indent=2),
-                "results.json": json.dumps(gradescope(result, error), indent=2)}
+                "results.json": json.dumps(gradescope(result, error, report_dir), indent=2)}
     for name, text in contents.items():
         fd, tmp = tempfile.mkstemp(dir=report_dir, prefix=f".{name}.")
         with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
@@ -407,5 +459,8 @@ def write_reports(result: GradeResult, report_dir: str | Path, error: str | None
 def remove_reports(report_dir: str | Path) -> None:
     for name in REPORT_FILES:
         p = Path(report_dir) / name
+        if p.is_file() or p.is_symlink():
+            p.unlink()
+    for p in Path(report_dir).glob(REPORT_PLOTS):
         if p.is_file() or p.is_symlink():
             p.unlink()

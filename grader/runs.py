@@ -69,7 +69,8 @@ class TimedRun:
 class TaskRun:
     """Everything the harness learnt about one task of the submission."""
     task: str
-    missing: dict | None = None       # problem(): the kernel file is not there (missing_file, unreadable)
+    missing: dict | None = None       # problem(): the kernel file is not there (missing_file, unreadable),
+                                      # or defines no entry point (missing_entry)
     static: list[str] = field(default_factory=list)   # allowlist findings in the kernel file
     stopped: dict | None = None       # problem(): why the task's (visible) worker was of no more use
                                       # (import_error, timeout, crashed, exited_early, worker_ended,
@@ -87,6 +88,12 @@ class TaskRun:
                                       # (grader/worker/fence.py: this Triton lacks what they hook into)
     kernels: list = field(default_factory=list)      # compile check rows
     movement: dict = field(default_factory=dict)     # data movement of one call (CPU; feedback)
+    capture: dict = field(default_factory=dict)      # CPU: what the wrapper launches at the GPU shapes
+                                                     # (grader/harness/capture.py; feedback, never a score)
+    gpu_launch_errors: dict[str, str] = field(default_factory=dict)  # performance test -> why its
+                                                     # captured kernel would not compile or launch on the GPU
+    estimate: dict = field(default_factory=dict)     # CPU: the predicted speed of each performance test
+                                                     # (grader/estimate.py; feedback, never a score)
     memcheck_errors: int = 0          # compute-sanitizer (--sanitize): errors it reported
     memcheck_silent: bool = False     # a worker under compute-sanitizer left no summary
     seconds: float = 0.0

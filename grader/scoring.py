@@ -40,7 +40,7 @@ class TaskResult:
     score: float                # points of its scored (not bonus) tests
     max_score: float            # the most those could give here
     summary: str                # the state in words
-    status: str = "ok"          # the state as a kind: ok, not_implemented, missing_file, import_error,
+    status: str = "ok"          # the state as a kind: ok, not_implemented, missing_file, missing_entry, import_error,
                                 # timeout, crashed, exited_early, worker_ended, protocol_error,
                                 # compile_error, raised, grader_error, or the first flag's kind
     bonus: float = 0.0          # points of its bonus tests
@@ -56,6 +56,11 @@ class TaskResult:
     # Checks of the worker that did not run for this task, one sentence each: which, what
     # that leaves unchecked, and why (grader/worker/fence.py).
     checks_off: list[str] = field(default_factory=list)
+    # The predicted speed of each performance test on a CPU run (grader/estimate.py):
+    # {"tests": {test: {"gpus": [{gpu, us, ratio, ratio_range, points, points_range, launches,
+    # baseline_us, reference_us}], shape, min_bytes, flops} | {"error"}}, "uncertainty"}.
+    # An estimate from what the worker reported; never part of the score.
+    estimate: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -153,7 +158,14 @@ def score(judgment, runs, rubric: Rubric, **header) -> GradeResult:
     tests = []
     for spec in specs:
         v = judgment.tests[spec.name]
-        tests.append(resolve_test(spec, v.fraction, v.message, step, v.details))
+        details = dict(v.details or {})
+        # The product's size, for the roofline plot (grader/roofline.py); a hidden test's shape stays unknown.
+        if spec.kind == "performance" and not spec.hidden:
+            task = spec.registered_task
+            details.setdefault("flops", task.dot_flops(spec.shape, task.defaults(spec.options)))
+            details.setdefault("min_bytes", task.minimum_bytes(spec.shape, spec.options))
+            details.setdefault("shape", list(spec.shape))
+        tests.append(resolve_test(spec, v.fraction, v.message, step, details))
     tasks = []
     for name, run in runs.tasks.items():
         mine = [r for r in tests if r.task == name]
@@ -165,7 +177,8 @@ def score(judgment, runs, rubric: Rubric, **header) -> GradeResult:
             bonus=round(sum(r.score for r in mine if r.bonus), 6),
             summary=state.summary, status=state.status, flags=state.problems,
             seconds=run.seconds, log_tail=run.log[-4000:], kernels=run.kernels, movement=run.movement,
-            checks_off=[sentence(check, why) for check, why in sorted(run.checks_off.items())]))
+            checks_off=[sentence(check, why) for check, why in sorted(run.checks_off.items())],
+            estimate=run.estimate))
     total, ran, everything = totals(rubric, tests)
     return GradeResult(
         schema_version=SCHEMA_VERSION, seed=runs.seed, rubric=rubric.source, score=total, max_score=ran,

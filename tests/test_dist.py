@@ -178,7 +178,75 @@ def test_make_help_in_the_bundle_lists_only_what_works_there(bundle):
     # the others need the project's tests, tools, benchmark or a class of submissions.
     ta_only = {"test", "batch", "regrade", "gradebook", "merge", "dist", "gradescope", "bench", "calibrate",
                "docs"}
-    assert set(_help_targets(ROOT)) == {"grade"} | ta_only  # the project lists them all
-    assert _help_targets(bundle) == ["grade"]
+    assert set(_help_targets(ROOT)) == {"grade", "hint"} | ta_only  # the project lists them all
+    assert _help_targets(bundle) == ["grade", "hint"]
     for missing in ("tests", "tools/dist.py", "tools/gradescope_zip.py", "bench"):
         assert not (bundle / missing).exists(), missing
+
+
+def _hint_lines(path: Path) -> list[str]:
+    """The lines of a hint that say something (not its title, fences or short lines)."""
+    return [line.strip() for line in path.read_text().splitlines()[1:]
+            if len(line.strip()) > 25 and not line.startswith("```")]
+
+
+def test_a_fresh_bundle_shows_no_hint_unless_asked(bundle):
+    """Reading the handout (or anything else) in a terminal shows no hint: they live in
+    hints/, one file per task and level, and `make hint` prints exactly one."""
+    hints = sorted((bundle / "hints").glob("*.md"))
+    assert [h.name for h in hints] == [f"{t}-{n}.md" for t in ("dds", "w4a16", "w8a8") for n in (1, 2, 3)]
+    texts = {f: f.read_text(errors="replace") for f in _files(bundle)
+             if f.suffix in (".md", ".py", ".toml", ".txt") and "hints" not in f.parts}
+    for hint in hints:
+        for line in _hint_lines(hint):
+            for f, text in texts.items():
+                assert line not in text, f"{f.relative_to(bundle)} shows hint text of {hint.name}: {line}"
+    for f, text in texts.items():
+        assert "<details>" not in text, f   # a fold only a Markdown renderer folds
+    handout = (bundle / "handout.md").read_text()
+    assert handout.count("make hint TASK=") >= 3
+    env = dict(os.environ, NO_VENV="1", PYTHON=sys.executable)
+    shown = subprocess.run(["make", "-s", "hint", "TASK=w4a16", "LEVEL=2"], cwd=bundle, env=env,
+                           capture_output=True, text=True)
+    assert shown.returncode == 0 and shown.stdout == (bundle / "hints" / "w4a16-2.md").read_text()
+    for bad in (["TASK=w4a16"], ["TASK=w4a16", "LEVEL=4"], ["TASK=../Makefile", "LEVEL=1"], []):
+        refused = subprocess.run(["make", "-s", "hint", *bad], cwd=bundle, env=env, capture_output=True, text=True)
+        assert refused.returncode != 0 and "usage: make hint" in refused.stdout, bad
+        assert not any(line in refused.stdout for h in hints for line in _hint_lines(h))
+
+
+def test_hint_three_points_at_the_idea_not_the_finished_line(bundle):
+    """The last hint of each task leads to the step without writing it: the solving
+    expressions of each task are not in it."""
+    finished = {"w8a8": ["12582912", "1.5 * 2**23", "(v + C) - C"],
+                "w4a16": ["28 - 4 * (k % 8)", "<< (28 -"],
+                "dds": ["offs_b[None, :] * BLOCK + offs_b[:, None]", "offs_b[:, None] + offs_b[None, :] * BLOCK"]}
+    for task, lines in finished.items():
+        text = (bundle / "hints" / f"{task}-3.md").read_text()
+        for line in lines:
+            assert line not in text, (task, line)
+
+
+def test_nothing_a_student_reads_points_outside_the_bundle(bundle):
+    """The handout, README, hints, rubric and stubs name only files and folders the
+    bundle has (the rubric once pointed at docs/grading.md)."""
+    import re
+
+    student = [bundle / "handout.md", bundle / "README.md", bundle / "grader" / "rubric.toml",
+               *sorted((bundle / "hints").glob("*.md")), *sorted((bundle / "assignment").glob("*.py"))]
+    names = {p.name for p in _files(bundle)}
+    written = {"check_mine.py", "report.md", "report.json", "results.json"}   # what a student or the grader writes
+    # Last year's course scripts (the handout's "Last year's course scripts"): the student's own copies,
+    # wherever they keep them.
+    brought = {"benchmark_w8a8.py", "benchmark_w4a16.py", "benchmark_sparse.py"}
+    for f in student:
+        text = re.sub(r"https?://\S+", "", f.read_text())
+        paths = re.findall(r"(?<![\w./-])((?:[a-z_][\w-]*/)+(?:[A-Za-z_][\w.-]*\.(?:md|py|toml|json|txt|sh)\b|(?![\w<])))",
+                           text)
+        files = re.findall(r"(?<![\w./-])([A-Za-z_][\w-]*\.(?:md|py|toml|json|txt|sh))\b", text)
+        for path in paths:
+            if path.startswith("grade-report/") or path.rsplit("/", 1)[-1] in brought:
+                continue   # the report folder make grade writes; a course script where the student keeps it
+            assert (bundle / path).exists(), f"{f.relative_to(bundle)} names {path}"
+        for name in files:
+            assert name in names or name in written | brought, f"{f.relative_to(bundle)} names {name}"

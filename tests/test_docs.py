@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -42,7 +44,7 @@ def test_handout_local_check_script_runs():
     text = (ROOT / "handout.md").read_text()
     section = text[text.index("### Test your kernel locally"):]
     script = re.search(r"```python\n(.*?)```", section, re.S)[1]
-    assert 10 <= len(script.strip().splitlines()) <= 18, "keep the script short enough to paste"
+    assert 10 <= len(script.strip().splitlines()) <= 22, "keep the script short enough to paste"
     ran = subprocess.run([sys.executable, "-c", script.replace("from assignment", "from solutions")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr[-2000:]
@@ -53,3 +55,29 @@ def test_handout_local_check_script_runs():
     said = {line.split()[0]: line for line in stub.stdout.splitlines()}
     assert said.keys() == {"W8A8", "W4A16", "DDS"}, stub.stdout
     assert all("not implemented:" in line for line in said.values()), stub.stdout
+
+
+@pytest.mark.parametrize("variant", ["w4a16_bug_scale_group", "w4a16_bug_no_k_mask", "w8a8_bug_no_clamp"])
+def test_handout_local_check_script_catches_the_edges_it_names(variant, tmp_path):
+    """Group-wise scales, a K that is not a multiple of the tile: the script's shapes
+    make each of these bugs show as a large error (the clamp is the grader's: the
+    script says it does not test it, and it must still run)."""
+    import re
+    import shutil
+
+    text = (ROOT / "handout.md").read_text()
+    section = text[text.index("### Test your kernel locally"):]
+    script = re.search(r"```python\n(.*?)```", section, re.S)[1]
+    pkg = tmp_path / "assignment"
+    shutil.copytree(ROOT / "assignment", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    for task in ("w8a8", "w4a16", "dds"):
+        shutil.copyfile(ROOT / "solutions" / f"{task}.py", pkg / f"{task}.py")
+    task = variant.split("_")[0]
+    shutil.copyfile(ROOT / "tests" / "variants" / f"{variant}.py", pkg / f"{task}.py")
+    ran = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    errors = dict(line.split() for line in ran.stdout.splitlines())
+    others = [float(e) for name, e in errors.items() if name != task.upper()]
+    assert all(e < 1e-3 for e in others), errors
+    if variant != "w8a8_bug_no_clamp":
+        assert not float(errors[task.upper()]) < 1e-2, errors   # a large error, or nan

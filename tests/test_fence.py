@@ -109,3 +109,51 @@ def test_what_a_worker_says_is_off_reaches_the_report_in_its_words_or_in_none():
     harness_run._checks_off(run, {"arithmetic count": "M=7 N=32 K=72"}, hidden=True)
     assert run.checks_off == {"bounds check": "the worker: the interpreter could not be instrumented: X",
                               "arithmetic count": "the hidden tests' worker could not run it"}
+
+
+def test_every_attribute_the_launch_capture_patches_is_listed():
+    """The capture (worker/capture.py) intercepts launches and autotuner trials, and
+    while a sampled program runs it patches the builder: its own patches by name, and
+    every other create_* of the builder wrapped with its arguments passed through."""
+    from grader.worker import capture
+
+    listed = {path for check, _, _, path, _ in fence.PRIVATE if check == "launch capture"}
+    before = _snapshot()
+    cap = capture.Capture()
+    cap.install()
+    try:
+        changed = {k for k in set(before) | set(_snapshot()) if before.get(k) is not _snapshot().get(k)}
+    finally:
+        cap.restore()
+    assert _snapshot() == before and changed
+    assert {f"{cls}.{attr}" for cls, attr in changed} <= listed, sorted(changed)
+    counter = capture._Counter(capture._Tensors([]), set())
+    counter.install()
+    try:
+        changed = {k for k in set(before) | set(_snapshot()) if before.get(k) is not _snapshot().get(k)}
+    finally:
+        counter.restore()
+    assert _snapshot() == before
+    named = {f"{cls}.{attr}" for cls, attr in changed} & listed
+    assert {"InterpreterBuilder.create_masked_load", "InterpreterBuilder.create_dot",
+            "InterpreterBuilder.create_atomic_rmw"} <= named
+    assert all(cls == "InterpreterBuilder" and attr.startswith("create_") for cls, attr in changed)
+
+
+def test_a_capture_that_cannot_install_turns_itself_off_in_the_report(monkeypatch):
+    """A Triton whose interpreter the capture cannot patch: the worker says so, the
+    harness turns the check off for the task with the worker's reason, and no case
+    is reported as the wrapper's failure."""
+    from grader.worker import capture
+
+    def broken(self):
+        raise AttributeError("GridExecutor has no __call__")
+    monkeypatch.setattr(capture.Capture, "install", broken)
+    worker = worker_main.Worker(lambda *a: None, LaunchRecorder(own_prefix="x."), "cpu", None, "x")
+    reply = worker.capture({"cases": [{"test": "w8a8/perf_m1", "args": [], "probe": True}], "names": []})
+    assert not reply["ok"] and "GridExecutor has no __call__" in reply["error"]
+    run = TaskRun("w8a8")
+    harness_run._checks_off(run, reply["checks_off"], hidden=False)
+    assert list(run.checks_off) == ["launch capture"] and "could not be intercepted" in run.checks_off["launch capture"]
+    worker.off.add("launch capture")
+    assert "fence.py" in worker.capture({"cases": [], "names": []})["error"]

@@ -10,6 +10,7 @@ import zipfile
 
 import pytest
 
+from grader.estimate_report import draw_plots
 from grader.report import gradescope, markdown, write_reports
 from grader.rubric import RubricError, load_rubric, parse_rubric
 from tests.fakes import ROOT, SOLUTION, by_name, correctness, grade_files, submission
@@ -81,6 +82,28 @@ def test_missing_function(tmp_path):
     assert result.score == 0 and "w8a8_mm" in result.tasks[0].summary
 
 
+def test_a_missing_entry_point_is_named_before_forbidden_code(tmp_path):
+    """A dds.py without dds_mm (here with a PyTorch product too) is told that dds_mm is
+    missing, not that its code is forbidden: there is nothing the grader can call."""
+    src = "import torch\n\ndef my_dds(x, w):\n    return x @ w.to_dense().t()\n"
+    result = grade_files(tmp_path, {"dds": src}, ["dds"])
+    task = result.tasks[0]
+    assert task.status == "missing_entry" and task.summary.startswith("dds.py defines no dds_mm")
+    assert result.score == 0 and all("defines no dds_mm" in t.message for t in result.tests
+                                    if t.task == "dds" and t.status != "not_run")
+
+
+@pytest.mark.parametrize("src,found", [
+    ("def w8a8_mm(x): pass", True), ("w8a8_mm = lambda *a: None", True),
+    ("try:\n    import x\nexcept ImportError:\n    def w8a8_mm(): pass", True),
+    ("if True:\n    w8a8_mm: object = None", True), ("from .other import w8a8_mm", True),
+    ("def w8a8_matmul(): pass\nclass K:\n    w8a8_mm = 1", False), ("def w8a8_mm(:", None),
+])
+def test_entry_point_detection(src, found):
+    from grader.harness.run import _defines
+    assert _defines(src.encode(), "w8a8_mm") is found
+
+
 def test_missing_file(tmp_path):
     result = grade_files(tmp_path, {"dds": SOLUTION["dds"]}, ["w8a8", "dds"])
     tasks = {t.task: t for t in result.tasks}
@@ -138,7 +161,8 @@ def test_reports_and_gradescope_schema(tmp_path):
     assert "Seed 1234" in gs["output"] and gs["extra_data"]["seed"] == 1234   # the student sees the seed
     md = (out / "report.md").read_text()
     assert "dds/c0" in md and "SEED=1234" in md
-    assert markdown(result) == md and gradescope(result)["score"] == gs["score"]
+    plots = draw_plots(result, tmp_path / "again")   # what write_reports drew beside report.md
+    assert markdown(result, None, plots) == md and gradescope(result)["score"] == gs["score"]
 
 
 def test_gradescope_schema_refuses_what_the_spec_does_not_name():

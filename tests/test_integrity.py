@@ -435,6 +435,46 @@ def test_how_the_hidden_worker_ended_stays_out_of_visible_reports(tmp_path):
     assert correctness(result) == 4
 
 
+def test_the_hidden_tests_gpu_shapes_stay_out_of_the_compile_table_and_the_estimate(tmp_path):
+    """A CPU run calls the wrapper at every test's GPU shape and compiles what it launches;
+    the hidden test's GPU shape goes to the hidden worker only, and a hidden performance
+    test's to no worker. A wrapper that picks 128-row tiles from M = 512 on, where only
+    the hidden tests' GPU shapes reach: the visible compile table, the estimate and every
+    report carry neither that configuration, nor a hidden test's name as a label, nor a
+    number of its shape."""
+    import json
+
+    from grader.report import terminal_table, write_reports
+    from tests.fakes import rubric_dict
+    M, N, K = 1777, 1408, 2240
+    P = [1999, 1152, 3136]
+    data = rubric_dict(tasks=("w8a8",), static=False)
+    data["tests"].append(dict(name="w8a8/secret_case_q", task="w8a8", kind="correctness", points=1,
+                              shape=[M, N, K], cpu_shape=[7, 32, 72], hidden=True, visibility="after_due_date"))
+    data["tests"].append(dict(name="w8a8/secret_perf_z", task="w8a8", kind="performance", points=1, shape=P,
+                              full_ratio=1.0, zero_ratio=0.5, hidden=True, visibility="after_due_date"))
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "w8a8.py").write_text((ROOT / "tests" / "fixtures" / "compile" / "w8a8_by_m.py").read_text())
+    result = grade(sub, parse_rubric(data), seed=8, tasks=["w8a8"], log=lambda *_: None)
+    task = _task(result)
+    assert by_name(result)["w8a8/secret_case_q"].score == 1 and correctness(result) == 5
+    assert task.kernels and any(k.get("tests") for k in task.kernels)   # the visible GPU shapes are there
+    assert task.estimate.get("tests", {}).get("w8a8/perf"), task.estimate
+    write_reports(result, tmp_path / "report")
+    texts = {p.name: p.read_text() for p in (tmp_path / "report").iterdir() if p.suffix in (".md", ".json")}
+    texts["terminal"] = terminal_table(result)
+    texts["visible"] = _visible_text(result)
+    texts["kernels, estimate"] = json.dumps([task.kernels, task.estimate])
+    assert {"report.md", "report.json", "results.json"} <= set(texts)
+    shape = [str(n) for n in (M, N, K, M * N, M * K, M * N * K, 2 * M * N * K, *P, P[0] * P[1] * P[2])]
+    for name, text in texts.items():
+        for secret in [*shape, "BLOCK_M=128", "BLOCK\\_M=128", "num_warps=8"]:
+            assert secret not in text, f"{secret!r} from the hidden test's GPU shape is in {name}"
+    for name in ("visible", "kernels, estimate"):   # the TA's own rows name the hidden tests
+        assert "secret_" not in texts[name], name
+
+
 def test_a_product_computed_by_pytorch_ops_gets_nothing(tmp_path):
     """A K-loop of rank-1 updates in PyTorch arithmetic (no matmul anywhere) and a
     token Triton copy: the static check cannot see tensor arithmetic, the op

@@ -292,7 +292,7 @@ def test_causes_quote_the_handout():
     headings = {line.lstrip("#").strip() for line in handout.splitlines() if line.startswith("## ")}
     sections = {QUANTIZATION, TRITON, *(t.handout_section for t in TASKS.values())}
     assert sections <= headings, sorted(sections - headings)
-    table = handout[handout.index("## 7. Troubleshooting"):]
+    table = handout[handout.index("## 12. Troubleshooting"):]
     for cause_id, (text, section) in cause_texts().items():
         fixed = text.replace("}", "{").split("{")[::2]  # the text around its {fields}
         quoted = [line for line in table.splitlines() if line.startswith(f"| likely cause: {fixed[0]}")]

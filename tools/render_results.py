@@ -1,6 +1,7 @@
-"""Render the generated parts of the docs: the tables of docs/grading.md and
-docs/performance.md from the results files and grader/rubric.toml, and the
-rubric's totals where handout.md states them (``make docs``).
+"""Render the generated parts of the docs and the estimate's data: the tables of
+docs/grading.md and docs/performance.md from the results files and
+grader/rubric.toml, the rubric's totals where handout.md states them, and
+grader/targets.toml from the results files (``make docs``).
 
     python -m tools.render_results          rewrite them
     python -m tools.render_results --check  exit 1 if one is out of date, naming the command to run
@@ -14,7 +15,13 @@ table of old and new thresholds; ``bench``, a list of `make bench` runs
 (bench/bench.py's --json), which docs/performance.md shows as tables, with
 how far later runs stray from the first; and ``eager``, a list of
 `python -m bench.eager` runs (the layers in eager mode, host included),
-shown there too.
+shown there too. grader/targets.toml is what the CPU run's speed estimate
+(grader/estimate.py) knows of each GPU: the device (``device``), its
+measured copy bandwidth and product peaks (the last `make bench`), and per
+performance test the graded time of fp16 ``torch.matmul`` and of the
+reference (the median over every recorded grade). The estimate's
+own check against measured times (``estimate``, tools/validate_estimate.py)
+is a table in docs/grading.md.
 """
 
 from __future__ import annotations
@@ -42,6 +49,9 @@ HANDOUT_NUMBERS = (
     (r"not exceed (\d+(?:\.\d+)?)\)", lambda c, p: c + p),
     (r"the (\d+(?:\.\d+)?) performance points", lambda c, p: p),
 )
+EST_BEGIN, EST_END = "<!-- estimate:begin (tools/render_results.py) -->", "<!-- estimate:end -->"
+TARGETS = ROOT / "grader" / "targets.toml"
+DEVICE_KEYS = ("sms", "l2_bytes", "clock_ghz", "smem_per_sm", "regs_per_sm", "max_warps", "max_blocks")
 
 
 def _runs() -> list[tuple[Path, dict]]:
@@ -152,6 +162,81 @@ def eager_tables() -> str:
     return "\n".join(out)
 
 
+def targets_toml() -> str:
+    """grader/targets.toml: one [[gpu]] per GPU that has a results file with its device,
+    a benchmark and graded times (the latest file for each figure)."""
+    import statistics
+
+    from grader.rubric import load_rubric
+    from grader.estimate import shape_key
+
+    rubric = load_rubric()
+    perf = [t for t in rubric.tests if t.kind == "performance"]
+    by_gpu: dict[str, list] = {}
+    for p, run in _runs():
+        by_gpu.setdefault(run["gpu"], []).append((p, run))
+    out = ["# What the CPU run's speed estimate knows of each GPU (grader/estimate.py).",
+           "# Generated from results/*.json by python -m tools.render_results: do not edit by hand.", ""]
+    for gpu, runs in by_gpu.items():
+        device = next((r["device"] for _, r in reversed(runs) if "device" in r), None)
+        bench = next(((p, b) for p, r in reversed(runs) for b in reversed(r.get("bench") or [r.get("bench_quick")])
+                      if b), None)
+        if device is None or bench is None:
+            continue
+        base, ref = {}, {}
+        for _, run in runs:
+            for who in ("reference", "naive"):
+                for g in recorded_grades(run, who):
+                    for t in perf:
+                        found = g.get("tests", {}).get(t.name, {})
+                        if found.get("baseline_ms"):
+                            base.setdefault(shape_key(t.shape), []).append(found["baseline_ms"])
+                        if who == "reference" and found.get("kernel_ms"):
+                            ref.setdefault(t.name, []).append(found["kernel_ms"])
+        sources = ", ".join(str(p.relative_to(ROOT)) for p, _ in runs)
+        out += ["[[gpu]]", f"name = {json.dumps(gpu)}", f"source = {json.dumps(sources)}"]
+        out += [f"{k} = {device[k]!r}" for k in DEVICE_KEYS if k in device]
+        b = bench[1]
+        out += [f"copy_gbs = {b['copy_gbs']:.1f}",
+                "tflops = {" + ", ".join(f"{k} = {v:.1f}" for k, v in sorted(b["peaks"].items())) + "}",
+                "baseline_ms = {" + ", ".join(f'"{k}" = {statistics.median(v):.5f}' for k, v in sorted(base.items()))
+                + "}",
+                "reference_ms = {" + ", ".join(f'"{k}" = {statistics.median(v):.5f}' for k, v in sorted(ref.items()))
+                + "}", ""]
+    return "\n".join(out)
+
+
+def estimate_table() -> str:
+    """Each recorded check of the estimate (results files' ``estimate``, written by
+    tools/validate_estimate.py): per kernel set and test, predicted and measured ratio."""
+    out = []
+    for p, run in _runs():
+        est = run.get("estimate")
+        if not est:
+            continue
+        rows = est.get("rows", [])
+        s = est.get("summary", {})
+        out += [f"{run['gpu']}, {run['date']} (`{p.relative_to(ROOT)}`): predicted within a factor "
+                f"{s.get('factor', 1.5):g} of the measured ratio for {s.get('within', 0)} of {s.get('tests', 0)} "
+                f"tests ({s.get('share', 0):.0%}); tests predicted to earn nothing earned at most "
+                f"{s.get('max_points_when_zero', 0):.0%} of their points.", "",
+                "| kernels | test | predicted ratio | measured ratio | predicted / measured | points predicted | "
+                "points measured |", "|---|---|---|---|---|---|---|"]
+        for r in rows:
+            pred, meas = r.get("predicted_ratio"), r.get("measured_ratio")
+            q = f"{pred / meas:.2f}" if pred and meas else "-"
+            out.append(f"| {r['kernels']} | {r['test']} | {_fmt(pred)} | {_fmt(meas)} | {q} | "
+                       f"{_fmt(r.get('predicted_points'))} | {_fmt(r.get('measured_points'))} |")
+        out.append("")
+    if not out:
+        out = ["No check recorded yet: `python -m tools.validate_estimate OUT` on a GPU writes one.", ""]
+    return "\n".join(out)
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def _between(text: str, begin: str, end: str, body: str) -> str:
     head, rest = text.split(begin, 1)
     _, tail = rest.split(end, 1)
@@ -159,7 +244,8 @@ def _between(text: str, begin: str, end: str, body: str) -> str:
 
 
 def render(text: str) -> str:
-    return _between(_between(text, BEGIN, END, table()), CAL_BEGIN, CAL_END, calibration_tables())
+    text = _between(_between(text, BEGIN, END, table()), CAL_BEGIN, CAL_END, calibration_tables())
+    return _between(text, EST_BEGIN, EST_END, estimate_table()) if EST_BEGIN in text else text
 
 
 def render_performance(text: str) -> str:
@@ -188,6 +274,11 @@ DOCS = ((DOC, render), (PERF_DOC, render_performance), (HANDOUT, render_handout)
 
 if __name__ == "__main__":
     stale = []
+    targets = targets_toml()
+    if not TARGETS.exists() or TARGETS.read_text() != targets:
+        stale.append(TARGETS)
+        if "--check" not in sys.argv:
+            TARGETS.write_text(targets)
     for doc, fn in DOCS:
         current = doc.read_text()
         new = fn(current)

@@ -47,8 +47,9 @@ class CallResult:
     traced: bool = False
 
 
-def checked_call(session: Session, name: str, args: tuple, out_shape) -> CallResult:
-    """Put ``args`` in a new arena, have the worker call the kernel once, read the output."""
+def checked_call(session: Session, name: str, args: tuple, out_shape, label: str | None = None) -> CallResult:
+    """Put ``args`` in a new arena, have the worker call the kernel once, read the output.
+    ``label``: the test the call belongs to (the compile check names its kernels by it)."""
     plan = Plan()
     specs = [plan.arg(a) for a in args]
     out_spec = plan.output(out_shape)
@@ -57,7 +58,10 @@ def checked_call(session: Session, name: str, args: tuple, out_shape) -> CallRes
         mapped = session.map(name, arena)
         if not mapped["ok"]:
             return CallResult("error", "the worker could not map its inputs:\n" + mapped.get("error", "?"))
-        reply = session.request({"op": "call", "arena": name, "args": specs, "out": out_spec})
+        msg = {"op": "call", "arena": name, "args": specs, "out": out_spec}
+        if label:
+            msg["label"] = label
+        reply = session.request(msg)
     except WorkerGone as e:
         return CallResult("gone", str(e), kind=e.kind)
     evidence = reply.get("evidence", {})

@@ -19,6 +19,7 @@ import torch
 
 from ..compare import check_sanity, check_task_output
 from ..diagnose import likely_cause, out_of_bounds
+from ..estimate import estimate
 from ..judge import task_flags
 from ..rubric import Rubric, TestSpec
 from ..runs import HIDDEN_CALL, CaseRun, Draw, Runs, TaskRun, TimedRun, problem
@@ -27,7 +28,7 @@ from ..submission import Submission
 from ..tasks import get
 from ..tracebacks import explain_error
 from ..worker import fence
-from . import movement
+from . import capture, movement
 from .measure import CallResult, checked_call, timed_batches
 from .session import Session, WorkerGone
 
@@ -90,6 +91,14 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
         found = check_source(sub.files[t.file], set(rubric.settings.extra_allowed_imports))
         # A file that does not parse is reported by its import, with its line.
         run.static = [str(f) for f in found if f.rule != "syntax"]
+    if _defines(sub.files[t.file], t.entry) is False:
+        # The task's summary: the one thing to fix first is that the grader has nothing to
+        # call. The static findings still flag the task (an entry built by exec is an attack).
+        run.missing = problem("missing_entry", f"{t.file} defines no {t.entry}: the grader calls {t.entry}(...) "
+                                               f"(the entry point of the stub in assignment/{t.file}); "
+                                               "keep its name and arguments")
+        log(f"{task}: {t.file} defines no {t.entry}, not graded")
+        return
     timeout = rubric.settings.task_timeout_s if device == "cuda" else rubric.settings.cpu_task_timeout_s
     if share is not None:   # a whole-run budget (Gradescope): this task's share of it
         timeout = min(timeout, share)
@@ -99,6 +108,7 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
     groups = [[s for s in correctness if not s.hidden], [s for s in correctness if s.hidden]]
     sanitizer = sanitizer if device == "cuda" else None
     sessions, visible = [], None
+    compiled: dict = {}   # the visible worker's compile results, by variant key: the hidden one reuses them
     try:
         # Both workers start at once: their imports (torch, CUDA) overlap.
         # The workers share nothing writable (no compile cache either): what the hidden
@@ -115,7 +125,12 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
             _check_import(run, session, bool(hidden))
             for spec in group:
                 run.cases[spec.name] = _correctness(run, session, spec, runs)
-            _compile_check(run, session, group, log, bool(hidden))
+            # What the GPU will launch: the wrapper at the GPU shapes of these tests (and, in the
+            # visible worker, of the performance tests a student sees), compiled with what the CPU
+            # shapes launched. The hidden tests' GPU shapes go to the hidden worker only, and what it
+            # captures and compiles reaches no table or estimate: their labels and shapes stay unknown.
+            gpu_specs = group + ([] if hidden else [s for s in specs if s.kind == "performance" and not s.hidden])
+            _compile_check(run, session, group, log, bool(hidden), gpu_specs, runs, compiled)
             if not hidden:
                 visible = session   # times the performance tests
             else:
@@ -128,6 +143,11 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
                 _check_import(run, visible, False)
             _performance(run, rubric, performance, visible, timeout, runs, log)
         _movement(run, t.movement_shape, visible, runs, log)   # last: nothing scored follows it
+        if run.capture:
+            try:
+                run.estimate = estimate(run, rubric)
+            except Exception as e:  # noqa: BLE001 - an estimate never costs a grade
+                run.estimate = {"error": f"no estimate: {type(e).__name__}: {e}"[:300]}
     finally:
         for session in sessions:
             if session is not None and session is not visible:
@@ -141,6 +161,38 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
             run.memcheck_silent = None in counts
         run.seconds = time.monotonic() - started
     log(f"{task}: done in {run.seconds:.1f} s")
+
+
+def _defines(source: bytes, name: str) -> bool | None:
+    """Whether the module binds ``name`` at its top level (a def, a class, an assignment,
+    an import, also inside a module-level if/try/with); None if it does not parse
+    (its import reports that, with the line)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+    def binds(body) -> bool:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+                return True
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
+                    return True
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                    (a.asname or a.name.split(".")[0]) == name or a.name == "*" for a in node.names):
+                return True
+            if isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+                inner = list(node.body) + list(getattr(node, "orelse", []))
+                inner += [n for h in getattr(node, "handlers", []) for n in h.body] + list(getattr(node, "finalbody", []))
+                if binds(inner):
+                    return True
+        return False
+
+    return binds(tree.body)
 
 
 def _stop(run: TaskRun, kind: str, detail: str, hidden: bool = False) -> None:
@@ -189,7 +241,7 @@ def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs) -> 
         if _stopped(run, spec.hidden):
             break
         args, extras = task.make_inputs(shape, spec.options, seed + draw, runs.device)
-        result = checked_call(session, f"case{len(run.calls)}", args, (shape[0], shape[1]))
+        result = checked_call(session, f"case{len(run.calls)}", args, (shape[0], shape[1]), label=spec.name)
         # A wrapper may prepare (a cast, a pad): about the activations and the output once.
         result.work_limit = shape[0] * shape[1] + sum(args[i].numel() for i in task.activation_args)
         _checks_off(run, result.evidence.get("checks_off"), spec.hidden)
@@ -226,34 +278,70 @@ def _draw(task: str, result: CallResult, args: tuple, extras: dict) -> Draw:
     return d
 
 
-def _compile_check(run: TaskRun, session: Session, group: list, log, hidden: bool) -> None:
-    """Compile what the worker launched for the target GPU; a kernel that would not
-    compile or launch there fails this group's cases, as it would on the GPU. The
-    report's table shows the visible worker's kernels only."""
+def _compile_check(run: TaskRun, session: Session, group: list, log, hidden: bool, gpu_specs: list,
+                   runs: Runs, compiled: dict) -> None:
+    """Compile for the target GPU what the worker launched: the CPU shapes' calls, and
+    what the wrapper launches at the GPU shapes of ``gpu_specs`` (captured first, on
+    a CPU run). A kernel that would not compile or launch there fails the tests that
+    launch it, as it would on the GPU: every case of the group when a CPU shape
+    launched it, the named tests when only their GPU shapes do. The report's table
+    shows the visible worker's kernels only. When every GPU shape was captured, only
+    what they launch is compiled. ``compiled``: results by variant key, filled by the
+    visible worker's check and reused by the hidden one's (never the other way)."""
     if _stopped(run, hidden) or not any(r.status == "ok" for _, r in run.calls) \
             or "compile check" in run.checks_off:
         return
     left = session.deadline - time.monotonic()
     if left < 15:
         return
+    gpu_only = False
+    if runs.device == "cpu" and left > capture.MIN_LEFT_S and "launch capture" not in run.checks_off:
+        log(f"{run.task}: calling the wrapper at the GPU shapes, launches intercepted ...")
+        found = capture.capture(session, run.task, gpu_specs, lambda name: case_seed(runs.seed, name),
+                                min(capture.BUDGET_S, left / 3))
+        _checks_off(run, found.pop("checks_off", None), hidden)
+        if not hidden:
+            run.capture = found
+        if "gone" in found:   # the worker ended while the wrapper ran on uninitialised inputs
+            return
+        cases = found.get("cases", {})
+        gpu_only = bool(cases) and len(cases) == len([s for s in gpu_specs if s.shape]) and \
+            not any(c.get("error") for c in cases.values())
+        left = session.deadline - time.monotonic()
     log(f"{run.task}: compiling the launched kernels for the GPU (sm_90) ...")
     try:
-        reply = session.request({"op": "compile", "budget_s": min(60.0, left - 10)})
+        reply = session.request({"op": "compile", "budget_s": min(90.0, left - 10), "gpu_only": gpu_only,
+                                 "known": compiled if hidden else {}})
     except WorkerGone as e:
         _stop(run, e.kind, str(e), hidden)
         return
     rows = reply.get("compile", [])
     if not hidden:
         run.kernels.extend(rows)
+        compiled.update({r["key"]: {k: r.get(k) for k in ("status", "registers", "spills", "shared_bytes", "error",
+                                                          "loop", "num_warps")}
+                         for r in rows if r.get("key") and r.get("checked") and r.get("status") in ("ok", "error")})
     bad = [r for r in rows if r.get("status") == "error" or r.get("launchable") is False]
     if not bad:
         return
-    r = bad[0]
-    why = (f"compile error for the GPU: {r.get('error', '')}" if r.get("status") == "error" else
-           f"would not launch on the GPU: kernel {r.get('kernel')} {r.get('why_not', '')}")
-    for spec in group:
-        run.cases[spec.name].compile_error = why
-    _stop(run, "compile_error", why, hidden)
+    names = {spec.name for spec in group}
+
+    def why(r):
+        return (f"compile error for the GPU: {r.get('error', '')}" if r.get("status") == "error" else
+                f"would not launch on the GPU: kernel {r.get('kernel')} {r.get('why_not', '')}")
+
+    everywhere = [r for r in bad if r.get("cpu_tests") or not r.get("tests")]
+    if everywhere:
+        for spec in group:
+            run.cases[spec.name].compile_error = why(everywhere[0])
+        _stop(run, "compile_error", why(everywhere[0]), hidden)
+        return
+    for r in bad:   # only GPU shapes launch it: the tests of those shapes fail
+        for name in r.get("tests", []):
+            if name in names and not run.cases[name].compile_error:
+                run.cases[name].compile_error = why(r) + " (at this test's GPU shape)"
+            elif name not in names and not hidden:
+                run.gpu_launch_errors.setdefault(name, why(r))
 
 
 def scored_cases_clean(run: TaskRun, rubric: Rubric, device: str) -> bool:

@@ -32,11 +32,14 @@ PASS_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUD
             "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 # The fields a reply may have, and their types; anything else is a broken reply.
 REPLY_SCHEMA = {"ok": bool, "error": str, "returned": str, "graph": bool, "note": str, "evidence": dict,
-                "compile": list, "movement": dict, "checks_off": dict}
+                "compile": list, "movement": dict, "checks_off": dict, "capture": dict}
 # One row of the compile check (grader/worker/compile.py), as the report uses it.
 COMPILE_ROW = {"kernel": str, "file": str, "line": int, "status": str, "error": str, "registers": int,
                "spills": int, "shared_bytes": int, "launchable": bool, "why_not": str, "warning": str,
-               "note": str, "launches": int}
+               "note": str, "launches": int, "variant": str, "tests": list, "cpu_tests": list, "ids": list,
+               "num_warps": int, "num_stages": int, "loop": dict, "key": str, "ok": bool, "checked": bool}
+COMPILE_LOOP_KEYS = ("instructions", "serial", "mma", "wgmma", "loads", "async_loads", "load_chain", "loops",
+                     "kernel_instructions", "kernel_serial")
 MAX_COMPILE_ROWS = 30
 EVIDENCE_SCHEMA = {"own_launches": int, "foreign_launches": list, "library_matmuls": list,
                    "oversized_ops": list, "torch_elements": int, "torch_sites": list}
@@ -154,6 +157,8 @@ def _validate(reply) -> dict:
         clean["compile"] = [_compile_row(r) for r in clean["compile"][:MAX_COMPILE_ROWS]]
     if "movement" in clean:
         clean["movement"] = _movement(clean["movement"])
+    if "capture" in clean:
+        clean["capture"] = clean_capture(clean["capture"])
     return clean
 
 
@@ -210,8 +215,123 @@ def _compile_row(row) -> dict:
             continue
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise WorkerGone(f"the worker sent a malformed compile check row (field {key!r})")
+        if kind is list:
+            value = [v[:200] if isinstance(v, str) else v for v in value[:MAX_COMPILE_ROWS * 4]
+                     if isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 10 ** 6)]
+        elif kind is dict:
+            value = {k: value[k] for k in COMPILE_LOOP_KEYS
+                     if isinstance(value.get(k), (int, float)) and not isinstance(value.get(k), bool)
+                     and 0 <= value[k] <= MAX_COUNT}
         out[key] = value[:2000] if isinstance(value, str) else value
     return out
+
+
+# ---------------------------------------------------------------------------
+# The launch capture's reply (grader/harness/capture.py), checked
+# ---------------------------------------------------------------------------
+
+MAX_CAPTURE_CASES = 64
+MAX_CAPTURE_LAUNCHES = 12
+MAX_CAPTURE_TENSORS = 16
+_NUMBERS = ("lanes_read", "lanes_written", "sectors_read", "sectors_written", "rows_read", "rows_written")
+_LAUNCH_NUMBERS = ("dots", "alu", "steps", "max_steps", "outer_steps", "probe_s")
+_LAUNCH_INTS = ("programs", "sampled", "signatures", "outside")
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _capture_number(value, what: str, integer: bool = False):
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if not ok or isinstance(value, bool) or not 0 <= value <= MAX_COUNT or value != value:
+        raise _Malformed(what)
+    return value
+
+
+def _capture_text(value, n: int) -> str:
+    if not isinstance(value, str):
+        raise _Malformed("text")
+    return value[:n]
+
+
+def _capture_launch(rec) -> dict:
+    if not isinstance(rec, dict):
+        raise _Malformed("launch")
+    grid = rec.get("grid")
+    if not isinstance(grid, list) or len(grid) != 3:
+        raise _Malformed("grid")
+    out = {"kernel": _capture_text(rec.get("kernel", "?"), 100), "grid": [_capture_number(g, "grid", True) for g in grid]}
+    for key in _LAUNCH_INTS:
+        if key in rec:
+            out[key] = _capture_number(rec[key], key, True)
+    for key in _LAUNCH_NUMBERS:
+        if key in rec:
+            out[key] = _capture_number(rec[key], key)
+    for key in ("complete", "ran", "trial"):
+        if key in rec:
+            out[key] = bool(rec[key])
+    if rec.get("variant") is not None:
+        out["variant"] = _capture_number(rec["variant"], "variant", True)
+    if "alternatives" in rec:
+        alts = rec["alternatives"]
+        if not isinstance(alts, list):
+            raise _Malformed("alternatives")
+        out["alternatives"] = [_capture_number(a, "alternatives", True) for a in alts[:MAX_CAPTURE_LAUNCHES]]
+    if "probe_error" in rec:
+        out["probe_error"] = _capture_text(rec["probe_error"], 300)
+    flops = rec.get("dot_flops", {})
+    if not isinstance(flops, dict) or len(flops) > 8:
+        raise _Malformed("dot_flops")
+    out["dot_flops"] = {_capture_text(k, 20): _capture_number(v, "dot_flops") for k, v in flops.items()}
+    tensors = rec.get("tensors", {})
+    counts = rec.get("counts", {})
+    if not isinstance(tensors, dict) or not isinstance(counts, dict) or len(tensors) > MAX_CAPTURE_TENSORS \
+            or len(counts) > MAX_CAPTURE_TENSORS:
+        raise _Malformed("tensors")
+    out["tensors"] = {}
+    for key, t in tensors.items():
+        if not isinstance(t, dict):
+            raise _Malformed("tensors")
+        out["tensors"][_capture_text(key, 60)] = {"name": _capture_text(t.get("name", "?"), 60),
+                                          "bytes": _capture_number(t.get("bytes", 0), "bytes", True)}
+    out["counts"] = {}
+    for key, c in counts.items():
+        if not isinstance(c, dict):
+            raise _Malformed("counts")
+        entry = {k: _capture_number(c[k], k) for k in _NUMBERS if k in c}
+        if "shared_at" in c:
+            entry["shared_at"] = _capture_number(c["shared_at"], "shared_at", True)
+        out["counts"][_capture_text(key, 60)] = entry
+    return out
+
+
+def clean_capture(reply: dict) -> dict:
+    """The capture reply with every field type- and range-checked and bounded; a
+    malformed one ends the session as a protocol error, like any other reply."""
+    try:
+        cases = reply.get("cases", {})
+        if not isinstance(cases, dict) or len(cases) > MAX_CAPTURE_CASES:
+            raise _Malformed("cases")
+        out = {}
+        for name, case in cases.items():
+            if not isinstance(case, dict):
+                raise _Malformed("case")
+            launches = case.get("launches", [])
+            if not isinstance(launches, list):
+                raise _Malformed("launches")
+            entry = {"launches": [_capture_launch(r) for r in launches[:MAX_CAPTURE_LAUNCHES]],
+                     "dropped": _capture_number(case.get("dropped", 0), "dropped", True)}
+            if "error" in case:
+                entry["error"] = _capture_text(case["error"], 3000)
+            errors = case.get("errors", [])
+            if not isinstance(errors, list):
+                raise _Malformed("errors")
+            entry["errors"] = [_capture_text(e, 300) for e in errors[:5]]
+            out[_capture_text(name, 200)] = entry
+        return {"cases": out}
+    except _Malformed as e:
+        raise WorkerGone(f"the worker sent a malformed launch capture (field {e})") from None
 
 
 def libcuda_dir() -> str | None:

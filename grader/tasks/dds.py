@@ -158,7 +158,7 @@ def _torch_bsr(args, extras):
 
 TASK = Task(
     name="dds", file="dds.py", entry="dds_mm", title="DDS (SparseLinear -> dds_mm)",
-    handout_section="Task 3: DDS",
+    handout_section="6. Task 3: DDS",
     arg_names=("x", "weight_bsr"), activation_args=(0,),
     options={"zero_rows": ZERO_ROWS,
              "density": Option("number", 0, 1, 0.25, "fraction of the 32x32 blocks stored"),

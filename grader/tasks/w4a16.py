@@ -120,7 +120,7 @@ def _tinygemm(args, extras):
 
 TASK = Task(
     name="w4a16", file="w4a16.py", entry="w4a16_mm", title="W4A16 (QuantLinear_w4a16 -> w4a16_mm)",
-    handout_section="Task 2: W4A16",
+    handout_section="5. Task 2: W4A16",
     arg_names=("x", "qweight", "scales"), activation_args=(0,),
     options={"zero_rows": ZERO_ROWS,
              "group_size": Option("int", 1, None, None, "K weights per scale (default: all of K)")},

@@ -150,7 +150,7 @@ def _eager_int8(args, extras):
 
 TASK = Task(
     name="w8a8", file="w8a8.py", entry="w8a8_mm", title="W8A8 (QuantizedLinear_w8a8 -> w8a8_mm)",
-    handout_section="Task 1: W8A8",
+    handout_section="4. Task 1: W8A8",
     arg_names=("x", "qweight_t", "input_scale", "weight_scale"), activation_args=(0, 2),
     options={"zero_rows": ZERO_ROWS,
              "ties": Option("bool", default=False, help="x / scale lands exactly on k + 0.5"),

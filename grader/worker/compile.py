@@ -61,7 +61,9 @@ _REGISTERS_PER_BLOCK = 65536
 _THREADS_PER_BLOCK = 1024
 
 ROW_KEYS = ("kernel", "file", "line", "variant", "launches", "checked", "ok", "status", "error",
-            "registers", "spills", "shared_bytes", "launchable", "why_not", "warning", "note")
+            "registers", "spills", "shared_bytes", "launchable", "why_not", "warning", "note",
+            "tests", "cpu_tests", "ids", "num_warps", "num_stages", "loop", "key")
+GPU_LABEL = "gpu:"     # a label of a launch at a test's GPU shape (capture.py); others are CPU-shape calls
 
 
 def limits_for(target: str) -> dict:
@@ -120,7 +122,12 @@ def _portable(value):
 
 class _Variant:
     __slots__ = ("key", "group", "module", "qualname", "name", "file", "line", "signature", "constexprs",
-                 "attrs", "options", "launches", "error", "describe", "details", "aligned")
+                 "attrs", "options", "launches", "error", "describe", "details", "aligned", "id", "labels",
+                 "warps", "stages")
+
+    def label(self, label) -> None:
+        if label and label not in self.labels:
+            self.labels.append(label)
 
 
 class CompileCheck:
@@ -133,6 +140,8 @@ class CompileCheck:
         self._binders: dict = {}                   # source function -> (JITFunction, binder, backend, line)
         self.record_errors: list[str] = []
         self._seen: dict = {}                      # (function, specialization, options) -> variant key
+        self.label: str | None = None              # the test the launches being recorded belong to
+        self.last_id: int | None = None            # the id of the variant the last recorded launch has
 
     # -- the launch hook ------------------------------------------------------
     def record(self, fn, args, kwargs, result=None) -> None:
@@ -180,14 +189,19 @@ class CompileCheck:
         v = _Variant()
         v.module, v.qualname, v.name = src.__module__, src.__qualname__, src.__name__
         v.file, v.line = src.__code__.co_filename, 0
-        v.launches, v.error = 1, None
+        v.launches, v.error, v.labels, v.warps, v.stages = 1, None, [], None, None
+        v.id = len(self.variants)
+        self.last_id = None
         try:
             jf, binder, backend, v.line = self._binder(fn)
             bound, specialization, options = binder(*args, **kwargs)
             # A launch seen before costs only the binder (Triton's own, per launch on a GPU too).
             seen = (src, repr(specialization), repr(sorted(options.items(), key=str)))
             if seen in self._seen:
-                self.variants[self._seen[seen]].launches += 1
+                old = self.variants[self._seen[seen]]
+                old.launches += 1
+                old.label(self.label)
+                self.last_id = old.id
                 return
             options, signature, constexprs, attrs = jf._pack_args(backend, kwargs, bound, specialization, options)
         except Exception as e:  # noqa: BLE001 - what the GPU's launcher would raise too
@@ -195,8 +209,12 @@ class CompileCheck:
             key = f"{v.file}:{v.line}:{type(e).__name__}:{e}"
             if key in self.variants:
                 self.variants[key].launches += 1
+                self.variants[key].label(self.label)
+                self.last_id = self.variants[key].id
                 return
             v.key = v.group = key
+            v.label(self.label)
+            self.last_id = v.id
             v.signature, v.constexprs, v.attrs, v.options, v.describe, v.details, v.aligned = {}, {}, {}, {}, "", {}, 0
             v.error = _launch_error(e, v)
             self.variants[key] = v
@@ -212,6 +230,7 @@ class CompileCheck:
                         sorted(options.__dict__.items(), key=str)))
         v.key = v.group + repr(sorted(attrs.items()))
         v.aligned = sum(1 for a in attrs.values() if a)
+        v.warps, v.stages = launch_opts.get("num_warps"), launch_opts.get("num_stages")
         declared = {p.name for p in jf.params if p.is_constexpr}
         top = {p[0]: val for p, val in constexprs.items() if len(p) == 1}
         consts = [f"{name}={top[i]!r}" for i, name in enumerate(signature) if name in declared and i in top]
@@ -225,7 +244,11 @@ class CompileCheck:
         old = self.variants.get(v.key)
         if old is not None:
             old.launches += 1
+            old.label(self.label)
+            self.last_id = old.id
             return
+        v.label(self.label)
+        self.last_id = v.id
         self.variants[v.key] = v
 
     def _record_gpu(self, fn, kernel) -> None:
@@ -251,10 +274,12 @@ class CompileCheck:
         self.variants.clear()
         self.gpu_rows.clear()
         self._seen.clear()
+        self.last_id = None
 
     # -- the check ------------------------------------------------------------
     def check(self, target: str | None = None, limits: dict | None = None, budget_s: float = DEFAULT_BUDGET_S,
-              jobs: int | None = None, root: str | None = None, cache_dir: str | None = None) -> list[dict]:
+              jobs: int | None = None, root: str | None = None, cache_dir: str | None = None,
+              known: dict | None = None, gpu_only: bool = False) -> list[dict]:
         """Compile every recorded variant for ``target``; one plain-JSON row per variant.
 
         target     "cuda:<compute capability>", default the one given at construction (sm_90)
@@ -264,6 +289,9 @@ class CompileCheck:
         root       folder that row "file" paths are relative to (default: the kernel's package)
         cache_dir  optional writable folder to keep results in between runs (keyed by
                    the Triton version, the target, the package's sources and the variant)
+        known      results already compiled elsewhere, by that same key (each row's "key")
+        gpu_only   compile only the variants some test's GPU shape launches (labelled
+                   GPU_LABEL + test: capture.py); the others are counted in one note row
 
         Row keys: kernel, file, line (of the ``def``), variant (constexprs and launch
         options), launches, checked, ok, status ("ok" | "error": the compiler rejects the
@@ -281,7 +309,7 @@ class CompileCheck:
                     rows.append({**row, "file": _relative(row["file"], root or _package_root(module))})
                 return rows
             lim = {**limits_for(target), **(limits or {})}
-            return _check(self, target, lim, started + budget_s, jobs, root, cache_dir)
+            return _check(self, target, lim, started + budget_s, jobs, root, cache_dir, known or {}, gpu_only)
         except Exception as e:  # noqa: BLE001 - the worker must get rows, never an exception
             return [_row(kernel="?", ok=False, status="internal", checked=False,
                          error=_clip(f"compile check failed: {type(e).__name__}: {e}\n{traceback.format_exc()}"))]
@@ -290,7 +318,8 @@ class CompileCheck:
 def _row(**fields) -> dict:
     row = {"kernel": "?", "file": "", "line": 0, "variant": "", "launches": 0, "checked": False, "ok": True,
            "status": "skipped", "error": "", "registers": None, "spills": None, "shared_bytes": None,
-           "launchable": None, "why_not": "", "warning": "", "note": ""}
+           "launchable": None, "why_not": "", "warning": "", "note": "", "tests": [], "cpu_tests": [],
+           "ids": [], "num_warps": None, "num_stages": None, "loop": {}, "key": ""}
     row.update(fields)
     return row
 
@@ -354,13 +383,31 @@ def _relative(path: str, root: str | None) -> str:
     return os.path.basename(path)
 
 
-def _pick(variants: list[_Variant]) -> tuple[list[list[_Variant]], int]:
+def _pick(variants: list[_Variant], gpu_only: bool = False) -> tuple[list[list[_Variant]], int, int]:
     """Variants grouped (same compile up to divisibility hints), at most MAX_VARIANTS
     groups: every kernel's first group before any kernel's second. Also the
-    number of groups left out."""
+    number of groups left out, and (``gpu_only``) of groups no GPU shape launches."""
     groups: dict[str, list[_Variant]] = {}
     for v in variants:
         groups.setdefault(v.group, []).append(v)
+    # A variant a GPU shape launches is compiled with its own specialization (its
+    # divisibility hints are the GPU's); launches of the CPU shapes that differ
+    # from it only in those hints join it rather than compile again.
+    split: dict[str, list[_Variant]] = {}
+    cpu_only = 0
+    for key, members in groups.items():
+        gpu = [m for m in members if any(lab.startswith(GPU_LABEL) for lab in m.labels)]
+        if not gpu:
+            if gpu_only:
+                cpu_only += 1
+            else:
+                split[key] = members
+            continue
+        for m in gpu:
+            split[m.key] = [m]
+        best = max(gpu, key=lambda m: m.aligned)
+        split[best.key] += [m for m in members if m not in gpu]
+    groups = split
     by_kernel: dict[tuple, list] = {}
     for members in groups.values():
         by_kernel.setdefault((members[0].file, members[0].line), []).append(members)
@@ -370,7 +417,7 @@ def _pick(variants: list[_Variant]) -> tuple[list[list[_Variant]], int]:
             if rank < len(lists):
                 order.append(lists[rank])
         rank += 1
-    return order[:MAX_VARIANTS], max(0, len(order) - MAX_VARIANTS)
+    return order[:MAX_VARIANTS], max(0, len(order) - MAX_VARIANTS), cpu_only
 
 
 def _descriptions(reps: list[_Variant]) -> list[str]:
@@ -385,14 +432,13 @@ def _descriptions(reps: list[_Variant]) -> list[str]:
 
 
 def _cache_key(rep: _Variant, target: str, sources: str, root: str | None) -> str:
-    """Same Triton, target, package sources and variant group: same result. Paths
-    are made relative (every run stages the submission in a new folder), and
-    divisibility hints are left out as in the grouping itself."""
+    """Same Triton, target, package sources and variant: same result. Paths are made
+    relative (every run stages the submission in a new folder)."""
     import triton
 
     text = repr((triton.__version__, target, sources, _relative(rep.file, root), rep.line, rep.qualname,
                  sorted(rep.signature.items()), sorted(map(repr, rep.constexprs.items())),
-                 sorted(map(repr, rep.options.items()))))
+                 sorted(map(repr, rep.options.items())), sorted(map(repr, rep.attrs.items()))))
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
@@ -407,22 +453,27 @@ def _sources_digest(root: str | None) -> str:
     return h.hexdigest()
 
 
-def _check(cc: CompileCheck, target: str, lim: dict, deadline: float, jobs, root, cache_dir) -> list[dict]:
+def _check(cc: CompileCheck, target: str, lim: dict, deadline: float, jobs, root, cache_dir, known: dict,
+           gpu_only: bool) -> list[dict]:
     variants = list(cc.variants.values())
     if not variants:
         return []
     root = root or _package_root(variants[0].module)
-    chosen, left_out = _pick(variants)
+    chosen, left_out, cpu_only = _pick(variants, gpu_only)
     rows: list[dict] = []
     todo: list[dict] = []  # jobs for the children
-    sources = _sources_digest(root) if cache_dir else ""
+    sources = _sources_digest(root)
     reps = [max(members, key=lambda m: m.aligned) for members in chosen]  # the most aligned: closest to the GPU
     describe = _descriptions(reps)
     for i, members in enumerate(chosen):
         rep = reps[i]
+        labels = [lab for m in members for lab in m.labels]
         row = _row(kernel=rep.name, file=_relative(rep.file, root), line=rep.line, variant=_clip(describe[i], 300),
-                   launches=sum(m.launches for m in members))
-        if len(members) > 1:
+                   launches=sum(m.launches for m in members), ids=[m.id for m in members],
+                   tests=list(dict.fromkeys(lab[len(GPU_LABEL):] for lab in labels if lab.startswith(GPU_LABEL))),
+                   cpu_tests=list(dict.fromkeys(lab for lab in labels if not lab.startswith(GPU_LABEL))),
+                   num_warps=rep.warps, num_stages=rep.stages)
+        if len(members) > 1 and not row["tests"]:
             row["note"] = f"{len(members)} specializations of these arguments; compiled the most aligned one"
         rows.append(row)
         if rep.error:
@@ -432,8 +483,12 @@ def _check(cc: CompileCheck, target: str, lim: dict, deadline: float, jobs, root
         job = {"id": i, "module": rep.module, "qualname": rep.qualname, "name": rep.name, "file": rep.file,
                "line": rep.line, "signature": rep.signature, "constexprs": rep.constexprs, "attrs": rep.attrs,
                "options": rep.options, "target": target, "root": root}
+        row["key"] = _cache_key(rep, target, sources, root)
+        if isinstance(known.get(row["key"]), dict) and known[row["key"]].get("status") in ("ok", "error"):
+            _apply(row, {**known[row["key"]], "final": True}, lim)
+            continue
         if cache_dir:
-            job["cache"] = os.path.join(cache_dir, _cache_key(rep, target, sources, root) + ".json")
+            job["cache"] = os.path.join(cache_dir, row["key"] + ".json")
             cached = _read_cached(job["cache"])
             if cached is not None:
                 _apply(row, cached, lim)
@@ -455,6 +510,9 @@ def _check(cc: CompileCheck, target: str, lim: dict, deadline: float, jobs, root
     if left_out:
         rows.append(_row(kernel="...", note=f"{left_out} more kernel variants were launched and not compiled "
                                             f"(at most {MAX_VARIANTS} per check)"))
+    if cpu_only:
+        rows.append(_row(kernel="...", note=f"{cpu_only} more kernel variant(s) ran at the CPU shapes only; not "
+                                            "compiled (the GPU shapes launch the variants above instead)"))
     if cc.record_errors:
         rows.append(_row(kernel="?", note=_clip("some launches could not be recorded, so not compiled: "
                                                                    + "; ".join(cc.record_errors), 600)))
@@ -488,7 +546,8 @@ def _apply(row: dict, res: dict, lim: dict) -> None:
     """Fill ``row`` from a child's result and judge whether the variant launches."""
     status = res.get("status", "internal")
     row.update(checked=True, status=status, ok=status == "ok", error=res.get("error", ""),
-               registers=res.get("registers"), spills=res.get("spills"), shared_bytes=res.get("shared_bytes"))
+               registers=res.get("registers"), spills=res.get("spills"), shared_bytes=res.get("shared_bytes"),
+               loop=res.get("loop") or {})
     if status != "ok":
         row["launchable"] = False
         row["why_not"] = "it does not compile" if status == "error" else "the compile check could not compile it"
@@ -688,7 +747,7 @@ def _child_main(jobfile: str, outfile: str) -> None:
             ready.append((job, *res))
             shared = res[2].get("shared") if isinstance(res[2], dict) else None
             emit(event="result", id=job["id"], status="ok", shared_bytes=shared,
-                 num_warps=getattr(res[3], "num_warps", None), note="")
+                 num_warps=getattr(res[3], "num_warps", None), note="", loop=loop_stats(res[1]))
         else:
             emit(event="result", id=job["id"], final=True, **res)
     nv.CUDABackend.make_cubin = original
@@ -804,6 +863,95 @@ def _front_end(job: dict, triton):
     return _from_cubin(kernel)
 
 
+# PTX instructions that ptxas expands into many machine instructions (about as
+# many issue slots as listed); everything else takes one. The "serial" ones are
+# also a long dependent chain with a branch to a slow path.
+_PTX_ISSUE = (("div.rn.", 12), ("div.full.", 2), ("div.approx.", 2), ("rcp.rn.", 10), ("sqrt.rn.", 12),
+              ("div.s", 20), ("div.u", 20), ("rem.", 20), ("ex2.", 2), ("lg2.", 2), ("sin.", 2), ("cos.", 2),
+              ("rsqrt.", 2), ("rcp.approx", 2))
+_PTX_SERIAL = ("div.rn.", "rcp.rn.", "sqrt.rn.", "div.s", "div.u", "rem.")
+_PTX_FREE = ("mov.", "bar.", "fence.", "cp.async.commit", "cp.async.wait", "wgmma.fence", "wgmma.commit",
+             "wgmma.wait", "mbarrier.", "prefetch.", "@", "{", "}", "ret", "bra", "//")
+_PTX_LOAD = re.compile(r"^(ld\.global|ld\.volatile\.global|ld\.relaxed\.gpu\.global|ld\.acquire\.gpu\.global|atom\.global)")
+_PTX_ASYNC = re.compile(r"^(cp\.async\.(cg|ca)\.shared|cp\.async\.bulk)")
+_PTX_REG = re.compile(r"%[a-z]+\d+")
+
+
+def loop_stats(ptx: str) -> dict:
+    """Per thread, what one trip of the kernel's busiest innermost loop executes, read from
+    its PTX (the compiler's own code for the target, before register allocation):
+
+    instructions    issue slots (an instruction ptxas expands into many counts as that
+                    many: see _PTX_ISSUE)
+    serial          instructions that run as a long chain of their own with a branch to a
+                    slow path (a correctly rounded division or square root, an integer
+                    division): a warp waits through each one
+    mma, wgmma      tensor-core instructions (wgmma: Hopper's warp-group ones)
+    loads           synchronous global loads; async_loads: copies the software pipeline
+                    issues trips ahead (cp.async, TMA)
+    load_chain      the longest chain of synchronous loads whose address needs the data of
+                    another load of the same trip (a gather through an index loaded in the loop)
+
+    and ``kernel_instructions``, ``kernel_serial``: the same counts over the whole kernel.
+    A loop is a backward branch; {} but the kernel's counts when there is none."""
+    try:
+        lines = ptx.splitlines()
+        labels = {}
+        for i, line in enumerate(lines):
+            m = re.match(r"^(\$L__BB\d+_\d+):", line)
+            if m:
+                labels[m.group(1)] = i
+        loops = {}
+        for i, line in enumerate(lines):
+            m = re.search(r"bra(?:\.uni)?\s+(\$L__BB\d+_\d+);", line)
+            if m and m.group(1) in labels and labels[m.group(1)] < i:
+                loops[labels[m.group(1)]] = i          # the last backward branch closes the loop
+        spans = sorted(loops.items())
+        inner = [(a, b) for a, b in spans if not any(a < a2 and b2 <= b for a2, b2 in spans if (a2, b2) != (a, b))]
+        stats = [_body_stats(lines[a:b + 1]) for a, b in inner]
+        out = max(stats, key=lambda st: st["instructions"], default={})
+        whole = _body_stats(lines)
+        if out:
+            out["loops"] = len(spans)
+        out["kernel_instructions"] = whole["instructions"]
+        out["kernel_serial"] = whole["serial"]
+        return out
+    except Exception:  # noqa: BLE001 - statistics are feedback; a PTX they cannot read gives none
+        return {}
+
+
+def _body_stats(lines: list[str]) -> dict:
+    instr = serial = mma = wgmma = loads = asyncs = 0
+    chain_of: dict[str, int] = {}   # register -> synchronous loads its value waited for, in order
+    longest = 0
+    for line in lines:
+        t = line.strip()
+        if not t or t.startswith(("$L", ".", "//")):
+            continue
+        t = re.sub(r"^@!?%p\d+\s+", "", t)
+        op = t.split(None, 1)[0].rstrip(";")
+        if op.startswith(_PTX_FREE):
+            continue
+        instr += next((w for prefix, w in _PTX_ISSUE if op.startswith(prefix)), 1)
+        serial += op.startswith(_PTX_SERIAL)
+        if op.startswith(("wgmma.mma_async", "mma.sync", "wmma.mma")):
+            mma += 1
+            wgmma += op.startswith("wgmma")
+        regs = _PTX_REG.findall(t)
+        dest, srcs = (regs[0], regs[1:]) if regs else (None, [])
+        depth = max((chain_of.get(r, 0) for r in srcs), default=0)
+        if _PTX_LOAD.match(op):
+            loads += 1
+            depth += 1
+            longest = max(longest, depth)
+        elif _PTX_ASYNC.match(op):
+            asyncs += 1
+        if dest is not None:
+            chain_of[dest] = depth
+    return {"instructions": instr, "serial": serial, "mma": mma, "wgmma": wgmma, "loads": loads,
+            "async_loads": asyncs, "load_chain": longest}
+
+
 def _from_cubin(kernel) -> dict:
     md = kernel.metadata
     regs = None
@@ -818,8 +966,10 @@ def _from_cubin(kernel) -> dict:
         regs = int(m.group(1)) if m else None
     except Exception:  # noqa: BLE001
         pass
+    ptx = kernel.asm.get("ptx", "") if hasattr(kernel, "asm") else ""
     return {"status": "ok", "shared_bytes": getattr(md, "shared", None), "registers": regs, "spills": None,
-            "num_warps": getattr(md, "num_warps", None), "note": ""}
+            "num_warps": getattr(md, "num_warps", None), "note": "",
+            "loop": loop_stats(ptx.decode() if isinstance(ptx, bytes) else ptx)}
 
 
 def _assemble(backend, ptx, metadata, opt, capability, make_cubin) -> dict:
@@ -965,13 +1115,24 @@ def record(fn, args, kwargs, result=None) -> None:
 
 
 def check(target: str = "cuda:90", limits: dict | None = None, budget_s: float = DEFAULT_BUDGET_S,
-          jobs: int | None = None, root: str | None = None, cache_dir: str | None = None) -> list[dict]:
+          jobs: int | None = None, root: str | None = None, cache_dir: str | None = None,
+          known: dict | None = None, gpu_only: bool = False) -> list[dict]:
     """Compile what the worker's launches recorded: see CompileCheck.check."""
-    return _DEFAULT.check(target, limits, budget_s, jobs, root, cache_dir)
+    return _DEFAULT.check(target, limits, budget_s, jobs, root, cache_dir, known, gpu_only)
 
 
 def reset() -> None:
     _DEFAULT.reset()
+
+
+def label(name: str | None) -> None:
+    """Name the test the next launches belong to (None: no test)."""
+    _DEFAULT.label = name
+
+
+def last_id() -> int | None:
+    """The id of the variant the last recorded launch has (None if it was not recorded)."""
+    return _DEFAULT.last_id
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 The worker's checks hook into Triton below its public API: the launch record
 wraps ``run``, the interpreter's bounds check, arithmetic count and data
-movement wrap its builder, the compile check calls Triton's binder and its
-backend. A new Triton may rename or reshape any of them. ``probe`` says, for
+movement wrap its builder, the launch capture intercepts the interpreter's
+launches and the autotuner's trials and counts sampled programs on the
+builder, the compile check calls Triton's binder and its backend. A new Triton may rename or reshape any of them. ``probe`` says, for
 the installed Triton, which checks cannot install and why; the harness runs it
 (trusted, the same Triton as the worker's), leaves those checks off in the
 worker, and every report of the run says which check is off and why. A check
@@ -34,7 +35,8 @@ CHECKS = {
     "bounds check": "out-of-bounds loads and stores are not caught in the interpreter",
     "arithmetic count": "no check that the submission's kernels did the product's arithmetic",
     "data movement": "no data-movement table",
-    "compile check": "kernels are not compiled for the GPU on a CPU run",
+    "compile check": "kernels are not compiled for the GPU on a CPU run, nor captured at the GPU shapes",
+    "launch capture": "what the wrapper launches at the GPU shapes is neither compiled nor estimated on a CPU run",
     "kernel trace": "no trace of the kernels that ran on the GPU during a checked call",
 }
 
@@ -56,6 +58,28 @@ _MEMORY = (
     (_INTERP, "interpreter_builder", None),                # the builder a launch runs on
     (_INTERP, "InterpreterBuilder.set_grid_dim", ("nx", "ny", "nz")),  # its .grid_dim: the launch's grid
     ("triton.runtime.autotuner", "Autotuner._bench", None),  # trial launches, not the call's
+)
+# The launch capture (capture.py): its own patches, with the parameters it passes on by
+# position (a counted program's atomics read through create_masked_load). Every other
+# create_* of the builder is wrapped by name with its arguments passed through.
+_CAPTURE = (
+    (_INTERP, "InterpreterBuilder.create_masked_load", ("ptrs", "mask", "other", "cache_policy", "is_volatile")),
+    (_INTERP, "InterpreterBuilder.create_masked_store", ("ptrs", "value", "mask", "cache_policy")),
+    (_INTERP, "InterpreterBuilder.create_atomic_rmw", ("rmwOp", "ptr", "val", "mask", "sem", "scope")),
+    (_INTERP, "InterpreterBuilder.create_atomic_cas", ("ptr", "cmp", "val", "sem", "scope")),
+    (_INTERP, "InterpreterBuilder.create_dot", ("a", "b", "d")),
+    (_INTERP, "InterpreterBuilder.create_dot_scaled", ("lhs", "lhs_scale_handle", "lhs_format_enum", "rhs")),
+    (_INTERP, "InterpreterBuilder.set_grid_dim", ("nx", "ny", "nz")),
+    (_INTERP, "InterpreterBuilder.set_grid_idx", ("x", "y", "z")),
+    (_INTERP, "InterpreterBuilder", None),                  # its create_* element operations, counted
+    (_INTERP, "TensorHandle", None),
+    (_INTERP, "interpreter_builder", None),
+    (_INTERP, "GridExecutor.__call__", None),              # one launch, intercepted
+    (_INTERP, "GridExecutor._init_args_hst", ("args_dev", "kwargs")),
+    (_INTERP, "_implicit_cvt", ("arg",)),
+    (_INTERP, "_patch_lang", ("fn",)),                     # a sampled program runs on the interpreter's tl
+    ("triton.runtime.autotuner", "Autotuner.run", None),
+    ("triton.runtime.autotuner", "Autotuner._bench", ("config",)),  # one captured launch per config
 )
 PRIVATE = (
     ("launch record", "cuda", "triton.runtime.jit", "JITFunction.run", _RUN),
@@ -80,6 +104,7 @@ PRIVATE = (
     ("compile check", "cpu", "triton.backends.nvidia.compiler", "CUDABackend.make_cubin",
      ("src", "metadata", "opt", "capability")),
     ("compile check", "cpu", "triton.knobs", "nvidia.dump_ptxas_log", None),
+    *(("launch capture", "cpu", *m) for m in _CAPTURE),
     # The trace knows the submission's kernels by the name their launch returns (CompiledKernel.name).
     ("kernel trace", "cuda", "triton.compiler.compiler", "CompiledKernel", None),
 )

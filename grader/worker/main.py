@@ -20,8 +20,11 @@ back on REPLY_FD:
     {"op": "prepare", "arena": A, "calls": [{"args", "out"}, ...]}
                                                             -> {"ok": true, "graph": bool, "note": "..."}
     {"op": "run"}                                           -> {"ok": true}   (after the device is idle)
-    {"op": "compile", "budget_s": s, "cache_dir": path}     -> {"ok": true, "compile": [row, ...]}
+    {"op": "compile", "budget_s": s, "cache_dir": path, "known": {key: result}, "gpu_only": bool}
+                                                            -> {"ok": true, "compile": [row, ...]}
     {"op": "movement", "arena": A, "args": [...], "out": spec} -> {"ok": true, "movement": {...}}
+    {"op": "capture", "cases": [{"test", "args", "probe"}], "names": [...], "budget_s": s}
+                                                            -> {"ok": true, "capture": {"cases": {...}}}
 
 ``call`` is a correctness call: the kernel's result is copied into ``out``.
 In the CPU interpreter its loads and stores are also bounds-checked
@@ -34,6 +37,11 @@ which kernels ran.
 submission allows it (``run`` then replays it; otherwise it calls eagerly).
 ``movement`` (CPU interpreter only) is a call whose loads, stores and dots
 are counted (movement.py); the counts are feedback, never a score.
+``capture`` (CPU interpreter only) calls the kernel at each case's GPU shape
+on uninitialised inputs with the launches intercepted (capture.py): they are
+recorded for the compile check under ``gpu:<test>``, and for a case with
+``probe`` a few programs of each are run and counted (feedback for the speed
+estimate, never a score).
 The evidence (Triton launches, PyTorch ops) can only cost the submission
 points: docs/integrity.md.
 """
@@ -47,10 +55,14 @@ import mmap
 import os
 import socket
 import sys
+import time
 import traceback
+import warnings
 
+import numpy as np
 import torch
 
+from . import capture as capture_mode
 from . import compile as compile_check
 from . import trace, vmm
 from .evidence import WRAPPER_OPS, LaunchRecorder, OpRecorder
@@ -70,11 +82,12 @@ def _traceback() -> str:
 
 class Worker:
     def __init__(self, fn, launches: LaunchRecorder, device: str, fds: socket.socket, package: str,
-                 off: set[str] = frozenset()):
+                 off: set[str] = frozenset(), files: set[str] = frozenset()):
         self.fn, self.launches, self.device, self.fds = fn, launches, device, fds
         self.own_prefix = package + "."
         self.off = set(off)            # checks left off: the harness's probe and the worker's own start-up
         self.failed: dict = {}         # checks that could not install during a call: {check: why}
+        self.files = set(files)        # the kernel file: where a load's line is looked up
         self.arenas: dict = {}
         self.batch = None  # (calls, graph or None)
 
@@ -114,6 +127,7 @@ class Worker:
         deterministic = torch.are_deterministic_algorithms_enabled()
         torch.use_deterministic_algorithms(True, warn_only=True)
         problem = None
+        compile_check.label(msg.get("label"))
         try:
             # The recorders stay on until the output is in the arena: code that runs late
             # (a __del__ the garbage collector calls) is still inside the call.
@@ -128,6 +142,7 @@ class Worker:
             return {"ok": False, "error": _traceback(),
                     "evidence": self._evidence(ops, args, out, counter, window)}
         finally:
+            compile_check.label(None)
             torch.use_deterministic_algorithms(deterministic)
             if counter is not None:
                 counter.restore()
@@ -234,8 +249,60 @@ class Worker:
         if "compile check" in self.off:
             return {"ok": True, "compile": []}
         rows = compile_check.check(target=msg.get("target", "cuda:90"), budget_s=msg.get("budget_s", 60),
-                                   cache_dir=msg.get("cache_dir"))
+                                   cache_dir=msg.get("cache_dir"), known=msg.get("known"),
+                                   gpu_only=bool(msg.get("gpu_only")))
         return {"ok": True, "compile": rows}
+
+    def capture(self, msg: dict) -> dict:
+        """What the kernel launches at each case's GPU shape (see the module docstring)."""
+        if self.device != "cpu":
+            return {"ok": False, "error": "launches are captured in the CPU interpreter only"}
+        if "launch capture" in self.off:
+            return {"ok": False, "error": "launches are not captured with this Triton (fence.py)"}
+        deadline = time.monotonic() + float(msg.get("budget_s", 60))
+        out = {}
+        for case in msg["cases"]:
+            out[case["test"]] = self._capture_case(case, msg["names"], deadline)
+            if "launch capture" in self.failed:
+                return {"ok": False, "error": self.failed["launch capture"], "checks_off": dict(self.failed)}
+        return {"ok": True, "capture": {"cases": out}}
+
+    def _capture_case(self, case: dict, names: list, deadline: float) -> dict:
+        try:
+            args = [capture_mode.build(d) for d in case["args"]]
+        except Exception as e:  # noqa: BLE001 - e.g. no memory for a full-size input
+            return {"error": f"the inputs could not be built: {type(e).__name__}: {e}"[:500]}
+        cap = capture_mode.Capture(probe=bool(case.get("probe")), files=self.files,
+                                   budget_s=max(0.0, deadline - time.monotonic()))
+        recorder = self.launches.on_launch   # None when the compile check is off
+
+        def on_launch(fn, a, kw, result):
+            recorder(fn, a, kw, result)
+            if cap.launches and "variant" not in cap.launches[-1]:
+                cap.launches[-1]["variant"] = compile_check.last_id()
+
+        try:
+            cap.install()
+        except Exception as e:  # noqa: BLE001 - said so in the report, never silently off
+            cap.restore()
+            self.failed["launch capture"] = f"the interpreter's launches could not be intercepted: " \
+                                            f"{type(e).__name__}: {e}"[:300]
+            return {"error": self.failed["launch capture"]}
+        if recorder is not None:
+            self.launches.on_launch = on_launch
+        compile_check.label(compile_check.GPU_LABEL + case["test"])
+        y = None
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")   # arithmetic on uninitialised memory
+                y = self.fn(*args)
+        except BaseException:  # the wrapper fails at this shape: what it would do on the GPU too
+            return {"error": _traceback()[-3000:], **cap.report(capture_mode.named_ranges(args, names))}
+        finally:
+            cap.restore()
+            compile_check.label(None)
+            self.launches.on_launch = recorder
+        return cap.report(capture_mode.named_ranges(args, names), y)
 
     def run(self, msg: dict) -> dict:
         batch, graph = self.batch
@@ -306,12 +373,14 @@ def main(argv: list[str]) -> None:
     device = "cuda" if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"
     launches, failed = _start_checks(package, device, off)
     try:
-        fn = getattr(importlib.import_module(f"{package}.{module_name}"), entry)
+        module = importlib.import_module(f"{package}.{module_name}")
+        fn = getattr(module, entry)
     except BaseException:
         reply({"ok": False, "error": _traceback(), "checks_off": failed})
         return
     reply({"ok": True, "checks_off": failed})
-    worker = Worker(fn, launches, device, socket.socket(fileno=fds_fd), package, off | set(failed))
+    worker = Worker(fn, launches, device, socket.socket(fileno=fds_fd), package, off | set(failed),
+                    files={f for f in (getattr(module, "__file__", "") or "",) for f in (f, os.path.realpath(f)) if f})
     for line in commands:
         msg = json.loads(line)
         try:

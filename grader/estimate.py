@@ -1,0 +1,326 @@
+"""The speed of each performance test, predicted on a CPU run: an estimate, never a score.
+
+    estimate(run, rubric) -> {test: prediction}      (run.capture and run.kernels of a CPU run)
+
+A CPU run cannot time anything, but it knows what the GPU will run: the
+wrapper's launches at each performance test's GPU shape (grader/harness/
+capture.py), each compiled for the target (grader/worker/compile.py: its
+registers, shared memory, warps and stages, and per thread the instructions
+of one trip of its innermost loop, read from the compiler's PTX), and for a
+few sampled programs of each launch what they load, store and multiply
+(grader/worker/capture.py). From that, for each GPU the rubric was calibrated
+on (grader/targets.toml, generated from the results files), a launch's time
+is modelled from five bounds:
+
+- **DRAM**: the bytes that must come from device memory at the measured copy
+  bandwidth. A tensor is read from DRAM once (its footprint), and again for
+  each re-read that the L2 cache cannot serve: the re-read comes from a
+  program too far behind in launch order for the data to still be in L2 (the
+  sampled programs say how far back the nearest program reading the same rows
+  runs; the window is what runs at once, or what fits in L2 if more). Data a
+  previous launch of the same call wrote is in L2 if it fits.
+- **L2**: every sector the programs touch, at a multiple of that bandwidth.
+- **tensor cores**: the ``tl.dot`` work at the measured peak of its type
+  (fp16 ``torch.matmul``, int8 ``torch._int_mm``), less for the older
+  ``mma.sync`` instructions Triton uses for small tiles.
+- **issue**: every instruction of every warp, four warps' worth per cycle per SM.
+- **latency**: waves of programs (as many run at once as the occupancy from the
+  compile allows) times one program's time: its loop trips, each as long as
+  its instructions take one warp that waits on each result (unless enough
+  warps share the scheduler to hide that), or its loads take to arrive (a load
+  in the software pipeline waits less, by the number of stages in flight; a
+  load whose address needs another load of the same trip waits in full), and
+  one round trip to memory per trip of an enclosing loop.
+
+They overlap, so they combine as ``(sum t^p)^(1/p)``, plus a fixed cost per
+launch. The constants below were fitted to the times the grader measured for
+the tutorial-style kernels and the kernels written from the handout on an
+H100 and an H200 (tests/test_estimate.py checks the fit; tools/
+validate_estimate.py measures it again on a GPU for more kernels). The
+prediction is shown as a range (time divided and multiplied by
+``UNCERTAINTY``), with the points that range would earn, and says what bounds
+each launch: it teaches where the time goes, it does not promise a score.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .rubric import Rubric, TestSpec, tomllib
+
+TARGETS_FILE = Path(__file__).with_name("targets.toml")
+
+# Model constants (see the docstring; fitted as it says).
+LATENCY_US = 1.0          # a global load's round trip, microseconds
+SYNC_SHARE = 0.3          # of it, what a synchronous load leaves unhidden in its trip
+CPI_DEPENDENT = 3.5       # cycles one warp waits for an instruction's result before the next
+SERIAL_CYCLES = 150.0      # cycles one warp spends on a correctly rounded division (its chain, its branch)
+PROGRAM_US = 0.3          # per program and multiprocessor: starting a block
+L2_FACTOR = 3.0           # L2-to-SM bandwidth / DRAM copy bandwidth
+LAUNCH_US = 2.5           # per launch: start, fill, drain
+MMA_SYNC = 0.5            # mma.sync's share of the tensor cores' peak (wgmma: all of it)
+L2_USABLE = 0.6           # share of the L2 that holds re-read data
+DRAM_RUN_BYTES = 128.0    # a program's run along a row shorter than this costs DRAM time as if ...
+DRAM_RUN_EXP = 1.0        # ... (DRAM_RUN_BYTES / run) ** DRAM_RUN_EXP times its bytes
+SOFT_P = 3.0              # (sum t^p)^(1/p)
+UNCERTAINTY = 1.5         # the range shown: time / 1.5 .. time * 1.5
+
+
+@dataclass(frozen=True)
+class Target:
+    """One GPU a grade is predicted for (grader/targets.toml)."""
+    name: str
+    sms: int
+    copy_gbs: float                  # device copy, bytes read + written, GB/s (measured)
+    tflops: dict                     # dot operand type -> TFLOP/s of the library product (measured)
+    l2_bytes: int
+    clock_ghz: float
+    source: str = ""                 # the results file the figures come from
+    smem_per_sm: int = 233472        # bytes a multiprocessor shares among its blocks
+    regs_per_sm: int = 65536
+    max_warps: int = 64
+    max_blocks: int = 32
+    baseline_ms: dict = field(default_factory=dict)   # "MxNxK" -> fp16 torch.matmul per call, as graded
+    reference_ms: dict = field(default_factory=dict)  # test -> the reference solution's time, as graded
+
+
+def load_targets(path: Path = TARGETS_FILE) -> list[Target]:
+    """The GPUs of grader/targets.toml; [] when the file is missing or unreadable."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    out = []
+    for g in data.get("gpu", []):
+        try:
+            out.append(Target(**g))
+        except TypeError:
+            continue
+    return out
+
+
+def shape_key(shape) -> str:
+    return "x".join(str(int(v)) for v in shape)
+
+
+# ---------------------------------------------------------------------------
+# One launch
+# ---------------------------------------------------------------------------
+
+def occupancy(row: dict, gpu: Target) -> tuple[int, str]:
+    """(programs that fit on one multiprocessor at once, what limits them)."""
+    warps = int(row.get("num_warps") or 4)
+    regs = row.get("registers") or 0
+    smem = row.get("shared_bytes") or 0
+    limits = {"warps": gpu.max_warps // warps, "blocks": gpu.max_blocks}
+    if regs:
+        per_warp = math.ceil(regs * 32 / 256) * 256   # registers are allocated 256 per warp at a time
+        limits["registers"] = gpu.regs_per_sm // (per_warp * warps)
+    if smem:
+        limits["shared memory"] = gpu.smem_per_sm // (smem + 1024)   # 1 KiB a block is the system's
+    why = min(limits, key=limits.get)
+    return max(0, limits[why]), why
+
+
+def _peak(kind: str, gpu: Target) -> float:
+    """TFLOP/s of a dot whose operands are ``kind`` (Triton's type name)."""
+    fp16 = gpu.tflops.get("fp16", 1.0)
+    if kind in ("int8", "uint8"):
+        return gpu.tflops.get("int8", 2 * fp16)
+    if kind.startswith("fp8"):
+        return 2 * fp16
+    if kind in ("fp32", "tf32"):
+        return fp16 / 2
+    return fp16
+
+
+def launch_time(launch: dict, row: dict | None, gpu: Target, in_l2: set) -> dict:
+    """The modelled time of one captured launch, microseconds, and its parts.
+
+    ``in_l2``: names of tensors an earlier launch of the call wrote that fit in L2.
+    Keys: us, bound, parts {dram, l2, tensor cores, issue, latency}, dram_bytes,
+    l2_bytes, flops, occupancy, limit, waves, programs."""
+    row = row or {}
+    P = int(launch.get("programs") or 0)
+    out = {"programs": P, "kernel": launch.get("kernel", "?")}
+    if P == 0:
+        return {**out, "us": 0.0, "bound": "empty grid", "parts": {}}
+    occ, limit = occupancy(row, gpu)
+    if occ == 0:
+        return {**out, "us": math.inf, "bound": f"does not launch ({limit})", "parts": {}, "launchable": False}
+    warps = int(row.get("num_warps") or 4)
+    stages = int(row.get("num_stages") or 3)
+    loop = row.get("loop") or {}
+    counts = launch.get("counts") or {}
+    tensors = launch.get("tensors") or {}
+    resident = min(occ, math.ceil(P / gpu.sms))            # programs one SM runs at once
+    waves = math.ceil(P / (occ * gpu.sms))
+    bw = gpu.copy_gbs * 1e9                                 # bytes / s
+
+    # Memory: what the programs touch (L2), what must come from DRAM.
+    per_program = sum(c.get("sectors_read", 0) + c.get("sectors_written", 0) for c in counts.values())
+    window = max(occ * gpu.sms, (L2_USABLE * gpu.l2_bytes) / max(per_program, 1.0))
+    footprints = 0.0
+    reads = {}
+    for key, c in counts.items():
+        size = float((tensors.get(key) or {}).get("bytes") or 0)
+        r = c.get("sectors_read", 0) * P
+        w = c.get("sectors_written", 0) * P
+        reads[key] = (size, r, w)
+        footprints += min(size, r) + min(size, w)
+    fits = footprints <= L2_USABLE * gpu.l2_bytes
+    dram = l2 = 0.0
+    for key, (size, r, w) in reads.items():
+        c = counts[key]
+        name = (tensors.get(key) or {}).get("name", key)
+        first = min(size, r)
+        again = r - first
+        shared_at = c.get("shared_at")
+        hits = fits or (shared_at is not None and shared_at <= window)
+        dram += (((0.0 if name in in_l2 else first) + (0.0 if hits else again)) * _short_runs(c, "read")
+                 + min(size, w) * _short_runs(c, "written"))
+        l2 += r + w
+    flops = sum(launch.get("dot_flops", {}).values()) * P
+    mma_s = 0.0
+    mma_share = 1.0 if loop.get("wgmma") or not loop.get("mma") else MMA_SYNC
+    for kind, f in (launch.get("dot_flops") or {}).items():
+        mma_s += f * P / (_peak(kind, gpu) * 1e12 * mma_share)
+
+    # Instructions: per thread, the loop's trips and the rest of the kernel once.
+    steps = float(launch.get("steps") or 0)
+    per_trip = float(loop.get("instructions") or 0)
+    serial_trip = float(loop.get("serial") or 0)
+    rest = max(0.0, float(loop.get("kernel_instructions") or 0) - per_trip)
+    rest_serial = max(0.0, float(loop.get("kernel_serial") or 0) - serial_trip)
+    clock = gpu.clock_ghz * 1e9
+    issue_s = P * warps * (steps * per_trip + rest) / (gpu.sms * 4 * clock)
+
+    # Latency: one program's trips, waves of them. One warp alone waits on each
+    # result; several warps on a scheduler take turns, up to one instruction a cycle.
+    warps_per_scheduler = resident * warps / 4
+    def cycles(instr, serial):
+        return max(CPI_DEPENDENT * instr + SERIAL_CYCLES * serial, warps_per_scheduler * instr)
+    alu_trip = cycles(per_trip, serial_trip) / clock
+    lat = LATENCY_US * 1e-6
+    async_wait = lat / max(1, stages - 1) if loop.get("async_loads") else 0.0
+    sync_wait = SYNC_SHARE * lat * (loop.get("load_chain") or (1 if loop.get("loads") else 0))
+    mma_trip = 0.0
+    if steps:
+        for kind, f in (launch.get("dot_flops") or {}).items():
+            mma_trip += (f / steps) * resident / (_peak(kind, gpu) * 1e12 * mma_share / gpu.sms)
+    trip = _soft((alu_trip, async_wait, mma_trip)) + sync_wait
+    waits = {"its instructions": alu_trip, "its pipelined loads": async_wait, "the tensor cores": mma_trip,
+             "loads that wait for a load": sync_wait}
+    # An enclosing loop's trips each refill the inner loop's pipeline and wait for their own loads.
+    outer = float(launch.get("outer_steps") or 0)
+    program = steps * trip + outer * lat + cycles(rest, rest_serial) / clock + 2 * lat
+    latency_s = waves * program + P / gpu.sms * PROGRAM_US * 1e-6
+
+    parts = {"DRAM": dram / bw, "L2": l2 / (bw * L2_FACTOR), "tensor cores": mma_s, "issue": issue_s,
+             "latency": latency_s}
+    total = _soft(parts.values()) + LAUNCH_US * 1e-6
+    bound = max(parts, key=parts.get)
+    return {**out, "us": total * 1e6, "bound": bound, "parts": {k: v * 1e6 for k, v in parts.items()},
+            "dram_bytes": dram, "l2_bytes": l2, "flops": flops, "occupancy": occ, "limit": limit,
+            "waves": waves, "launchable": True, "steps": steps, "trip_us": trip * 1e6, "program_us": program * 1e6,
+            "trip_bound": max(waits, key=waits.get), "trip_instructions": per_trip, "serial": serial_trip,
+            "sms": gpu.sms}
+
+
+def _short_runs(c: dict, how: str) -> float:
+    """How much more DRAM time a tensor's bytes cost when each program touches only a
+    short run of each row (a gather of 32 columns, say): DRAM moves whole bursts."""
+    rows = c.get(f"rows_{how}") or 0
+    if not rows or not DRAM_RUN_BYTES:
+        return 1.0
+    run = c.get(f"sectors_{how}", 0) / rows
+    return max(1.0, DRAM_RUN_BYTES / max(run, 32.0)) ** DRAM_RUN_EXP
+
+
+def _soft(times) -> float:
+    """Bounds that overlap, as one time: (sum t^p)^(1/p), between their maximum and their sum."""
+    return sum(t ** SOFT_P for t in times) ** (1 / SOFT_P)
+
+
+def call_time(launches: list[dict], rows: dict, gpu: Target) -> dict:
+    """The modelled time of one call: its launches in order (an autotuned launch as the
+    fastest of its configs, as the autotuner would pick), microseconds."""
+    in_l2: set = set()
+    parts, total = [], 0.0
+    for i, launch in enumerate(launches):
+        if launch.get("trial"):
+            continue
+        options = [launch] + [launches[j] for j in launch.get("alternatives", []) if 0 <= j < len(launches)]
+        timed = [launch_time(c, rows.get(c.get("variant")), gpu, in_l2) for c in options]
+        best = min(timed, key=lambda t: t["us"])
+        parts.append(best)
+        total += best["us"]
+        for key, c in (launch.get("counts") or {}).items():
+            t = (launch.get("tensors") or {}).get(key) or {}
+            if c.get("sectors_written") and t.get("bytes", 0) <= L2_USABLE * gpu.l2_bytes / 2:
+                in_l2.add(t.get("name"))
+    return {"us": total, "launches": parts}
+
+
+# ---------------------------------------------------------------------------
+# A task's performance tests
+# ---------------------------------------------------------------------------
+
+def _points(spec: TestSpec, ratio: float) -> float:
+    frac = (ratio - spec.zero_ratio) / (spec.full_ratio - spec.zero_ratio)
+    return spec.points * min(1.0, max(0.0, frac))
+
+
+def estimate(run, rubric: Rubric, targets: list[Target] | None = None) -> dict:
+    """Per performance test of ``run``'s task: the predicted time, ratio and points on
+    each target GPU, and what bounds it; or why there is no prediction. Plain JSON."""
+    targets = load_targets() if targets is None else targets
+    captured = (run.capture or {}).get("cases") or {}
+    if not captured or not targets:
+        why = (run.capture or {}).get("error") or ("no GPU figures (grader/targets.toml)" if not targets else "")
+        return {"error": why} if why else {}
+    rows = {}
+    for row in run.kernels:
+        for i in row.get("ids") or []:
+            rows[i] = row
+    calibrated = [t for t in targets if any(t.name in c for c in rubric.settings.calibrated_on)] or targets
+    tests = {}
+    for spec in rubric.tests_for(run.task, "performance"):
+        case = captured.get(spec.name)
+        if case is None:
+            continue
+        tests[spec.name] = _predict(spec, case, rows, calibrated, run.gpu_launch_errors.get(spec.name))
+    return {"tests": tests, "uncertainty": UNCERTAINTY}
+
+
+def _predict(spec: TestSpec, case: dict, rows: dict, targets: list[Target], launch_error: str | None) -> dict:
+    launches = case.get("launches") or []
+    if case.get("error"):
+        return {"error": "the wrapper raised at this shape: " + str(case["error"]).strip().splitlines()[-1][:300]}
+    if launch_error:
+        return {"error": launch_error[:500]}
+    if not launches:
+        return {"error": "no Triton launch at this shape"}
+    missing = [launch["kernel"] for launch in launches if not launch.get("sampled") and not launch.get("trial")]
+    per_gpu = []
+    for gpu in targets:
+        base = gpu.baseline_ms.get(shape_key(spec.shape))
+        call = call_time(launches, rows, gpu)
+        us = call["us"]
+        entry = {"gpu": gpu.name, "us": us, "launches": call["launches"], "baseline_us": None}
+        if base and us and math.isfinite(us):
+            ratio = base * 1e3 / us
+            entry.update(baseline_us=base * 1e3, ratio=ratio,
+                         ratio_range=[ratio / UNCERTAINTY, ratio * UNCERTAINTY],
+                         points=_points(spec, ratio),
+                         points_range=[_points(spec, ratio / UNCERTAINTY), _points(spec, ratio * UNCERTAINTY)])
+        if gpu.reference_ms.get(spec.name):
+            entry["reference_us"] = gpu.reference_ms[spec.name] * 1e3
+        per_gpu.append(entry)
+    out = {"gpus": per_gpu, "shape": list(spec.shape), "points_max": spec.points, "full_ratio": spec.full_ratio,
+           "zero_ratio": spec.zero_ratio}
+    if missing:
+        out["note"] = "not counted (the time budget ran out): " + ", ".join(missing[:3])
+    return out

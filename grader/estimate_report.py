@@ -1,0 +1,202 @@
+"""The speed estimate in the reports: a section of report.md, lines in the terminal,
+an informational entry per task in Gradescope's results.json, and the roofline plots.
+
+Everything here is from a CPU run's estimate (grader/estimate.py): it says
+plainly that it is one, shows ranges, and names what bounds each launch, so
+that a student sees where the time goes before a GPU ever runs the kernel.
+Student-derived text (kernel names) is escaped like everything else in the
+reports (grader/report.py's helpers).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from pathlib import Path
+
+from . import roofline
+from .estimate import load_targets
+
+PLOT_NAME = "roofline-{task}.png"
+EMBED_MAX_BYTES = 60_000     # a plot embedded in Gradescope's results.json, base64, at most this big
+WHAT = ("an estimate from a model, not a measurement and not a score: on the kernels it was checked against, "
+        "the predicted ratio was within a factor 1.5 of the measured one for most tests, but a kernel unlike "
+        "them can be further off. Only the GPU run's measured times give points.")
+
+
+def _us(x) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    return f"{x:.0f} us" if x >= 100 else f"{x:.1f} us"
+
+
+def _r(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _pts(x) -> str:
+    return f"{x:g}" if x == int(x) else f"{x:.2f}".rstrip("0")
+
+
+def _target(result):
+    """The GPU the plots are drawn for: the one graded on, or the first the rubric was calibrated on."""
+    targets = load_targets()
+    if result.gpu:
+        return next((t for t in targets if t.name == result.gpu), None)
+    return next((t for t in targets if any(t.name in c for c in result.calibrated_on)), targets[0] if targets else None)
+
+
+def draw_plots(result, report_dir: Path) -> dict[str, str]:
+    """Draw each task's roofline plot into ``report_dir``; {task: file name, or why none}."""
+    out = {}
+    if not roofline.available():
+        return {t.task: "no plot: matplotlib is not installed (pip install matplotlib)" for t in result.tasks}
+    target = _target(result)
+    for task in result.tasks:
+        name = PLOT_NAME.format(task=task.task)
+        try:
+            drawn = roofline.draw(task, result.tests, target, Path(report_dir) / name)
+        except Exception as e:  # noqa: BLE001 - a plot never costs a report
+            out[task.task] = f"no plot: {type(e).__name__}: {e}"[:200]
+            continue
+        out[task.task] = name if drawn else "no plot: no time measured or predicted for this task"
+    return out
+
+
+def _far_below(test: dict, gpu: dict) -> bool:
+    rr = gpu.get("ratio_range")
+    return bool(rr) and test.get("zero_ratio") is not None and rr[1] <= test["zero_ratio"]
+
+
+def markdown(result, plots: dict[str, str] | None, md_inline, md_code) -> list[str]:
+    """The "Predicted performance" section, or [] when no task has an estimate
+    (``md_inline``/``md_code``: report.py's escaping helpers)."""
+    tasks = [t for t in result.tasks if (t.estimate or {}).get("tests") or (t.estimate or {}).get("error")]
+    plots = plots or {}
+    if not tasks and not any(p.endswith(".png") for p in plots.values()):
+        return []
+    md = ["", "## Predicted performance (an estimate, not a score)", "",
+          "Performance is timed on a GPU only. What follows is " + WHAT + " It comes from what your wrapper "
+          "launches at each performance test's GPU shape (the kernels in the compile table marked with that "
+          "test), a few of each kernel's programs counted in the interpreter, and the GPU's measured bandwidth "
+          "and tensor-core peak; each launch says what bounds it, which is where to look for speed."]
+    for task in result.tasks:
+        est = task.estimate or {}
+        plot = plots.get(task.task, "")
+        if not est and not plot.endswith(".png"):
+            continue
+        md += ["", f"### {md_inline(task.title, 80)}", ""]
+        if plot.endswith(".png"):
+            md += [f"![roofline of {md_inline(task.task, 20)}]({plot})", ""]
+        elif plot:
+            md += [f"({md_inline(plot, 200)})", ""]
+        if est.get("error"):
+            md += [md_inline(est["error"], 400)]
+            continue
+        rows, notes = [], []
+        for name, test in est.get("tests", {}).items():
+            if test.get("error"):
+                notes.append(f"- {md_code(name, 60)}: {md_inline(test['error'], 400)}")
+                continue
+            for gpu in test.get("gpus", []):
+                pr, rr = gpu.get("points_range"), gpu.get("ratio_range")
+                points = (f"{_pts(pr[0])}-{_pts(pr[1])} of {_pts(test['points_max'])}" if pr else "-")
+                ratio = f"{_r(gpu.get('ratio'))} ({_r(rr[0])}-{_r(rr[1])})" if rr else "-"
+                times = f"{_us(gpu['us'] / est.get('uncertainty', 1.5))}-{_us(gpu['us'] * est.get('uncertainty', 1.5))}"
+                rows.append(f"| {md_code(name, 60, table=True)} | {md_inline(gpu['gpu'], 40)} | {times} | "
+                            f"{_us(gpu.get('baseline_us'))} | {ratio} | {points} |")
+            first = (test.get("gpus") or [{}])[0]
+            if _far_below(test, first):
+                notes.append(f"- **{md_code(name, 60)} is predicted far below the thresholds**: ratio "
+                             f"{_r(first['ratio_range'][0])}-{_r(first['ratio_range'][1])} on {md_inline(first['gpu'], 40)}, "
+                             f"where points start above {test['zero_ratio']:g} (full at {test['full_ratio']:g}).")
+            notes += _launch_lines(name, first, md_inline, md_code)
+        if rows:
+            md += ["| test | GPU | predicted time | fp16 torch.matmul | predicted ratio (range) | points (range) |",
+                   "|---|---|---|---|---|---|", *rows]
+        if notes:
+            md += ["", *notes]
+    return md
+
+
+def _launch_lines(name: str, gpu: dict, md_inline, md_code) -> list[str]:
+    """One line per launch of a test's call: what it is and what bounds it."""
+    out = []
+    for launch in gpu.get("launches", []):
+        parts = launch.get("parts") or {}
+        if not parts:
+            out.append(f"- {md_code(name, 60)}: {md_code(launch.get('kernel', '?'), 60)}: "
+                       f"{md_inline(launch.get('bound', ''), 100)}")
+            continue
+        detail = ", ".join(f"{k} {_us(v)}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
+        why = ""
+        if launch["bound"] == "latency" and launch.get("steps"):
+            why = (f": {launch.get('waves', '?')} wave(s) of one program's {launch['steps']:g} loop trips, "
+                   f"{_us(launch.get('trip_us'))} each, waiting on {launch.get('trip_bound', '?')}")
+            if launch.get("serial"):
+                why += f" ({launch['serial']:g} correctly rounded divisions a trip, each a long chain)"
+            if launch.get("sms") and launch["programs"] < launch["sms"]:
+                why += (f"; only {launch['programs']} programs for {launch['sms']} multiprocessors: "
+                        "the rest of the GPU waits")
+        elif launch["bound"] == "latency":
+            why = f": {launch.get('waves', '?')} wave(s) of programs that each wait on memory"
+        out.append(f"- {md_code(name, 60)}: {md_code(launch.get('kernel', '?'), 60)}, {launch['programs']} programs, "
+                   f"{launch.get('occupancy', '?')} per multiprocessor (limited by {md_inline(launch.get('limit', '?'), 30)}): "
+                   f"{_us(launch['us'])}, bound by **{md_inline(launch['bound'], 30)}**{md_inline(why, 300)} "
+                   f"({md_inline(detail, 300)}; DRAM {launch.get('dram_bytes', 0) / 1e6:.1f} MB, "
+                   f"L2 {launch.get('l2_bytes', 0) / 1e6:.1f} MB)")
+    return out
+
+
+def terminal_lines(result, one_line) -> list[str]:
+    """A few lines for the terminal: per task, the predicted ratios and points on the first GPU."""
+    lines = []
+    for task in result.tasks:
+        tests = (task.estimate or {}).get("tests") or {}
+        shown, lo, hi, most, gpu_name = [], 0.0, 0.0, 0.0, ""
+        for name, test in tests.items():
+            first = (test.get("gpus") or [{}])[0]
+            if test.get("error") or not first.get("ratio_range"):
+                continue
+            gpu_name = first["gpu"]
+            rr, pr = first["ratio_range"], first["points_range"]
+            lo, hi, most = lo + pr[0], hi + pr[1], most + test["points_max"]
+            flag = " FAR BELOW the thresholds" if _far_below(test, first) else ""
+            shown.append(f"{name.split('/', 1)[-1]} ratio {rr[0]:.2f}-{rr[1]:.2f}{flag}")
+        if shown:
+            lines.append(one_line(f"{task.task}: predicted on {gpu_name} (an estimate, not a score): "
+                                  f"{_pts(round(lo, 2))}-{_pts(round(hi, 2))} of {_pts(most)} performance points; "
+                                  + "; ".join(shown), 600))
+    return lines
+
+
+def gradescope_entries(result, report_dir: Path | None, one_line) -> list[dict]:
+    """Informational results.json entries (0 of 0 points): per task the predicted
+    ratios, and its roofline plot embedded where it is small enough."""
+    out = []
+    for task in result.tasks:
+        tests = (task.estimate or {}).get("tests") or {}
+        if not tests:
+            continue
+        items = []
+        for name, test in tests.items():
+            first = (test.get("gpus") or [{}])[0]
+            if test.get("error") or not first.get("ratio_range"):
+                items.append(f"<li>{html.escape(one_line(name, 80))}: {html.escape(one_line(test.get('error', 'no prediction'), 300))}</li>")
+                continue
+            rr, pr = first["ratio_range"], first["points_range"]
+            far = " <b>predicted far below the thresholds</b>" if _far_below(test, first) else ""
+            items.append(f"<li>{html.escape(one_line(name, 80))}: ratio {rr[0]:.2f}-{rr[1]:.2f}, points "
+                         f"{_pts(pr[0])}-{_pts(pr[1])} of {_pts(test['points_max'])} on "
+                         f"{html.escape(one_line(first['gpu'], 60))}{far}</li>")
+        body = (f"<p>Predicted performance: {html.escape(WHAT)} report.md says what bounds each kernel.</p>"
+                f"<ul>{''.join(items)}</ul>")
+        plot = Path(report_dir) / PLOT_NAME.format(task=task.task) if report_dir else None
+        if plot is not None and plot.is_file() and plot.stat().st_size * 4 / 3 <= EMBED_MAX_BYTES:
+            data = base64.b64encode(plot.read_bytes()).decode()
+            body += f'<img alt="roofline of {html.escape(task.task)}" src="data:image/png;base64,{data}"/>'
+        out.append({"name": one_line(f"{task.task}: speed predicted on the CPU (an estimate, not graded)", 200),
+                    "score": 0.0, "max_score": 0.0, "output": body, "output_format": "html",
+                    "visibility": "visible"})
+    return out

@@ -1,0 +1,255 @@
+"""Check the CPU run's speed estimate against the grader's own clock, on a GPU.
+
+    python -m tools.validate_estimate OUT [--kernels NAME,...] [--rounds N] [--append]
+
+For every kernel set below and every performance test of the rubric, the
+estimate is made exactly as a CPU grade makes it (a sandboxed worker in the
+Triton interpreter captures what the wrapper launches at the test's GPU
+shape and counts sampled programs, the compile check compiles it for sm_90,
+grader/estimate.py models it), and the kernel is timed exactly as a GPU grade
+times it (grader/harness/measure.py: a CUDA graph of back-to-back calls on
+fresh inputs, against fp16 ``torch.matmul`` in the same run, every output
+checked). No grade is run. Writes OUT/results.json: the head of a results
+file (date, GPU, versions), ``device`` (this GPU's properties),
+``bench_quick`` (its copy bandwidth and product peaks) and ``estimate``:
+
+    rows     per kernel set and test: predicted and measured time, the ratios
+             (the predicted one against this run's measured baseline, so that
+             only the model's error shows), the points each ratio earns, and
+             what the model says bounds the call
+    summary  how many tests are predicted within a factor 1.5 of the measured
+             ratio, and the most any test predicted to earn nothing earned
+
+``--append`` keeps the rows of OUT/results.json for other kernel sets and
+sums them up with the new ones (to split a run over two sessions, e.g.
+``--kernels reference,naive,from_the_handout``, then the slow ones).
+Copy OUT/results.json into results/ (one file per GPU and date; merge into an
+existing one) and run ``python -m tools.render_results``: the table in
+docs/grading.md and grader/targets.toml follow. The acceptance of the estimate
+(docs/grading.md) is ``summary.share >= 0.8`` and ``summary.max_points_when_zero
+<= 0.25``. Needs a CUDA GPU; predictions use the CPU cores meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = {"reference": "solutions", "naive": "calibration/naive", "from_the_handout": "tests/fixtures/from_the_handout",
+           "slow/tiny_tiles": "tests/fixtures/slow/tiny_tiles",
+           "slow/weight_per_row": "tests/fixtures/slow/weight_per_row",
+           "slow/grid_order": "tests/fixtures/slow/grid_order", "slow/slow_dds": "tests/fixtures/slow/slow_dds"}
+FACTOR = 1.5
+SEED = 20261125
+
+
+def device_record() -> dict:
+    import torch
+
+    p = torch.cuda.get_device_properties(0)
+    regs = getattr(p, "regs_per_multiprocessor", None)
+    smem = getattr(p, "shared_memory_per_multiprocessor", None)
+    threads = getattr(p, "max_threads_per_multi_processor", None)
+    clock = getattr(p, "clock_rate", None)   # kHz, where this PyTorch has it
+    out = {"sms": p.multi_processor_count, "l2_bytes": getattr(p, "L2_cache_size", None),
+           "clock_ghz": round(clock / 1e6, 3) if clock else 1.98, "smem_per_sm": smem, "regs_per_sm": regs,
+           "max_warps": threads // 32 if threads else None, "max_blocks": 32,
+           "source": "torch.cuda.get_device_properties on this GPU" + ("" if clock else "; clock_ghz assumed")}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def target_for(gpu: str, device: dict, bench: dict):
+    """This GPU as the estimate sees it: its entry of grader/targets.toml where there is one
+    (the figures a CPU grade uses), else one made of what this run measured."""
+    from grader.estimate import Target, load_targets
+
+    known = next((t for t in load_targets() if t.name == gpu), None)
+    if known is not None:
+        return known
+    fields = {k: device[k] for k in ("sms", "l2_bytes", "clock_ghz", "smem_per_sm", "regs_per_sm", "max_warps",
+                                     "max_blocks") if k in device}
+    return Target(name=gpu, copy_gbs=bench["copy_gbs"], tflops=bench["peaks"], source="this run", **fields)
+
+
+def predict(name: str, folder: str, task: str, rubric, target) -> dict:
+    """{test: prediction} for one task of one kernel set, as a CPU grade makes it."""
+    from grader.estimate import estimate
+    from grader.harness import capture
+    from grader.harness.run import case_seed
+    from grader.harness.session import Session, WorkerGone
+    from grader.runs import TaskRun
+    from grader.submission import load_submission
+    from grader.tasks import get
+
+    t = get(task)
+    sub = load_submission(ROOT / folder)
+    specs = rubric.tests_for(task, "performance")
+    run = TaskRun(task=task)
+    session = Session(sub, t.file, t.entry, "cpu", time.monotonic() + 600)
+    try:
+        if not session.hello["ok"]:
+            return {"error": "the kernel file could not be imported"}
+        run.capture = capture.capture(session, task, specs, lambda n: case_seed(SEED, n), 240)
+        reply = session.request({"op": "compile", "budget_s": 240, "gpu_only": True})
+        run.kernels = reply.get("compile", [])
+    except WorkerGone as e:
+        return {"error": f"the CPU worker ended: {e}"}
+    finally:
+        session.close()
+    for r in run.kernels:
+        if r.get("status") == "error" or r.get("launchable") is False:
+            for test in r.get("tests", []):
+                run.gpu_launch_errors.setdefault(test, r.get("error") or r.get("why_not") or "does not launch")
+    return estimate(run, rubric, targets=[target]).get("tests", {})
+
+
+def measure(folder: str, task: str, rubric, rounds: int) -> dict:
+    """{test: {"kernel_ms", "baseline_ms"} | {"error"}} with the grader's clock."""
+    import torch
+
+    from grader.harness.measure import timed_batches
+    from grader.harness.run import case_seed
+    from grader.harness.session import Session, WorkerGone
+    from grader.submission import load_submission
+    from grader.tasks import get
+
+    t = get(task)
+    out = {}
+    session = Session(load_submission(ROOT / folder), t.file, t.entry, "cuda", time.monotonic() + 900)
+    try:
+        if not session.hello["ok"]:
+            return {s.name: {"error": "import failed"} for s in rubric.tests_for(task, "performance")}
+        for i, spec in enumerate(rubric.tests_for(task, "performance")):
+            s = rubric.settings
+            try:
+                timing = timed_batches(session, f"timed{i}", task, spec.shape, spec.options,
+                                       case_seed(SEED, spec.name), rounds, s.timed_batch_ms)
+            except WorkerGone as e:
+                out[spec.name] = {"error": f"while timed: {e}"}
+                break
+            entry = {"kernel_ms": statistics.median(timing.kernel_ms),
+                     "baseline_ms": statistics.median(timing.baseline_ms), "cuda_graph": timing.graph}
+            if timing.wrong:
+                entry["error"] = f"wrong output: {timing.wrong}"[:300]
+            out[spec.name] = entry
+            torch.cuda.empty_cache()
+    finally:
+        session.close()
+    return out
+
+
+def _points(spec, ratio: float | None) -> float | None:
+    if ratio is None:
+        return None
+    frac = (ratio - spec.zero_ratio) / (spec.full_ratio - spec.zero_ratio)
+    return spec.points * min(1.0, max(0.0, frac))
+
+
+def compare(kernels: str, spec, pred: dict, meas: dict) -> dict:
+    row = {"kernels": kernels, "test": spec.name}
+    gpu = (pred.get("gpus") or [{}])[0]
+    us = gpu.get("us")
+    if pred.get("error") or not us or not math.isfinite(us):
+        row["error"] = pred.get("error") or "no prediction"
+    if meas.get("error"):
+        row["error"] = (row.get("error", "") + "; " if row.get("error") else "") + meas["error"]
+    if us and math.isfinite(us):
+        row["predicted_us"] = round(us, 2)
+        row["bound"] = " + ".join(f"{launch['kernel']}: {launch['bound']}" for launch in gpu.get("launches", []))
+    if meas.get("kernel_ms"):
+        row.update(measured_us=round(meas["kernel_ms"] * 1e3, 2), baseline_us=round(meas["baseline_ms"] * 1e3, 2),
+                   measured_ratio=meas["baseline_ms"] / meas["kernel_ms"])
+        if "predicted_us" in row:
+            row["predicted_ratio"] = meas["baseline_ms"] * 1e3 / row["predicted_us"]
+    row["predicted_points"] = _points(spec, row.get("predicted_ratio"))
+    row["measured_points"] = _points(spec, row.get("measured_ratio"))
+    row["points"] = spec.points
+    return row
+
+
+def summary(rows: list[dict]) -> dict:
+    both = [r for r in rows if r.get("predicted_ratio") and r.get("measured_ratio") and not r.get("error")]
+    within = [r for r in both if 1 / FACTOR <= r["predicted_ratio"] / r["measured_ratio"] <= FACTOR]
+    zero = [r for r in both if r["predicted_points"] == 0]
+    worst = max((r["measured_points"] / r["points"] for r in zero), default=0.0)
+    share = len(within) / len(both) if both else 0.0
+    return {"factor": FACTOR, "tests": len(both), "within": len(within), "share": share,
+            "predicted_zero": len(zero), "max_points_when_zero": worst,
+            "accepted": bool(both) and share >= 0.8 and worst <= 0.25}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--kernels", default=",".join(KERNELS), help="kernel sets, comma-separated: " + ", ".join(KERNELS))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--append", action="store_true", help="keep OUT/results.json's rows of other kernel sets")
+    args = ap.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("tools.validate_estimate needs a CUDA GPU (it times the kernels)", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(ROOT))
+    from bench.bench import _matmul_peaks
+    from grader.harness.timing import copy_bandwidth_gbs
+    from grader.rubric import load_rubric
+    from grader.tasks import get
+    from tools.gpu_session import session_record
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    rubric = load_rubric()
+    record = session_record()
+    record["device"] = device_record()
+    record["bench_quick"] = {"gpu": record["gpu"], "copy_gbs": copy_bandwidth_gbs(), "peaks": _matmul_peaks(),
+                             "command": "python -m tools.validate_estimate", "results": []}
+    target = target_for(record["gpu"], record["device"], record["bench_quick"])
+    chosen = [k for k in args.kernels.split(",") if k]
+    jobs = [(k, task) for k in chosen for task in rubric.tasks if (ROOT / KERNELS[k] / get(task).file).exists()]
+    started = time.time()
+    rows = []
+    with ThreadPoolExecutor(max_workers=6) as pool:   # the predictions run on the CPU meanwhile
+        futures = {job: pool.submit(predict, job[0], KERNELS[job[0]], job[1], rubric, target) for job in jobs}
+        for name, task in jobs:
+            print(f"timing {name} {task} ...", flush=True)
+            try:
+                meas = measure(KERNELS[name], task, rubric, args.rounds)
+            except Exception as e:  # noqa: BLE001 - one kernel set's failure is a row, not the end
+                meas = {s.name: {"error": f"{type(e).__name__}: {e}"} for s in rubric.tests_for(task, "performance")}
+                traceback.print_exc()
+            try:
+                pred = futures[(name, task)].result()
+            except Exception as e:  # noqa: BLE001
+                pred = {"error": f"{type(e).__name__}: {e}"}
+                traceback.print_exc()
+            for spec in rubric.tests_for(task, "performance"):
+                one = pred.get(spec.name) or ({"error": pred["error"]} if "error" in pred else {})
+                row = compare(name, spec, one, meas.get(spec.name, {}))
+                rows.append(row)
+                print(f"  {spec.name:22s} predicted {row.get('predicted_ratio') or 0:6.3f} measured "
+                      f"{row.get('measured_ratio') or 0:6.3f} {row.get('error', '')}", flush=True)
+    previous = args.out / "results.json"
+    if args.append and previous.exists():
+        old = json.loads(previous.read_text()).get("estimate", {}).get("rows", [])
+        rows = [r for r in old if r["kernels"] not in chosen] + rows
+    record["estimate"] = {"command": "python -m tools.validate_estimate", "target": target.name,
+                          "seconds": round(time.time() - started), "rows": rows, "summary": summary(rows)}
+    (args.out / "results.json").write_text(json.dumps(record, indent=1) + "\n")
+    s = record["estimate"]["summary"]
+    print(f"within a factor {FACTOR}: {s['within']} of {s['tests']} ({s['share']:.0%}); predicted to earn nothing: "
+          f"{s['predicted_zero']}, the most one of them earned: {s['max_points_when_zero']:.0%} of its points; "
+          f"accepted: {s['accepted']}")
+    print(f"wrote {args.out / 'results.json'}")
+    return 0 if s["accepted"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
