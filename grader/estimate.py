@@ -30,7 +30,9 @@ is modelled from five bounds:
   warps share the scheduler to hide that), or its loads take to arrive (a load
   in the software pipeline waits less, by the number of stages in flight; a
   load whose address needs another load of the same trip waits in full), and
-  one round trip to memory per trip of an enclosing loop.
+  one round trip to memory per trip of an enclosing loop; plus the start of
+  each program, which overlaps with the others resident on its multiprocessor
+  (a grid of many short programs pays for it).
 
 They overlap, so they combine as ``(sum t^p)^(1/p)``, plus a fixed cost per
 launch. The constants below were fitted to the times the grader measured for
@@ -57,7 +59,7 @@ LATENCY_US = 1.0          # a global load's round trip, microseconds
 SYNC_SHARE = 0.3          # of it, what a synchronous load leaves unhidden in its trip
 CPI_DEPENDENT = 3.5       # cycles one warp waits for an instruction's result before the next
 SERIAL_CYCLES = 150.0      # cycles one warp spends on a correctly rounded division (its chain, its branch)
-PROGRAM_US = 0.3          # per program and multiprocessor: starting a block
+PROGRAM_US = 0.3          # per program and multiprocessor: starting a block (one resident at a time)
 L2_FACTOR = 3.0           # L2-to-SM bandwidth / DRAM copy bandwidth
 LAUNCH_US = 2.5           # per launch: start, fill, drain
 MMA_SYNC = 0.5            # mma.sync's share of the tensor cores' peak (wgmma: all of it)
@@ -216,7 +218,10 @@ def launch_time(launch: dict, row: dict | None, gpu: Target, in_l2: set) -> dict
     # An enclosing loop's trips each refill the inner loop's pipeline and wait for their own loads.
     outer = float(launch.get("outer_steps") or 0)
     program = steps * trip + outer * lat + cycles(rest, rest_serial) / clock + 2 * lat
-    latency_s = waves * program + P / gpu.sms * PROGRAM_US * 1e-6
+    # Starting a block: the programs resident on a multiprocessor start while others run, so
+    # the cost of many short programs grows with the square root of how many share it
+    # (fitted on the slow kernels of tools/validate_estimate.py, H100, 2026-11-25).
+    latency_s = waves * program + P / gpu.sms / math.sqrt(max(1, resident)) * PROGRAM_US * 1e-6
 
     parts = {"DRAM": dram / bw, "L2": l2 / (bw * L2_FACTOR), "tensor cores": mma_s, "issue": issue_s,
              "latency": latency_s}

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -14,6 +9,7 @@ from grader.tasks import get
 from grader.tasks.dds import reference as dds_reference  # noqa: F401
 from grader.tasks.w4a16 import reference as w4a16_reference  # noqa: F401
 from grader.tasks.w8a8 import reference as w8a8_reference  # noqa: F401
+from grader.worker.fence import interpreter_problem  # noqa: F401 - tests skip with its reason
 
 HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"
@@ -38,36 +34,6 @@ def validate_gradescope(results: dict) -> None:
     import jsonschema
     schema = json.loads((Path(__file__).parent / "fixtures" / "gradescope_results.schema.json").read_text())
     jsonschema.validate(results, schema)
-
-
-_INTERPRETER_PROBE = r'''
-import torch, triton, triton.language as tl
-
-@triton.jit
-def k(p, n_ptr):
-    n = tl.load(n_ptr)
-    acc = 0.0
-    for i in range(0, n, 2):   # range() over a loaded scalar: what Triton 3.6's interpreter
-        acc += 1.0             # cannot do under numpy >= 2.4
-    tl.store(p, acc)
-
-out = torch.zeros(1)
-k[(1,)](out, torch.tensor([4], dtype=torch.int32))
-assert out.item() == 2.0
-'''
-
-
-@functools.lru_cache(maxsize=None)
-def interpreter_problem() -> str:
-    """Why Triton's CPU interpreter cannot run the kernels here, or "" (the GPU
-    machines have Triton 3.6 with numpy 2.5, whose interpreter fails on a range()
-    over a loaded scalar): tests that grade in the interpreter skip with it."""
-    proc = subprocess.run([sys.executable, "-c", _INTERPRETER_PROBE], capture_output=True, text=True,
-                          env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300)
-    if proc.returncode == 0:
-        return ""
-    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return f"Triton's interpreter does not work here ({last[:200]})"
 
 
 # Time limits that tests give the grader scale with how fast this machine runs right now,

@@ -178,7 +178,7 @@ def test_the_estimate_agrees_with_the_recorded_gpu_grades(predicted_vs_measured)
     handout (H200): the predicted time, hence the ratio, is within a factor 1.5 of
     the one the grader measured for at least 80 % of the performance tests."""
     rows = predicted_vs_measured
-    assert len(rows) == 27
+    assert len(rows) >= 27   # every recorded grade of these kernels on a GPU
     within = [r for r in rows if 1 / 1.5 <= r[3] / r[4] <= 1.5]
     assert len(within) >= 0.8 * len(rows), "\n".join(f"{r[:3]} predicted {r[3]:.1f} us, measured {r[4]:.1f} us"
                                                      for r in rows)
@@ -292,3 +292,46 @@ def test_kernel_names_in_the_estimate_are_escaped(graded, tmp_path):
     html_out = " ".join(t["output"] for t in json.loads((tmp_path / "results.json").read_text())["tests"]
                         if t.get("output_format") == "html")
     assert "<img src=x" not in html_out
+
+
+# ----------------------------------------------------------------------------- the GPU check's second half
+
+def test_predictions_for_a_gpu_run_that_only_measured_are_made_here(tmp_path, capsys):
+    """Some GPU machines cannot run Triton's interpreter (Triton 3.6 under numpy 2.5):
+    there tools/validate_estimate.py records its measurements only, and --predict
+    makes the predictions on a CPU machine, as a student's CPU grade would, then
+    compares them. Measured times here are made up: the prediction is what is checked."""
+    from tools import validate_estimate as ve
+
+    rubric = load_rubric()
+    specs = rubric.tests_for("w8a8", "performance")
+    measured = {s.name: H100.baseline_ms[shape_key(s.shape)] / ratio for s, ratio in zip(specs, (1.0, 0.9, 1.1))}
+    rows = [ve.compare("reference", s, {"error": "not predicted yet"},
+                       {"kernel_ms": measured[s.name], "baseline_ms": H100.baseline_ms[shape_key(s.shape)]})
+            for s in specs]
+    rows.append({"kernels": "reference", "test": "w8a8/gone_from_the_rubric", "measurement": {}})
+    record = {"gpu": H100.name, "device": {}, "bench_quick": {},
+              "estimate": {"rows": rows, "summary": {"pending": "no predictions on this machine"}}}
+    (tmp_path / "results.json").write_text(json.dumps(record))
+    assert all("predicted_ratio" not in r for r in rows)
+
+    ve.main([str(tmp_path), "--predict"])
+    est = json.loads((tmp_path / "results.json").read_text())["estimate"]
+    assert [r["test"] for r in est["rows"]] == [s.name for s in specs]
+    for row, spec in zip(est["rows"], specs):
+        assert row["predicted_us"] > 0 and row["bound"] and not row.get("error"), row
+        assert row["measured_us"] == pytest.approx(measured[spec.name] * 1e3, abs=0.01)
+        assert row["predicted_ratio"] == pytest.approx(row["baseline_us"] / row["predicted_us"], rel=1e-3)
+    s = est["summary"]
+    assert s["tests"] == 3 and 0 <= s["within"] <= 3 and "pending" not in s
+    assert est["predicted_on"]["triton"] and est["predicted_on"]["interpreter"] == "TRITON_INTERPRET=1"
+    assert "within a factor 1.5" in capsys.readouterr().out
+
+
+def test_predict_refuses_a_file_without_measurements(tmp_path, capsys):
+    from tools import validate_estimate as ve
+
+    assert ve.main([str(tmp_path), "--predict"]) == 2
+    (tmp_path / "results.json").write_text('{"gpu": "NVIDIA H100 80GB HBM3"}')
+    assert ve.main([str(tmp_path), "--predict"]) == 2
+    assert "holds no measured estimate rows" in capsys.readouterr().err

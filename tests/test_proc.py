@@ -346,7 +346,9 @@ def test_one_clean_up_leaves_the_same_users_other_tree_alone(marks, token, switc
 
 # ------------------------------------------------------------------------ two students at once
 
-RAISES_ON_IMPORT = 'raise RuntimeError("this file raises on import")\n'
+# It defines dds_mm, so that the grader starts a worker for it (a file with no entry
+# point is told so without one), and raises in the worker on import.
+RAISES_ON_IMPORT = 'raise RuntimeError("this file raises on import")\n\n\ndef dds_mm(x, w):\n    pass\n'
 
 
 @pytest.mark.parametrize("where", ["root", "docker"])

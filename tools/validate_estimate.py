@@ -1,6 +1,7 @@
 """Check the CPU run's speed estimate against the grader's own clock, on a GPU.
 
-    python -m tools.validate_estimate OUT [--kernels NAME,...] [--rounds N] [--append]
+    python -m tools.validate_estimate OUT [--kernels NAME,...] [--rounds N] [--append]   (a GPU)
+    python -m tools.validate_estimate OUT --predict                                      (any machine)
 
 For every kernel set below and every performance test of the rubric, the
 estimate is made exactly as a CPU grade makes it (a sandboxed worker in the
@@ -23,6 +24,14 @@ file (date, GPU, versions), ``device`` (this GPU's properties),
 ``--append`` keeps the rows of OUT/results.json for other kernel sets and
 sums them up with the new ones (to split a run over two sessions, e.g.
 ``--kernels reference,naive,from_the_handout``, then the slow ones).
+
+The predictions need Triton's CPU interpreter, which some GPU machines cannot
+run (Triton 3.6 under numpy >= 2.4: ``fence.interpreter_problem``). There the
+GPU run records its measurements only and says so; ``--predict`` then makes
+the predictions for OUT/results.json on a machine whose interpreter works (a
+laptop, CI; no GPU needed), as a student's CPU grade would, and fills in the
+comparison and the summary. Each row keeps what was measured
+(``measurement``), so the predictions can be made again at any time.
 Copy OUT/results.json into results/ (one file per GPU and date; merge into an
 existing one) and run ``python -m tools.render_results``: the table in
 docs/grading.md and grader/targets.toml follow. The acceptance of the estimate
@@ -154,7 +163,8 @@ def _points(spec, ratio: float | None) -> float | None:
 
 
 def compare(kernels: str, spec, pred: dict, meas: dict) -> dict:
-    row = {"kernels": kernels, "test": spec.name}
+    """One row: the prediction next to the measurement (kept whole as ``measurement``)."""
+    row = {"kernels": kernels, "test": spec.name, "measurement": meas}
     gpu = (pred.get("gpus") or [{}])[0]
     us = gpu.get("us")
     if pred.get("error") or not us or not math.isfinite(us):
@@ -175,6 +185,29 @@ def compare(kernels: str, spec, pred: dict, meas: dict) -> dict:
     return row
 
 
+def predict_rows(rows: list[dict], rubric, target, jobs: list[tuple]) -> list[dict]:
+    """The rows of ``jobs`` (kernel set, task) again, with predictions made on this machine."""
+    measured = {(r["kernels"], r["test"]): r.get("measurement", {}) for r in rows}
+    out = []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {job: pool.submit(predict, job[0], KERNELS[job[0]], job[1], rubric, target) for job in jobs}
+        for name, task in jobs:
+            try:
+                pred = futures[(name, task)].result()
+            except Exception as e:  # noqa: BLE001 - one kernel set's failure is a row, not the end
+                pred = {"error": f"{type(e).__name__}: {e}"}
+            for spec in rubric.tests_for(task, "performance"):
+                one = pred.get(spec.name) or ({"error": pred["error"]} if "error" in pred else {})
+                out.append(compare(name, spec, one, measured.get((name, spec.name), {"error": "not measured"})))
+                _print_row(out[-1])
+    return out
+
+
+def _print_row(row: dict) -> None:
+    print(f"  {row['kernels']:18s} {row['test']:22s} predicted {row.get('predicted_ratio') or 0:6.3f} "
+          f"measured {row.get('measured_ratio') or 0:6.3f} {row.get('error', '')}", flush=True)
+
+
 def summary(rows: list[dict]) -> dict:
     both = [r for r in rows if r.get("predicted_ratio") and r.get("measured_ratio") and not r.get("error")]
     within = [r for r in both if 1 / FACTOR <= r["predicted_ratio"] / r["measured_ratio"] <= FACTOR]
@@ -192,21 +225,28 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", default=",".join(KERNELS), help="kernel sets, comma-separated: " + ", ".join(KERNELS))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--append", action="store_true", help="keep OUT/results.json's rows of other kernel sets")
+    ap.add_argument("--predict", action="store_true",
+                    help="make the predictions for OUT/results.json's measurements on this machine (no GPU needed)")
     args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from grader.rubric import load_rubric
+    from grader.worker.fence import interpreter_problem
+
+    rubric = load_rubric()
+    results = args.out / "results.json"
+    if args.predict:
+        return _predict_recorded(results, rubric, interpreter_problem())
     import torch
 
     if not torch.cuda.is_available():
-        print("tools.validate_estimate needs a CUDA GPU (it times the kernels)", file=sys.stderr)
+        print("tools.validate_estimate needs a CUDA GPU (it times the kernels); --predict does not", file=sys.stderr)
         return 2
-    sys.path.insert(0, str(ROOT))
     from bench.bench import _matmul_peaks
     from grader.harness.timing import copy_bandwidth_gbs
-    from grader.rubric import load_rubric
     from grader.tasks import get
     from tools.gpu_session import session_record
 
     args.out.mkdir(parents=True, exist_ok=True)
-    rubric = load_rubric()
     record = session_record()
     record["device"] = device_record()
     record["bench_quick"] = {"gpu": record["gpu"], "copy_gbs": copy_bandwidth_gbs(), "peaks": _matmul_peaks(),
@@ -214,10 +254,14 @@ def main(argv=None) -> int:
     target = target_for(record["gpu"], record["device"], record["bench_quick"])
     chosen = [k for k in args.kernels.split(",") if k]
     jobs = [(k, task) for k in chosen for task in rubric.tasks if (ROOT / KERNELS[k] / get(task).file).exists()]
+    no_predictions = interpreter_problem()
+    if no_predictions:
+        print(f"measuring only: {no_predictions}", flush=True)
     started = time.time()
     rows = []
     with ThreadPoolExecutor(max_workers=6) as pool:   # the predictions run on the CPU meanwhile
-        futures = {job: pool.submit(predict, job[0], KERNELS[job[0]], job[1], rubric, target) for job in jobs}
+        futures = {} if no_predictions else \
+            {job: pool.submit(predict, job[0], KERNELS[job[0]], job[1], rubric, target) for job in jobs}
         for name, task in jobs:
             print(f"timing {name} {task} ...", flush=True)
             try:
@@ -226,28 +270,70 @@ def main(argv=None) -> int:
                 meas = {s.name: {"error": f"{type(e).__name__}: {e}"} for s in rubric.tests_for(task, "performance")}
                 traceback.print_exc()
             try:
-                pred = futures[(name, task)].result()
+                pred = futures[(name, task)].result() if futures else {"error": "not predicted yet"}
             except Exception as e:  # noqa: BLE001
                 pred = {"error": f"{type(e).__name__}: {e}"}
                 traceback.print_exc()
             for spec in rubric.tests_for(task, "performance"):
                 one = pred.get(spec.name) or ({"error": pred["error"]} if "error" in pred else {})
-                row = compare(name, spec, one, meas.get(spec.name, {}))
-                rows.append(row)
-                print(f"  {spec.name:22s} predicted {row.get('predicted_ratio') or 0:6.3f} measured "
-                      f"{row.get('measured_ratio') or 0:6.3f} {row.get('error', '')}", flush=True)
-    previous = args.out / "results.json"
-    if args.append and previous.exists():
-        old = json.loads(previous.read_text()).get("estimate", {}).get("rows", [])
+                rows.append(compare(name, spec, one, meas.get(spec.name, {})))
+                _print_row(rows[-1])
+    if args.append and results.exists():
+        old = json.loads(results.read_text()).get("estimate", {}).get("rows", [])
         rows = [r for r in old if r["kernels"] not in chosen] + rows
     record["estimate"] = {"command": "python -m tools.validate_estimate", "target": target.name,
-                          "seconds": round(time.time() - started), "rows": rows, "summary": summary(rows)}
-    (args.out / "results.json").write_text(json.dumps(record, indent=1) + "\n")
-    s = record["estimate"]["summary"]
+                          "seconds": round(time.time() - started), "rows": rows, "summary": summary(rows),
+                          "predicted_on": None if no_predictions else _this_machine()}
+    if no_predictions:
+        record["estimate"]["summary"] = {"pending": f"no predictions on this machine: {no_predictions}"}
+    results.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {results}")
+    if no_predictions:
+        print(f"now, on a machine whose Triton interpreter works: python -m tools.validate_estimate {args.out} "
+              "--predict")
+        return 0
+    return _said(record["estimate"]["summary"])
+
+
+def _predict_recorded(results: Path, rubric, problem: str) -> int:
+    """--predict: the predictions for a results file's measurements, made here."""
+    if problem:
+        print(f"tools.validate_estimate --predict: {problem}", file=sys.stderr)
+        return 2
+    try:
+        record = json.loads(results.read_text())
+        est = record["estimate"]
+        rows = est["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"tools.validate_estimate --predict: {results} holds no measured estimate rows ({e})", file=sys.stderr)
+        return 2
+    target = target_for(record.get("gpu", ""), record.get("device", {}), record.get("bench_quick", {}))
+    task_of = {t.name: t.task for t in rubric.tests}
+    jobs = list(dict.fromkeys((r["kernels"], task_of[r["test"]]) for r in rows if r["test"] in task_of))
+    print(f"predicting for {target.name} ({len(jobs)} kernel files) ...", flush=True)
+    est["rows"] = predict_rows(rows, rubric, target, jobs)
+    est["summary"] = summary(est["rows"])
+    est["predicted_on"] = _this_machine()
+    results.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {results}")
+    return _said(est["summary"])
+
+
+def _this_machine() -> dict:
+    import platform
+
+    import numpy
+    import torch
+    import triton
+
+    return {"machine": platform.machine(), "python": platform.python_version(), "torch": torch.__version__,
+            "triton": triton.__version__, "numpy": numpy.__version__, "interpreter": "TRITON_INTERPRET=1"}
+
+
+def _said(s: dict) -> int:
     print(f"within a factor {FACTOR}: {s['within']} of {s['tests']} ({s['share']:.0%}); predicted to earn nothing: "
           f"{s['predicted_zero']}, the most one of them earned: {s['max_points_when_zero']:.0%} of its points; "
           f"accepted: {s['accepted']}")
-    print(f"wrote {args.out / 'results.json'}")
     return 0 if s["accepted"] else 1
 
 

@@ -23,8 +23,12 @@ on triton only.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
+import os
+import subprocess
+import sys
 
 # The Triton versions each platform's checks were run on (GPU: results/*.json; CPU: the CI venv).
 TESTED_ON = {"cuda": ("3.6.0",), "cpu": ("3.9.0",)}
@@ -187,3 +191,37 @@ def probe(device: str) -> dict[str, str]:
 def sentence(check: str, why: str) -> str:
     """The report's line for a check that is off."""
     return f"{check} off ({CHECKS.get(check, 'a check of the grader')}): {why}"
+
+
+# A kernel the interpreter must run: a range() over a loaded scalar, which Triton 3.6's
+# interpreter cannot do under numpy >= 2.4 (the GPU machines of 2026-11 have both).
+_INTERPRETER_PROBE = r'''
+import torch, triton, triton.language as tl
+
+@triton.jit
+def k(p, n_ptr):
+    n = tl.load(n_ptr)
+    acc = 0.0
+    for i in range(0, n, 2):
+        acc += 1.0
+    tl.store(p, acc)
+
+out = torch.zeros(1)
+k[(1,)](out, torch.tensor([4], dtype=torch.int32))
+assert out.item() == 2.0
+'''
+
+
+@functools.lru_cache(maxsize=None)
+def interpreter_problem() -> str:
+    """Why Triton's CPU interpreter cannot run kernels on this machine, or "" when it can
+    (one small kernel, run in a fresh process with TRITON_INTERPRET=1)."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", _INTERPRETER_PROBE], capture_output=True, text=True,
+                              env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"Triton's interpreter could not be tried here ({type(e).__name__})"
+    if proc.returncode == 0:
+        return ""
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return f"Triton's interpreter does not work here ({last[:200]})"
