@@ -82,6 +82,8 @@ class DockerUsers:
         for tool in ("unshare", "mount", "setpriv", "sudo"):
             if not shutil.which(tool):
                 return f"needs {tool} (apt-get install {'sudo' if tool == 'sudo' else 'util-linux'})"
+        if not os.stat(ROOT).st_mode & stat.S_IXOTH:   # a closed ancestor is shimmed; the checkout itself is not
+            return f"the checkout {ROOT} is closed to other users (chmod o+x it): the image's users could not read it"
         return None
 
     def writable(self, name: str) -> Path:

@@ -11,6 +11,7 @@ import copy
 import difflib
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -180,9 +181,11 @@ def test_from_recorded_runs_on_the_command_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "tools.calibrate", "--from", *map(str, RECORDED), "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    for words in ("old full / zero", "new full / zero", "w8a8/perf_m1 ", "1.29 1.10", "0.55 / 0.08", "0.55 / 0.1",
-                  f"wrote {out}: 3 of 18 thresholds changed"):
+    shipped = next(t for t in load_rubric(DEFAULT_RUBRIC).tests if t.name == "w4a16/perf_m1024")
+    for words in ("old full / zero", "new full / zero", "w8a8/perf_m1 ", "1.29 1.10",
+                  f"{shipped.full_ratio:g} / {shipped.zero_ratio:g}", "0.55 / 0.1"):   # old (shipped), new
         assert words in proc.stdout, words
+    assert re.search(rf"wrote {re.escape(str(out))}: \d+ of 18 thresholds changed", proc.stdout), proc.stdout
     assert load_rubric(out).settings.calibrated_on == ("NVIDIA H100 80GB HBM3, 2026-11-22", "NVIDIA H200, 2026-11-22")
 
 
