@@ -35,6 +35,9 @@ def _grade_args(p: argparse.ArgumentParser) -> None:
                         "performance is not timed)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="time limit of the whole run, seconds; each task gets a share (Gradescope)")
+    p.add_argument("--runs-out", default=None, metavar="FILE",
+                   help="TA option: also save what the run brought back (the hidden tests' facts included: "
+                        "keep it from students); `pytest grader/tests --runs FILE -k w8a8` judges it again")
 
 
 CLASSROOM_COMMANDS = ("batch", "regrade", "gradebook", "merge")
@@ -82,7 +85,7 @@ def main(argv=None) -> int:
         return 2
     try:
         result = grade(args.submission, rubric, seed=args.seed, device=args.device, tasks=tasks,
-                       sanitize=args.sanitize, budget_s=args.budget_s)
+                       sanitize=args.sanitize, budget_s=args.budget_s, runs_out=args.runs_out)
     except Exception as e:  # the grader's own failure: still a report, with the reason
         import traceback
 

@@ -22,6 +22,7 @@ from .harness import sandbox
 from .harness.run import run_tasks
 from .judge import judge
 from .rubric import CALIBRATION, Rubric
+from .runs import save_runs
 from .scoring import GradeResult, score
 from .submission import Submission, SubmissionError, load_submission
 
@@ -87,13 +88,16 @@ def _one_grader_per_gpu(device: str, log):
 
 def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
           device: str | None = None, tasks: list[str] | None = None,
-          log=print, sanitize: bool = False, budget_s: float | None = None) -> GradeResult:
+          log=print, sanitize: bool = False, budget_s: float | None = None,
+          runs_out: str | Path | None = None) -> GradeResult:
     """Grade ``submission`` (folder or .zip) and return the result; never raises on a bad submission.
 
     ``sanitize`` (GPU): run the correctness cases under compute-sanitizer's
     memcheck, which names every out-of-bounds access; performance is not timed.
     ``budget_s``: the whole run's time limit; each task's workers get an equal
     share of what is left when it starts (never more than the rubric's limit).
+    ``runs_out``: also write what the run brought back there (grader/runs.py's runs
+    file: ``pytest grader/tests --runs FILE`` judges it again, test by test).
     """
     started = time.time()
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -118,6 +122,8 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
         notes.append(CPU_NOTE)
     with _one_grader_per_gpu(device, log):
         runs = run_tasks(sub, rubric, device, seed, tasks, log, sanitizer, budget_s)
+    if runs_out is not None:
+        save_runs(runs, runs_out)
     judgment = judge(runs, rubric)
     return score(judgment, runs, rubric, submission=str(submission),
                  started=dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds"),

@@ -14,6 +14,8 @@ judge's and the scorer's business.
 
 from __future__ import annotations
 
+import dataclasses
+import types
 from dataclasses import dataclass, field
 
 from .compare import Check
@@ -109,3 +111,68 @@ class Runs:
     bandwidth_gbs: float = 0.0        # device copy bandwidth, for the memory floor of timed calls
     sanitized: bool = False           # correctness ran under compute-sanitizer; nothing was timed
     notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------
+# The runs file: what a run brought back, for the judge to be run again on it
+# (python -m grader grade --runs-out FILE; pytest grader/tests --runs FILE).
+# ---------------------------------------------------------------------------
+
+RUNS_FORMAT = 1
+
+
+def save_runs(runs: Runs, path) -> None:
+    """Write ``runs`` as JSON (outputs of calls dropped: the checks already hold
+    what was compared). It holds the hidden tests' facts: a TA's file, not a student's."""
+    import json
+    import os
+    from pathlib import Path
+
+    def plain(obj):
+        if dataclasses.is_dataclass(obj):
+            return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != "output"}
+        if isinstance(obj, dict):
+            return {str(k): plain(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [plain(v) for v in obj]
+        if obj is None or isinstance(obj, (str, int, float, bool)):
+            return obj
+        return repr(obj)   # nothing the judge reads is of another type
+
+    path = Path(path)
+    path.write_text(json.dumps({"format": RUNS_FORMAT, "runs": plain(runs)}, indent=1))
+    os.chmod(path, 0o640)
+
+
+def load_runs(path) -> Runs:
+    """A runs file back as the ``Runs`` the judge reads; ValueError if it is not one."""
+    import json
+    from pathlib import Path
+
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or data.get("format") != RUNS_FORMAT:
+        raise ValueError(f"{path}: not a runs file of format {RUNS_FORMAT} (python -m grader grade --runs-out)")
+    return _typed(Runs, data["runs"])
+
+
+def _typed(tp, value):
+    """``value`` (plain JSON) as type ``tp``: dataclasses field by field, containers element by element."""
+    import typing
+
+    if value is None:
+        return None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _typed(inner[0], value) if len(inner) == 1 else value
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        known = {f.name for f in dataclasses.fields(tp) if f.init}
+        return tp(**{k: _typed(hints[k], v) for k, v in value.items() if k in known})
+    if origin is list:
+        return [_typed(args[0], v) for v in value] if args else list(value)
+    if origin is tuple:
+        return tuple(_typed(a, v) for a, v in zip(args, value)) if args else tuple(value)
+    if origin is dict:
+        return {k: _typed(args[1], v) for k, v in value.items()} if args else dict(value)
+    return value
