@@ -122,25 +122,15 @@ RUNS_FORMAT = 1
 
 
 def save_runs(runs: Runs, path) -> None:
-    """Write ``runs`` as JSON (outputs of calls dropped: the checks already hold
-    what was compared). It holds the hidden tests' facts: a TA's file, not a student's."""
+    """Write ``runs`` as JSON (the harness already dropped the calls' outputs: the
+    checks hold what was compared). It holds the hidden tests' facts: a TA's file,
+    not a student's."""
     import json
     import os
     from pathlib import Path
 
-    def plain(obj):
-        if dataclasses.is_dataclass(obj):
-            return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != "output"}
-        if isinstance(obj, dict):
-            return {str(k): plain(v) for k, v in obj.items()}
-        if isinstance(obj, (list, tuple)):
-            return [plain(v) for v in obj]
-        if obj is None or isinstance(obj, (str, int, float, bool)):
-            return obj
-        return repr(obj)   # nothing the judge reads is of another type
-
     path = Path(path)
-    path.write_text(json.dumps({"format": RUNS_FORMAT, "runs": plain(runs)}, indent=1))
+    path.write_text(json.dumps({"format": RUNS_FORMAT, "runs": dataclasses.asdict(runs)}, indent=1, default=repr))
     os.chmod(path, 0o640)
 
 

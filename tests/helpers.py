@@ -9,7 +9,6 @@ from grader.tasks import get
 from grader.tasks.dds import reference as dds_reference  # noqa: F401
 from grader.tasks.w4a16 import reference as w4a16_reference  # noqa: F401
 from grader.tasks.w8a8 import reference as w8a8_reference  # noqa: F401
-from grader.worker.fence import interpreter_problem  # noqa: F401 - tests skip with its reason
 
 HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"

@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 
 from grader.harness import proc, sandbox
+from grader.worker.fence import interpreter_problem
 from tests.docker_users import DockerUsers
 from tests.fakes import install_fake_grade, rubric_toml
-from tests.helpers import interpreter_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -36,7 +36,7 @@ Copy OUT/results.json into results/ (one file per GPU and date; merge into an
 existing one) and run ``python -m tools.render_results``: the table in
 docs/grading.md and grader/targets.toml follow. The acceptance of the estimate
 (docs/grading.md) is ``summary.share >= 0.8`` and ``summary.max_points_when_zero
-<= 0.25``. Needs a CUDA GPU; predictions use the CPU cores meanwhile.
+<= 0.25``. Needs a CUDA GPU; the predictions follow the measurements, on its CPU cores.
 """
 
 from __future__ import annotations
@@ -185,11 +185,12 @@ def compare(kernels: str, spec, pred: dict, meas: dict) -> dict:
     return row
 
 
-def predict_rows(rows: list[dict], rubric, target, jobs: list[tuple]) -> list[dict]:
-    """The rows of ``jobs`` (kernel set, task) again, with predictions made on this machine."""
+def predict_rows(rows: list[dict], rubric, target, jobs: list[tuple], workers: int = 2) -> list[dict]:
+    """The rows of ``jobs`` (kernel set, task) again, with predictions made on this machine
+    (``workers`` kernel files at once: each prediction is a sandboxed CPU worker)."""
     measured = {(r["kernels"], r["test"]): r.get("measurement", {}) for r in rows}
     out = []
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {job: pool.submit(predict, job[0], KERNELS[job[0]], job[1], rubric, target) for job in jobs}
         for name, task in jobs:
             try:
@@ -259,25 +260,18 @@ def main(argv=None) -> int:
         print(f"measuring only: {no_predictions}", flush=True)
     started = time.time()
     rows = []
-    with ThreadPoolExecutor(max_workers=6) as pool:   # the predictions run on the CPU meanwhile
-        futures = {} if no_predictions else \
-            {job: pool.submit(predict, job[0], KERNELS[job[0]], job[1], rubric, target) for job in jobs}
-        for name, task in jobs:
-            print(f"timing {name} {task} ...", flush=True)
-            try:
-                meas = measure(KERNELS[name], task, rubric, args.rounds)
-            except Exception as e:  # noqa: BLE001 - one kernel set's failure is a row, not the end
-                meas = {s.name: {"error": f"{type(e).__name__}: {e}"} for s in rubric.tests_for(task, "performance")}
-                traceback.print_exc()
-            try:
-                pred = futures[(name, task)].result() if futures else {"error": "not predicted yet"}
-            except Exception as e:  # noqa: BLE001
-                pred = {"error": f"{type(e).__name__}: {e}"}
-                traceback.print_exc()
-            for spec in rubric.tests_for(task, "performance"):
-                one = pred.get(spec.name) or ({"error": pred["error"]} if "error" in pred else {})
-                rows.append(compare(name, spec, one, meas.get(spec.name, {})))
-                _print_row(rows[-1])
+    for name, task in jobs:   # measured first, then predicted (predict_rows), as --predict does
+        print(f"timing {name} {task} ...", flush=True)
+        try:
+            meas = measure(KERNELS[name], task, rubric, args.rounds)
+        except Exception as e:  # noqa: BLE001 - one kernel set's failure is a row, not the end
+            meas = {s.name: {"error": f"{type(e).__name__}: {e}"} for s in rubric.tests_for(task, "performance")}
+            traceback.print_exc()
+        for spec in rubric.tests_for(task, "performance"):
+            rows.append(compare(name, spec, {"error": "not predicted yet"}, meas.get(spec.name, {})))
+            _print_row(rows[-1])
+    if not no_predictions:
+        rows = predict_rows(rows, rubric, target, jobs, workers=6)
     if args.append and results.exists():
         old = json.loads(results.read_text()).get("estimate", {}).get("rows", [])
         rows = [r for r in old if r["kernels"] not in chosen] + rows
