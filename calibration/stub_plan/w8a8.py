@@ -7,7 +7,8 @@ quantized per output channel, int8 x int8 -> int32 on the tensor cores.
 Calibration fixture, a first draft: the stub's numbered plan followed literally,
 the way a first-time Triton user reads the handout, with the stub's block sizes
 and no tuning (written from the student bundle alone). The rubric's thresholds
-give such a draft at most 60 % of a task's performance points (docs/grading.md).The file follows Triton's tutorial 03-matrix-multiplication: the
+give such a draft at most 60 % of a task's performance points (docs/grading.md).
+The file follows Triton's tutorial 03-matrix-multiplication: the
 kernel first, then a wrapper that checks the inputs, allocates the output and
 launches the kernel.
 """
