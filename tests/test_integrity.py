@@ -188,6 +188,25 @@ def test_timed_calls_that_skip_the_work_fail(tmp_path):
 
 
 @needs_gpu
+def test_timed_calls_computed_on_the_first_replay_only_fail(tmp_path):
+    # Outputs are collected after the clock, from the replay that was timed: a later
+    # replay that skips the work leaves NaN (and last round's activations' answer), not this round's.
+    src = submission("w8a8_first_replay_only")
+    tests = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))
+    assert all(t.status == "passed" for n, t in tests.items() if n != "w8a8/perf")
+    assert tests["w8a8/perf"].score == 0 and "wrong" in tests["w8a8/perf"].message
+
+
+@needs_gpu
+def test_timed_calls_that_return_one_buffer_fail(tmp_path):
+    # Correct for every checked call; in a timed batch every call needs an output of its own.
+    src = submission("w8a8_one_output_buffer")
+    tests = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))
+    assert all(t.status == "passed" for n, t in tests.items() if n != "w8a8/perf")
+    assert tests["w8a8/perf"].score == 0 and "share memory" in tests["w8a8/perf"].message
+
+
+@needs_gpu
 @pytest.mark.parametrize("static", [True, False])
 def test_cublas_while_captured_gets_nothing(tmp_path, static):
     # Phase switch: the honest kernel when called eagerly (checked), cuBLAS while

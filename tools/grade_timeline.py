@@ -11,8 +11,9 @@ wrapped, not changed), and prints, per task, the seconds spent in:
   compile check     compiling what the worker launched for sm_90 (CPU runs) or reading it back (GPU)
   timing            each performance test, split into: inputs and batch sizing ("setup"), the
                     worker's "prepare" (its kernel's first compile for that shape and the CUDA
-                    graph capture), the timed rounds ("run", and the baseline), and the check of
-                    every output of every round ("check")
+                    graph capture), the timed rounds ("run", and the baseline), the copy of the
+                    timed outputs into the arena ("collect") and the check of every output of
+                    every round ("check")
   movement          the CPU run's data-movement count
   judge, score      pytest over the runs, and the points
 
@@ -96,7 +97,7 @@ def instrument(watch: Stopwatch) -> None:
             return request(self, msg, *a, **k)
         finally:
             op = msg.get("op", "?") if isinstance(msg, dict) else "?"
-            if op in ("prepare", "run"):
+            if op in ("prepare", "run", "collect"):
                 watch.add(f"timing: worker {op}", time.perf_counter() - t0)
     session.Session.request = timed_request
 

@@ -6,6 +6,9 @@ harness's arena, and every output is checked here against a reference
 computed here. The clock is the harness's: host time around a batch of calls
 that the worker runs as one CUDA graph, so a call's time is its device time
 plus its share of one launch, with nothing the worker reports about itself.
+The clock times the calls only: each call writes an output of its own, and
+the worker copies those outputs into the arena after the clock has stopped,
+from the very run that was timed; then every one of them is checked.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from ..worker.graphs import capture
 from .arena import Arena, Plan
 from .session import Session, WorkerGone
 
-MAX_TIMED_BYTES = 6 << 30  # activations + outputs of one timed batch on the GPU
+# GPU memory one timed batch may hold, both processes together: per call the
+# arena's activations and output slot, the harness's private activations, the
+# baseline's output and the output the worker's call writes.
+MAX_TIMED_BYTES = 12 << 30
 MAX_CALLS = 1024
 
 
@@ -111,7 +117,7 @@ def _batch_size(task, shape, inputs, batch_ms: float) -> tuple[int, int]:
     args, extras = inputs
     act = get(task).activation_args
     set_bytes = sum(_bytes(a) for i, a in enumerate(args) if i not in act)
-    call_bytes = sum(_bytes(args[i]) for i in act) + 2 * shape[0] * shape[1]
+    call_bytes = 2 * sum(_bytes(args[i]) for i in act) + 3 * 2 * shape[0] * shape[1]
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
     sets = max(1, min(16, math.ceil(3 * l2 / max(set_bytes, 1))))
     x, wt = args[0], extras["weight"].t()
@@ -120,7 +126,7 @@ def _batch_size(task, shape, inputs, batch_ms: float) -> tuple[int, int]:
 
     def calls_():
         for _ in range(probe):
-            out.copy_(torch.matmul(x, wt))
+            torch.matmul(x, wt, out=out)
 
     graph = capture(calls_)
     times = []
@@ -150,8 +156,9 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
     of its own and weight set j mod ``sets``. Each round refreshes every
     activation, times the baseline's batch (a CUDA graph in this process),
     then the worker's batch (the worker's CUDA graph, replayed on command),
-    and checks every output of the worker's batch. ``more_rounds(timing)``
-    may ask for up to ``extra_rounds`` more rounds (scores near a threshold).
+    and checks every output of the worker's batch (``timed_rounds``).
+    ``more_rounds(timing)`` may ask for up to ``extra_rounds`` more rounds
+    (scores near a threshold).
     """
     registered = get(task)
     first = registered.make_inputs(shape, options, seed + 1, "cuda")
@@ -180,36 +187,68 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
     timing.graph, timing.note = ready.get("graph", False), ready.get("note", "")
     timing.evidence = ready.get("evidence", {})
 
-    # The baseline: the same calls on the same inputs, fp16 weights, same output copy.
+    # The baseline: the same calls on the same inputs, fp16 weights, each into an output of its own.
     weights = [extras["weight"].t() for _, extras in sets]
     base_out = torch.empty((calls, shape[0], shape[1]), dtype=torch.float16, device="cuda")
 
-    def views(j):
-        return [arena.view(batch[j]["args"][i]["tensor"]) for i in act]
-
     def baseline():   # on the harness's private activations: nothing the worker can write
         for j in range(calls):
-            base_out[j].copy_(torch.matmul(private[j][act[0]], weights[j % nsets]))
+            torch.matmul(private[j][act[0]], weights[j % nsets], out=base_out[j])
 
     base_graph = capture(baseline)
     out_specs = [c["out"] for c in batch]
-    r = 0
-    while r < rounds or (more_rounds and r < rounds + extra_rounds and more_rounds(timing)):
+
+    def refresh(r: int) -> None:
         for j, mine in enumerate(private):
             registered.fresh_activations(mine, (seed + 1 + r * calls + j) % 2**62)
-            for i, v in zip(act, views(j)):
-                v.copy_(mine[i])
+            for i in act:
+                arena.view(batch[j]["args"][i]["tensor"]).copy_(mine[i])
         arena.reset_outputs(out_specs)
         torch.cuda.synchronize()
+
+    def time_baseline() -> float:
         t0 = time.perf_counter()
         base_graph.replay()
         torch.cuda.synchronize()
-        timing.baseline_ms.append((time.perf_counter() - t0) * 1e3 / calls)
+        return time.perf_counter() - t0
+
+    return timed_rounds(session, timing, rounds, refresh, time_baseline,
+                        lambda: _first_wrong(arena, batch, sets, private, task, shape, act),
+                        more_rounds, extra_rounds)
+
+
+def timed_rounds(session, timing: Timing, rounds: int, refresh, time_baseline, check,
+                 more_rounds=None, extra_rounds: int = 4) -> Timing:
+    """The rounds of a timed test, appended to ``timing``.
+
+    Each round: ``refresh(r)`` (fresh activations, output slots reset), the
+    baseline's batch (``time_baseline()``: seconds), then the worker's: the
+    clock runs from the "run" command to the worker's reply, which comes
+    after its calls and a device-wide synchronize, and nothing else. Then the
+    worker copies the outputs of that very run into the arena ("collect"),
+    outside the clock, and ``check()`` reads every one of them (the first
+    wrong one, in words, or ""). A worker that cannot collect its outputs
+    (they share memory, or are not plain tensors) has timed calls without an
+    output of their own: they count as wrong.
+    """
+    calls = timing.calls
+    r = 0
+    while r < rounds or (more_rounds and r < rounds + extra_rounds and more_rounds(timing)):
+        refresh(r)
+        timing.baseline_ms.append(time_baseline() * 1e3 / calls)
         t0 = time.perf_counter()
-        session.request({"op": "run"})
+        ran = session.request({"op": "run"})
         timing.kernel_ms.append((time.perf_counter() - t0) * 1e3 / calls)
-        if not timing.wrong:
-            timing.wrong = _first_wrong(arena, batch, sets, private, task, shape, act)
+        collected = session.request({"op": "collect"})
+        if timing.wrong:
+            pass
+        elif not ran["ok"]:
+            timing.wrong = "a timed call raised an exception:\n" + ran.get("error", "?")
+        elif not collected["ok"]:
+            timing.wrong = collected.get("returned") or ("the outputs of the timed calls could not be "
+                                                         "collected:\n" + collected.get("error", "?"))
+        else:
+            timing.wrong = check()
         r += 1
     return timing
 

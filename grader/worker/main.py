@@ -20,6 +20,7 @@ back on REPLY_FD:
     {"op": "prepare", "arena": A, "calls": [{"args", "out"}, ...]}
                                                             -> {"ok": true, "graph": bool, "note": "..."}
     {"op": "run"}                                           -> {"ok": true}   (after the device is idle)
+    {"op": "collect"}                                       -> {"ok": true} | {"ok": false, "returned": "..."}
     {"op": "compile", "budget_s": s, "cache_dir": path, "known": {key: result}, "gpu_only": bool}
                                                             -> {"ok": true, "compile": [row, ...]}
     {"op": "movement", "arena": A, "args": [...], "out": spec} -> {"ok": true, "movement": {...}}
@@ -35,6 +36,14 @@ On a GPU the call runs inside a kernel trace (trace.py): the evidence says
 which kernels ran.
 ``prepare`` warms a timed batch up and captures it in a CUDA graph when the
 submission allows it (``run`` then replays it; otherwise it calls eagerly).
+The timed calls write their own outputs and nothing else runs in ``run``:
+``collect``, after the harness has stopped its clock, copies the outputs of
+the run that was timed into the arena's output slots (and, with a graph,
+fills the graph's outputs with NaN, so that the next run must write them
+again). Outputs that share memory, or that are not plain tensors, are not
+copied: ``collect`` says why, and the harness counts the timed calls wrong.
+Between ``run`` and ``collect`` the garbage collector is off, so no
+finalizer of the submission's can write the outputs after the clock stopped.
 ``movement`` (CPU interpreter only) is a call whose loads, stores and dots
 are counted (movement.py); the counts are feedback, never a score.
 ``capture`` (CPU interpreter only) calls the kernel at each case's GPU shape
@@ -49,6 +58,7 @@ points: docs/integrity.md.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import mmap
@@ -61,6 +71,7 @@ import warnings
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from . import capture as capture_mode
 from . import compile as compile_check
@@ -89,7 +100,8 @@ class Worker:
         self.failed: dict = {}         # checks that could not install during a call: {check: why}
         self.files = set(files)        # the kernel file: where a load's line is looked up
         self.arenas: dict = {}
-        self.batch = None  # (calls, graph or None)
+        self.batch: TimedBatch | None = None
+        self._gc_was_on = False   # the collector's state before the timed run turned it off
 
     def sync(self) -> None:
         if self.device == "cuda":
@@ -219,28 +231,24 @@ class Worker:
 
     def prepare(self, msg: dict) -> dict:
         arena = self.arenas[msg["arena"]]
-        calls = [self._call(arena, c) for c in msg["calls"]]
-
-        def batch():
-            for args, out in calls:
-                out.copy_(self.fn(*args))
-
+        self.batch = batch = TimedBatch(self.fn, [self._call(arena, c) for c in msg["calls"]])
         # The timed calls are recorded like the checked ones: a kernel that
         # behaves differently while timed or captured shows it here.
         self.launches.reset()
         ops = OpRecorder()
         with ops:
-            batch()  # compiles every variant the batch needs
+            batch.calls_once()  # compiles every variant the batch needs
         self.sync()
-        graph, note = None, ""
-        try:
-            graph = capture(batch, recorder=ops)
-        except Exception as e:  # e.g. a host synchronisation inside the call
-            graph, note = None, f"{type(e).__name__}: {e}"[:500]
-            self.sync()
-        self.batch = (batch, graph)
-        args, out = calls[0]
-        return {"ok": True, "graph": graph is not None, "note": note,
+        note = ""
+        if self.device == "cuda":
+            try:
+                batch.capture(recorder=ops)
+            except Exception as e:  # e.g. a host synchronisation inside the call
+                note = f"{type(e).__name__}: {e}"[:500]
+                batch.graph = None
+                self.sync()
+        args, out = batch.calls[0]
+        return {"ok": True, "graph": batch.graph is not None, "note": note,
                 "evidence": self._evidence(ops, args, out)}
 
     def compile(self, msg: dict) -> dict:
@@ -305,13 +313,110 @@ class Worker:
         return cap.report(capture_mode.named_ranges(args, names), y)
 
     def run(self, msg: dict) -> dict:
-        batch, graph = self.batch
-        if graph is not None:
-            graph.replay()
-        else:
-            batch()
+        """The timed run: the calls and nothing else (no copy), then a device-wide synchronize."""
+        self._gc_was_on = self._gc_was_on or gc.isenabled()
+        gc.disable()   # until collect: no finalizer runs after the clock has stopped
+        self.batch.run()
         self.sync()
         return {"ok": True}
+
+    def collect(self, msg: dict) -> dict:
+        """Copy the outputs of the run just timed into the arena's output slots."""
+        try:
+            problem = self.batch.collect()
+            self.sync()
+        finally:
+            if self._gc_was_on:
+                gc.enable()
+            self._gc_was_on = False
+        return {"ok": False, "returned": problem} if problem else {"ok": True}
+
+
+class TimedBatch:
+    """The calls of one timed batch, each writing an output of its own.
+
+    ``run`` makes the calls, as one CUDA graph (``capture``) or eagerly; their
+    outputs stay where the calls put them. ``collect`` checks that the outputs
+    are plain, separate tensors of the right kind and copies them into the
+    arena's slots. With a graph the copies are a second graph captured with
+    the first (the outputs of a graph stay where its capture allocated them),
+    followed by a NaN fill of the graph's outputs: a replay that skips a call
+    leaves NaN, not the previous round's answer.
+    """
+
+    def __init__(self, fn, calls: list):
+        self.fn, self.calls = fn, calls   # calls: [(args, arena output view)]
+        self.outputs: list | None = None  # what the calls of the last run returned
+        self.graph = self.copies = None
+        self.problem: str | None = None   # why the graph's outputs cannot be collected
+
+    def calls_once(self) -> list:
+        self.outputs = [self.fn(*args) for args, _ in self.calls]
+        return self.outputs
+
+    def capture(self, recorder=None) -> None:
+        """Capture the calls as one graph, and the copies of its outputs as another."""
+        self.graph = capture(self.calls_once, recorder=recorder)
+        self.problem = outputs_problem(self.outputs, [out for _, out in self.calls])
+        if self.problem is None:
+            self.copies = capture(self._copy_out)
+
+    def run(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.calls_once()
+
+    def collect(self) -> str | None:
+        if self.outputs is None:
+            return "no timed run to collect"
+        if self.graph is None:
+            problem = outputs_problem(self.outputs, [out for _, out in self.calls])
+            if problem is None:
+                self._copy_out(poison=False)
+            self.outputs = None
+            return problem
+        if self.problem is None:
+            self.copies.replay()
+        return self.problem
+
+    def _copy_out(self, poison: bool = True) -> None:
+        # The worker's own copies: whatever mode a submission may have left on is off.
+        with _disable_current_modes(), torch._C.DisableTorchFunction():
+            for y, (_, out) in zip(self.outputs, self.calls):
+                out.copy_(y)
+            if poison:
+                for y in self.outputs:
+                    y.fill_(float("nan"))
+
+
+def outputs_problem(outputs: list, outs: list) -> str | None:
+    """Why the outputs of a timed batch cannot be checked as its calls' own results, or None.
+
+    Each must be usable as its call's output (``_unusable``), a plain
+    ``torch.Tensor`` (a subclass could run code of the submission's when it
+    is copied) and memory of its own: outputs that overlap (one buffer
+    returned by several calls) hold at most one call's result.
+    """
+    spans = []
+    for j, (y, out) in enumerate(zip(outputs, outs)):
+        problem = _unusable(y, out)
+        if problem is None and type(y) is not torch.Tensor:
+            problem = f"returned a {type(y).__name__}, a subclass of torch.Tensor: return a plain tensor"
+        if problem:
+            return f"timed call {j + 1}: {problem}"
+        first, end = tensor_range(y)
+        if end - first < y.numel() * y.element_size():
+            return f"timed call {j + 1} returned a tensor whose elements share memory (an expanded view)"
+        if end > first:
+            spans.append((first, end, j))
+    spans.sort()
+    for (_, end, j), (first, _, k) in zip(spans, spans[1:]):
+        if first < end:
+            return (f"timed calls {min(j, k) + 1} and {max(j, k) + 1} returned outputs that share memory: "
+                    "each call must return a new output tensor (the grader checks every timed call's own "
+                    "result after timing)")
+    return None
 
 
 def _named(args, specs) -> list[tuple[str, int, int]]:

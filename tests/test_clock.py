@@ -1,0 +1,183 @@
+"""The clock times the calls only (grader/harness/measure.py, grader/worker/main.py).
+
+A timed call writes an output of its own; the worker copies the outputs of
+the run that was timed into the arena after the harness has stopped its
+clock ("collect"), and the harness checks every one of them. These tests
+drive the worker's timed batch in this process (eager on the CPU, a CUDA
+graph on a GPU) and the harness's rounds through a session that forwards
+each command to it.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+
+import pytest
+import torch
+
+from grader.harness.arena import CANARY, Arena, Plan
+from grader.harness.measure import Timing, timed_rounds
+from grader.worker.main import Worker, outputs_problem
+from tests.helpers import HAS_CUDA, needs_gpu
+
+M, N, K, CALLS = 8, 16, 32, 6
+
+
+class _Launches:
+    """What Worker needs of a LaunchRecorder here: nothing is recorded."""
+
+    def reset(self):
+        pass
+
+    def own(self):
+        return 0
+
+    def foreign(self):
+        return []
+
+
+class Session:
+    """Forwards each command to an in-process Worker, as the sandboxed session would,
+    waiting ``delay_s[op]`` before it (the time a slow command takes)."""
+
+    def __init__(self, worker: Worker, delay_s: dict | None = None):
+        self.worker, self.delay_s, self.ops = worker, delay_s or {}, []
+
+    def request(self, msg: dict) -> dict:
+        self.ops.append(msg["op"])
+        time.sleep(self.delay_s.get(msg["op"], 0))
+        try:
+            return getattr(self.worker, msg["op"])(msg)
+        except Exception as e:  # noqa: BLE001 - as the worker's main loop replies
+            return {"ok": False, "error": repr(e)}
+
+
+def _batch(device: str, fn):
+    """An arena with CALLS calls of fn(x, w) (x [M, K], w [K, N]), a worker that maps it,
+    and the calls' activations."""
+    torch.manual_seed(0)
+    w = torch.randn(K, N, device=device)
+    xs = [torch.randn(M, K, device=device) for _ in range(CALLS)]
+    plan = Plan()
+    w_spec = plan.arg(w)
+    calls = [{"args": [plan.arg(x), w_spec], "out": plan.output((M, N), torch.float32)} for x in xs]
+    arena = Arena(plan, device)
+    worker = Worker(fn, _Launches(), device, fds=None, package="submission")
+    worker.arenas["timed"] = arena.buf          # the mapping the session would send
+    assert worker.prepare({"arena": "timed", "calls": calls})["ok"]
+    return arena, worker, calls, xs, w
+
+
+def _untouched(arena, spec) -> bool:
+    raw = arena.view({**spec, "dtype": "uint8", "shape": [M * N * 4], "stride": [1]})
+    return bool((raw == CANARY).all())
+
+
+def _product(x, w):
+    return x @ w
+
+
+def test_the_timed_run_copies_nothing_and_collect_copies_that_runs_outputs():
+    arena, worker, calls, xs, w = _batch("cpu", _product)
+    assert worker.run({})["ok"]
+    assert all(_untouched(arena, c["out"]) for c in calls)   # nothing was copied while timed
+    assert worker.collect({}) == {"ok": True}
+    for c, x in zip(calls, xs):
+        assert torch.equal(arena.view(c["out"]), x @ w)
+
+
+def test_no_finalizer_runs_between_the_timed_run_and_the_copy():
+    # A finalizer of the submission's (a __del__ in a reference cycle) could write the
+    # outputs after the clock stopped: the collector is off from the run to the copy.
+    _, worker, *_ = _batch("cpu", _product)
+    assert gc.isenabled()
+    worker.run({})
+    assert not gc.isenabled()
+    worker.collect({})
+    assert gc.isenabled()
+
+
+def test_the_clock_stops_before_the_outputs_are_collected():
+    arena, worker, calls, xs, w = _batch("cpu", _product)
+    session = Session(worker, delay_s={"collect": 0.5})
+    timing = timed_rounds(session, Timing(calls=CALLS), 2, refresh=lambda r: arena.reset_outputs(
+        [c["out"] for c in calls]), time_baseline=lambda: 1e-3,
+        check=lambda: "" if all(torch.equal(arena.view(c["out"]), x @ w) for c, x in zip(calls, xs)) else "wrong")
+    assert session.ops == ["run", "collect"] * 2
+    assert timing.wrong == ""
+    assert max(timing.kernel_ms) * CALLS < 250, timing.kernel_ms   # ms per batch: the 500 ms collect is not in it
+
+
+@pytest.mark.parametrize("fn, says", [
+    (lambda x, w, _y=torch.zeros(M, N): _y.copy_(x @ w), "share memory"),            # one buffer for every call
+    (lambda x, w: (x @ w)[:1].expand(M, N), "share memory"),                         # an expanded view
+    (lambda x, w: (x @ w).to(torch.float16), "dtype"),
+])
+def test_outputs_without_memory_of_their_own_make_the_timed_calls_wrong(fn, says):
+    arena, worker, calls, xs, w = _batch("cpu", fn)
+    session = Session(worker)
+    timing = timed_rounds(session, Timing(calls=CALLS), 1, refresh=lambda r: None, time_baseline=lambda: 1e-3,
+                          check=lambda: "")
+    assert says in timing.wrong
+    assert all(_untouched(arena, c["out"]) for c in calls)
+
+
+def test_a_tensor_subclass_is_not_an_output():
+    class Lazy(torch.Tensor):
+        pass
+
+    ys = [torch.zeros(M, N).as_subclass(Lazy), torch.zeros(M, N)]
+    outs = [torch.empty(M, N), torch.empty(M, N)]
+    assert "subclass" in outputs_problem(ys, outs)
+    assert outputs_problem([torch.zeros(M, N), torch.zeros(M, N)], outs) is None
+
+
+def test_a_timed_call_that_raises_is_wrong():
+    state = {"n": 0}
+
+    def fn(x, w):
+        state["n"] += 1
+        if state["n"] > 2 * CALLS:   # the warm-up batch and one more are fine
+            raise RuntimeError("boom")
+        return x @ w
+
+    arena, worker, calls, *_ = _batch("cpu", fn)
+    timing = timed_rounds(Session(worker), Timing(calls=CALLS), 2, refresh=lambda r: None,
+                          time_baseline=lambda: 1e-3, check=lambda: "")
+    assert timing.wrong.startswith("a timed call raised an exception") and "boom" in timing.wrong
+
+
+@needs_gpu
+def test_gpu_the_graph_replay_writes_its_own_outputs_and_collect_copies_them():
+    arena, worker, calls, xs, w = _batch("cuda", _product)
+    assert worker.batch.graph is not None
+    for _ in range(2):
+        arena.reset_outputs([c["out"] for c in calls])
+        torch.cuda.synchronize()
+        assert worker.run({})["ok"]
+        assert all(_untouched(arena, c["out"]) for c in calls)   # the replay holds no copy
+        assert worker.collect({}) == {"ok": True}
+        for c, x in zip(calls, xs):
+            assert torch.allclose(arena.view(c["out"]), x @ w)
+        # The graph's outputs are NaN again: the next replay must write every one of them.
+        assert all(torch.isnan(y).all() for y in worker.batch.outputs)
+
+
+@needs_gpu
+def test_gpu_a_replay_that_skips_a_call_leaves_nan_not_the_last_answer():
+    arena, worker, calls, xs, w = _batch("cuda", _product)
+    worker.run({})
+    worker.collect({})
+    worker.batch.outputs[2].zero_()        # stands for a replay that computed call 3 ...
+    worker.batch.copies.replay()           # ... and is collected; the next collect without a run:
+    torch.cuda.synchronize()
+    worker.batch.copies.replay()
+    torch.cuda.synchronize()
+    assert torch.isnan(arena.view(calls[2]["out"])).all()
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU's eager batch")
+def test_cpu_batches_are_eager():
+    _, worker, *_ = _batch("cpu", _product)
+    assert worker.batch.graph is None
