@@ -129,28 +129,9 @@ def _portable(value):
 
 
 class _Variant:
-    __slots__ = (
-        "aligned",
-        "attrs",
-        "constexprs",
-        "describe",
-        "details",
-        "error",
-        "file",
-        "group",
-        "id",
-        "key",
-        "labels",
-        "launches",
-        "line",
-        "module",
-        "name",
-        "options",
-        "qualname",
-        "signature",
-        "stages",
-        "warps",
-    )
+    __slots__ = ("key", "group", "module", "qualname", "name", "file", "line", "signature", "constexprs",
+                 "attrs", "options", "launches", "error", "describe", "details", "aligned", "id", "labels",
+                 "warps", "stages")
 
     def label(self, label) -> None:
         if label and label not in self.labels:
