@@ -135,7 +135,7 @@ def _features(folder: Path, package: str) -> dict:
             check = cc.CompileCheck()
             cases = {}
             for spec in rubric.tests_for(task, "performance"):
-                args = [cap.build(d) for d in hcap.describe(task, spec.shape, spec.options, 1)]
+                args = [cap.build(d) for d in hcap.describe(task, spec.shape, spec.options, hcap.SEED)]
                 c = cap.Capture(probe=True, files={str(pkg / t.file)})
 
                 def on_launch(f, a, kw, result, c=c, check=check):
