@@ -88,9 +88,12 @@ def test_targets_come_from_the_results_files():
 # ----------------------------------------------------------------------------- against measured times
 
 def _measured() -> dict:
-    """{(gpu, kernels, test): median kernel ms} over every recorded grade."""
-    from tools.gpu_session import recorded_grades
+    """{(gpu, kernels, test): median kernel ms} over every recorded grade, as the grader's
+    clock now times a call (the kernels alone: tools.gpu_session.kernel_only_ms)."""
+    from tools.gpu_session import kernel_only_ms, recorded_grades
 
+    targets = {t.name: t for t in load_targets()}
+    shapes = {t.name: t.shape for t in load_rubric().tests}
     found = {}
     for p in sorted((ROOT / "results").glob("*.json")):
         run = json.loads(p.read_text())
@@ -98,8 +101,9 @@ def _measured() -> dict:
             grades = recorded_grades(run, who) if who == "naive" else [run.get("grades", {}).get(who)]
             for g in filter(None, grades):
                 for name, t in g["tests"].items():
-                    if t.get("kernel_ms"):
-                        found.setdefault((run["gpu"], who, name), []).append(t["kernel_ms"])
+                    if t.get("kernel_ms") and name in shapes:
+                        ms = kernel_only_ms(t["kernel_ms"], shapes[name], run, targets[run["gpu"]].copy_gbs)
+                        found.setdefault((run["gpu"], who, name), []).append(ms)
     return {k: statistics.median(v) for k, v in found.items()}
 
 

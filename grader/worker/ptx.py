@@ -34,7 +34,11 @@ read gives {}.
 
 from __future__ import annotations
 
+import functools
+import math
+import operator
 import re
+import struct
 from collections import Counter
 
 LANES = 32
@@ -64,7 +68,6 @@ _STORE = re.compile(r"^(st\.global|st\.volatile\.global|st\.relaxed\.gpu\.global
 _SHARED = re.compile(r"^(ld\.shared|st\.shared|ldmatrix|stmatrix|atom\.shared|red\.shared)")
 _REG = re.compile(r"%[a-z]+\d+")
 _LABEL = re.compile(r"^(\$L__BB\d+_\d+):")
-_BRANCH = re.compile(r"bra(?:\.uni)?\s+(\$L__BB\d+_\d+);")
 _TYPE = re.compile(r"^[bsuf](8|16|32|64)$")
 
 
@@ -98,24 +101,16 @@ def read(ptx: str) -> dict:
     try:
         lines = ptx.splitlines()
         code = [_parse(line) for line in lines]
-        lanes = _Lanes(code, _params(lines)).run()
-        labels = {}
-        for i, line in enumerate(lines):
-            m = _LABEL.match(line)
-            if m:
-                labels[m.group(1)] = i
-        loops = {}
-        for i, line in enumerate(lines):
-            m = _BRANCH.search(line)
-            if m and m.group(1) in labels and labels[m.group(1)] < i:
-                loops[labels[m.group(1)]] = i          # the last backward branch closes the loop
-        spans = sorted(loops.items())
-        inner = [(a, b) for a, b in spans if not any(a < a2 and b2 <= b for a2, b2 in spans if (a2, b2) != (a, b))]
-        stats = [_body(code, range(a, b + 1), lanes) for a, b in inner]
+        cfg = _Graph(lines, code)
+        lanes = _Lanes(code, _params(lines)).run(cfg.program_order())
+        loops = cfg.loops()
+        inner = [body for head, body in loops.items()
+                 if not any(other != head and other in body for other in loops)]
+        stats = [_body(code, cfg.lines_of(body), lanes) for body in inner]
         out = max(stats, key=lambda st: st["instructions"], default={})
-        whole = _body(code, range(len(code)), lanes)
+        whole = _body(code, cfg.program_order(), lanes)
         if out:
-            out["loops"] = len(spans)
+            out["loops"] = len(loops)
         out["kernel_instructions"] = whole["instructions"]
         out["kernel_serial"] = whole["serial"]
         out["kernel_wavefronts"] = whole["wavefronts"]
@@ -222,11 +217,110 @@ def _params(lines: list[str]) -> dict[str, int]:
     return out
 
 
+class _Graph:
+    """The kernel's basic blocks and their edges. A loop is a natural loop (an edge back to
+    a block that dominates its source), whatever order the compiler laid the blocks out in."""
+
+    def __init__(self, lines: list[str], code: list):
+        starts, label_at = {0}, {}
+        for i, line in enumerate(lines):
+            m = _LABEL.match(line)
+            if m:
+                starts.add(i)
+                label_at[m.group(1)] = i
+            ins = code[i]
+            if ins and (ins[0].startswith("bra") or ins[0] in ("ret", "exit", "trap")):
+                starts.add(i + 1)
+        self.starts = sorted(s for s in starts if s < len(lines))
+        self.ends = [*self.starts[1:], len(lines)]
+        index = {s: b for b, s in enumerate(self.starts)}
+        self.succ: list[list[int]] = []
+        for b, (start, end) in enumerate(zip(self.starts, self.ends)):
+            last = next((code[i] for i in range(end - 1, start - 1, -1) if code[i]), None)
+            out = []
+            if last and last[0].startswith("bra"):
+                target = last[1][0].strip() if last[1] else ""
+                if target in label_at:
+                    out.append(index[label_at[target]])
+                if last[2] is not None and b + 1 < len(self.starts):   # a guarded branch falls through too
+                    out.append(b + 1)
+            elif not (last and last[0] in ("ret", "exit", "trap")) and b + 1 < len(self.starts):
+                out.append(b + 1)
+            self.succ.append(out)
+        self.order = self._reverse_postorder()
+        self.rank = {b: r for r, b in enumerate(self.order)}
+
+    def _reverse_postorder(self) -> list[int]:
+        seen, post, stack = {0}, [], [(0, iter(self.succ[0]))]
+        while stack:
+            b, it = stack[-1]
+            nxt = next((s for s in it if s not in seen), None)
+            if nxt is None:
+                post.append(b)
+                stack.pop()
+            else:
+                seen.add(nxt)
+                stack.append((nxt, iter(self.succ[nxt])))
+        return post[::-1]
+
+    def program_order(self) -> list[int]:
+        """Line indices of every reachable block in reverse postorder: a loop's first trip
+        before what follows the loop."""
+        return self.lines_of(self.order)
+
+    def lines_of(self, blocks) -> list[int]:
+        return [i for b in sorted(blocks, key=self.rank.__getitem__) for i in range(self.starts[b], self.ends[b])]
+
+    def loops(self) -> dict[int, set[int]]:
+        """{header block: the blocks of its natural loop}."""
+        preds: dict[int, list[int]] = {b: [] for b in self.order}
+        for b in self.order:
+            for s in self.succ[b]:
+                preds[s].append(b)
+        idom = {self.order[0]: self.order[0]}
+        changed = True
+        while changed:   # Cooper, Harvey and Kennedy's iterative dominators
+            changed = False
+            for b in self.order[1:]:
+                done = [p for p in preds[b] if p in idom]
+                new = done[0]
+                for p in done[1:]:
+                    a, c = p, new
+                    while a != c:
+                        while self.rank[a] > self.rank[c]:
+                            a = idom[a]
+                        while self.rank[c] > self.rank[a]:
+                            c = idom[c]
+                    new = a
+                if idom.get(b) != new:
+                    idom[b] = new
+                    changed = True
+
+        def dominates(h: int, b: int) -> bool:
+            while b != h:
+                if idom[b] == b:
+                    return False
+                b = idom[b]
+            return True
+
+        loops: dict[int, set[int]] = {}
+        for u in self.order:
+            for h in self.succ[u]:
+                if dominates(h, u):
+                    body, todo = loops.setdefault(h, {h}), [u]
+                    while todo:
+                        b = todo.pop()
+                        if b not in body:
+                            body.add(b)
+                            todo.extend(preds[b])
+        return loops
+
+
 # ---------------------------------------------------------------------------
 # One loop body (or the whole kernel)
 # ---------------------------------------------------------------------------
 
-def _body(code: list, span: range, lanes: _Lanes) -> dict:
+def _body(code: list, span: list[int], lanes: _Lanes) -> dict:
     instr = serial = mma = wgmma = loads = asyncs = tma = 0
     shared_st = shared_ld = staged = 0
     wavefronts = known = mem = 0
@@ -348,9 +442,11 @@ class _Lanes:
         self.params = params
         self.cost: dict[int, tuple[int, int]] = {}
 
-    def run(self) -> _Lanes:
+    def run(self, order: list[int]) -> _Lanes:
+        """Evaluate the instructions at the line indices ``order`` (program order)."""
         budget = MAX_EVALUATED
-        for i, ins in enumerate(self.code):
+        for i in order:
+            ins = self.code[i]
             if ins is None:
                 continue
             op, ops, _ = ins
@@ -422,14 +518,25 @@ class _Lanes:
                 self._set(dest, v, bits if bits > 1 else 32)
             return
         if base == "cvt":
-            if types[0].startswith("f") or types[-1].startswith("f") or len(types) < 2:
+            return self._convert(dest, ops[1], types)
+        if base == "redux":   # a warp-wide reduction: every lane gets the result
+            v = self._value(ops[1], bits)
+            f = {"add": sum, "or": lambda xs: functools.reduce(operator.or_, xs),
+                 "and": lambda xs: functools.reduce(operator.and_, xs),
+                 "xor": lambda xs: functools.reduce(operator.xor, xs), "min": min, "max": max}.get(parts[2])
+            if v is None or f is None:
+                return self._set(dest, None, bits)
+            v = [_signed(x, bits) for x in v] if signed else v
+            return self._set(dest, [f(v)] * LANES, bits)
+        if base in ("popc", "clz", "brev", "bfind"):
+            v = self._value(ops[1], bits)
+            if v is None:
                 return self._set(dest, None, 32)
-            dbits, sbits = int(types[0][1:]), int(types[-1][1:])
-            v = self._value(ops[1], sbits)
-            if v is not None:
-                v = [_signed(x, sbits) if types[-1].startswith("s") else x & _MASKS[sbits] for x in v]
-            self._set(dest, v, dbits)
-            return
+            v = [x & _MASKS[bits] for x in v]
+            f = {"popc": int.bit_count, "clz": lambda x: bits - x.bit_length(),
+                 "brev": lambda x: int(f"{x:0{bits}b}"[::-1], 2),
+                 "bfind": lambda x: x.bit_length() - 1 if x else 0xFFFFFFFF}[base]
+            return self._set(dest, [f(x) for x in v], bits if base == "brev" else 32)
         if base == "setp":
             a, b = self._value(ops[1], bits), self._value(ops[2], bits)
             cmp = parts[1]
@@ -519,6 +626,30 @@ class _Lanes:
         else:
             return self._set(dest, None, bits)
         self._set(dest, r, bits)
+
+    def _convert(self, dest: str, source: str, types: list[str]) -> None:
+        """cvt between integer types, and between integers and fp32 bit patterns (the
+        bit tricks that find a set bit through a float's exponent)."""
+        if len(types) < 2 or types[0] not in ("f32",) and types[0].startswith("f") or \
+                types[-1] not in ("f32",) and types[-1].startswith("f"):
+            return self._set(dest, None, 32)
+        dty, sty = types[0], types[-1]
+        sbits = int(sty[1:])
+        v = self._value(source, sbits)
+        if v is None:
+            return self._set(dest, None, 32)
+        if sty == "f32":
+            v = [struct.unpack("<f", struct.pack("<I", x & _MASKS[32]))[0] for x in v]
+            if any(not math.isfinite(x) for x in v):
+                return self._set(dest, None, 32)
+            v = [int(x) for x in v]   # the rounding modes of cvt.r*i.* differ only for fractions
+        elif sty.startswith("s"):
+            v = [_signed(x, sbits) for x in v]
+        else:
+            v = [x & _MASKS[sbits] for x in v]
+        if dty == "f32":
+            return self._set(dest, [struct.unpack("<I", struct.pack("<f", float(x)))[0] for x in v], 32)
+        return self._set(dest, v, int(dty[1:]))
 
     # -- memory instructions ------------------------------------------------------
     def _price(self, i: int, op: str, ops: list[str]) -> None:
