@@ -7,48 +7,15 @@ grading compiler) for sm_90, in a child process as the compile check does; no GP
 is needed."""
 
 import importlib
-import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from grader.worker import ptx
-from tests.helpers import HAS_CUDA, problem
+from tests.helpers import HAS_CUDA, compile_ptx, problem
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "tests" / "fixtures" / "compile"
-COMPILE = """
-import importlib, json, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-job = json.loads(sys.argv[1])
-sys.path.insert(0, job["path"])
-fn = getattr(importlib.import_module(job["module"]), job["kernel"])
-attrs = {(i,): [["tt.divisibility", 16]] for i in job["aligned"]}
-src = ASTSource(fn, job["signature"], job["constexprs"], attrs)
-kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=job["options"])
-open(job["out"], "w").write(kernel.asm["ptx"])
-"""
-
-
-def _compile(out: Path, module: str, kernel: str, signature: dict, constexprs: dict, aligned: tuple,
-             path: Path = FIXTURES, **options) -> str:
-    """The PTX Triton emits for sm_90 (pointers and the ``aligned`` arguments 16-divisible),
-    compiled in a child process without TRITON_INTERPRET (the suite runs the interpreter)."""
-    job = {"path": str(path), "module": module, "kernel": kernel, "signature": signature, "constexprs": constexprs,
-           "aligned": list(aligned), "options": options, "out": str(out)}
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", COMPILE, json.dumps(job)], env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out.read_text()
-
-
 ROWS_SIG = {"x_ptr": "*fp16", "y_ptr": "*fp32", "N": "i32", "stride": "i32", "BLOCK_M": "constexpr",
             "BLOCK_N": "constexpr"}
 
@@ -58,8 +25,8 @@ def rows(tmp_path_factory):
     """rows_kernel with a 16-divisible row stride, and with one the compiler cannot prove aligned."""
     out = tmp_path_factory.mktemp("ptx")
     tiles = {"BLOCK_M": 64, "BLOCK_N": 64}
-    return (_compile(out / "aligned.ptx", "ptx_kernels", "rows_kernel", ROWS_SIG, tiles, (0, 1, 3), num_warps=4),
-            _compile(out / "unaligned.ptx", "ptx_kernels", "rows_kernel", ROWS_SIG, tiles, (0, 1), num_warps=4))
+    return (compile_ptx(out / "aligned.ptx", "ptx_kernels", "rows_kernel", ROWS_SIG, tiles, (0, 1, 3), num_warps=4),
+            compile_ptx(out / "unaligned.ptx", "ptx_kernels", "rows_kernel", ROWS_SIG, tiles, (0, 1), num_warps=4))
 
 
 def test_a_contiguous_tile_is_read_in_16_byte_vectors_four_lines_a_warp(rows):
@@ -95,7 +62,7 @@ def test_the_gathered_dds_fixture_loads_every_element_alone(tmp_path):
     sig = {"x_ptr": "*fp16", "values_ptr": "*fp16", "crow_ptr": "*i64", "col_ptr": "*i64", "y_ptr": "*fp16",
            "M": "i32", "stride_xm": "i32", "stride_xk": "constexpr", "stride_ym": "i32", "stride_yn": "constexpr",
            "BLOCK_M": "constexpr", "BLOCK": "constexpr", "GROUP": "constexpr"}
-    text = _compile(tmp_path / "gathered.ptx", "gathered_pkg.dds", "_dds_kernel", sig,
+    text = compile_ptx(tmp_path / "gathered.ptx", "gathered_pkg.dds", "_dds_kernel", sig,
                     {"stride_xk": 1, "stride_yn": 1, "BLOCK_M": 128, "BLOCK": 32, "GROUP": 2},
                     (0, 1, 2, 3, 4, 6, 8), path=tmp_path, num_warps=4, num_stages=3)
     loop = ptx.read(text)
@@ -140,12 +107,12 @@ def test_the_compile_check_rows_carry_what_the_ptx_says(tmp_path, monkeypatch):
 
 
 def test_integer_division_by_a_run_time_value_is_named_as_such(tmp_path):
-    grouped = ptx.read(_compile(tmp_path / "grouped.ptx", "ptx_kernels", "grouped_kernel",
+    grouped = ptx.read(compile_ptx(tmp_path / "grouped.ptx", "ptx_kernels", "grouped_kernel",
                                 {"x_ptr": "*fp32", "s_ptr": "*fp32", "y_ptr": "*fp32", "K": "i32", "group": "i32",
                                  "BLOCK": "constexpr"}, {"BLOCK": 128}, (0, 1, 2)))
     assert grouped["serial"] >= 1 and set(grouped["serial_kinds"]) == {"integer division"}
     assert grouped["top"][0][0] == "integer divisions"   # 20 issue slots each: the trip's heaviest kind
-    ratio = ptx.read(_compile(tmp_path / "ratio.ptx", "ptx_kernels", "ratio_kernel",
+    ratio = ptx.read(compile_ptx(tmp_path / "ratio.ptx", "ptx_kernels", "ratio_kernel",
                               {"x_ptr": "*fp32", "y_ptr": "*fp32", "K": "i32", "BLOCK": "constexpr"},
                               {"BLOCK": 128}, (0, 1)))
     assert set(ratio["serial_kinds"]) == {"correctly rounded float division"}
@@ -205,3 +172,17 @@ def test_bank_conflicts_cost_passes_and_unknown_lanes_count_as_contiguous():
         (32, 1),    # a 128-byte stride: every lane in bank 0, 32 passes
         (1, 1),     # one pointer for every lane: one line
         (4, 0)]     # an address computed from a float: unknown, priced as 512 contiguous bytes
+
+
+def test_the_harness_keeps_what_the_reader_reports_and_drops_the_rest(rows):
+    """The worker is untrusted: the harness type-checks its compile rows. Everything the
+    reader reports survives that check; anything else in ``loop`` is dropped."""
+    from grader.harness.session import _compile_row
+
+    loop = ptx.read(rows[1])
+    assert _compile_row({"loop": loop})["loop"] == loop
+    forged = {**loop, "wavefronts": -1, "load_widths": {"2": "many", "16": 4}, "top": [["x", True], "y"],
+              "extra": 5}
+    kept = _compile_row({"loop": forged})["loop"]
+    assert "wavefronts" not in kept and "extra" not in kept
+    assert kept["load_widths"] == {"16": 4} and kept["top"] == []

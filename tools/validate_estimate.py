@@ -32,6 +32,11 @@ the predictions for OUT/results.json on a machine whose interpreter works (a
 laptop, CI; no GPU needed), as a student's CPU grade would, and fills in the
 comparison and the summary. Each row keeps what was measured
 (``measurement``), so the predictions can be made again at any time.
+Both clocks are understood: the prediction models the kernels alone, as the
+grader times a call (tools.gpu_session.CLOCK, recorded as ``clock``); rows of
+a file recorded while each timed call also copied its output have that copy
+(grader.estimate.output_copy_ms) taken off both measured times before the
+comparison (``copy_us_taken_off``).
 Copy OUT/results.json into results/ (one file per GPU and date; merge into an
 existing one) and run ``python -m tools.render_results``: the table in
 docs/grading.md and grader/targets.toml follow. The acceptance of the estimate
@@ -55,7 +60,8 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNELS = {"reference": "solutions", "naive": "calibration/naive", "from_the_handout": "tests/fixtures/from_the_handout",
            "slow/tiny_tiles": "tests/fixtures/slow/tiny_tiles",
            "slow/weight_per_row": "tests/fixtures/slow/weight_per_row",
-           "slow/grid_order": "tests/fixtures/slow/grid_order", "slow/slow_dds": "tests/fixtures/slow/slow_dds"}
+           "slow/grid_order": "tests/fixtures/slow/grid_order", "slow/slow_dds": "tests/fixtures/slow/slow_dds",
+           "slow/gathered": "tests/fixtures/slow/gathered"}
 FACTOR = 1.5
 SEED = 20261125
 

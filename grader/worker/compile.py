@@ -49,10 +49,12 @@ import tempfile
 import time
 import traceback
 
-try:
+if __package__:
     from . import ptx as ptx_reader
-except ImportError:   # run as a script, the compile check's child without its package
-    import ptx as ptx_reader
+else:   # run as a script (a child started without its package): ptx.py sits beside it, on sys.path
+    import importlib
+
+    ptx_reader = importlib.import_module("ptx")
 
 MAX_VARIANTS = 30      # variants compiled (and rows returned) per check
 MAX_TEXT = 2000        # characters per string in a row
