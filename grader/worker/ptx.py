@@ -43,11 +43,10 @@ from collections import Counter
 
 LANES = 32
 LINE = 128                 # bytes: a global access costs one pass per line its lanes touch
-SECTOR = 32                # bytes
 BANKS, BANK_BYTES = 32, 4
 POINTER_BASE = 1 << 40     # pointer parameter i is at (i + 1) * POINTER_BASE: no two share a line
 INT_PARAM = 4096           # every integer parameter: a stride that puts rows in different lines
-MAX_EVALUATED = 200_000    # instructions evaluated (lanes x lines of PTX) before giving up on lanes
+MAX_EVALUATED = 200_000    # instructions whose lanes are evaluated; past that, lanes are unknown
 
 # PTX instructions that ptxas expands into many machine instructions (about as
 # many issue slots as listed); everything else takes one.
@@ -73,7 +72,8 @@ _TYPE = re.compile(r"^[bsuf](8|16|32|64)$")
 
 def read(ptx: str) -> dict:
     """Per thread, what one trip of the kernel's busiest innermost loop executes, and
-    the whole kernel's totals (a loop is a backward branch; without one, only those):
+    the whole kernel's totals (a loop is a natural loop of the kernel's block graph;
+    without one, only the totals, and the kernel's ``top`` and ``serial_kinds``):
 
     instructions    issue slots (an instruction ptxas expands into many counts as that
                     many: ISSUE)
@@ -115,7 +115,7 @@ def read(ptx: str) -> dict:
         out["kernel_serial"] = whole["serial"]
         out["kernel_wavefronts"] = whole["wavefronts"]
         if not stats:
-            out["top"] = whole["top"]
+            out["top"], out["serial_kinds"] = whole["top"], whole["serial_kinds"]
         return out
     except Exception:  # noqa: BLE001 - statistics are feedback; a PTX they cannot read gives none
         return {}
