@@ -22,7 +22,8 @@ if [ "${NO_VENV:-0}" = "1" ]; then
     echo "NO_VENV=1 but $PYTHON lacks one of: $mods; pip install -r $REQUIREMENTS" >&2; exit 1; }
   exit 0
 fi
-if [ -f "$STAMP" ] && [ "$STAMP" -nt "$REQUIREMENTS" ] && [ "$STAMP" -nt requirements.txt ]; then
+if [ -f "$STAMP" ] && [ "$STAMP" -nt "$REQUIREMENTS" ] && [ "$STAMP" -nt requirements.txt ] \
+   && { [ ! -f requirements-serve.txt ] || [ "$STAMP" -nt requirements-serve.txt ]; }; then
   exit 0
 fi
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || {
