@@ -137,13 +137,14 @@ def _minutes(seconds) -> str:
 
 def _where(state: dict) -> str:
     if state.get("state") == "running":
-        return f"running on the GPU; report in about {_minutes(state.get('eta_s'))}"
+        return f"being graded; report in about {_minutes(state.get('eta_s'))}"
     return (f"place {state.get('position')} in the queue; report in about {_minutes(state.get('eta_s'))}")
 
 
-def wait(server: str, token: str, job: str, poll_s: float = POLL_S, out=print) -> dict:
-    """Poll the job until it is done; its final state (with the report)."""
-    shown, down_since = None, None
+def wait(server: str, token: str, job: str, poll_s: float = POLL_S, out=print, shown: str | None = None) -> dict:
+    """Poll the job until it is done; its final state (with the report). A line each time its
+    place changes (``shown``: the line already printed)."""
+    down_since = None
     while True:
         try:
             state = request(server, f"/api/submissions/{urllib.parse.quote(job, safe='')}", token)
@@ -194,6 +195,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="gpu-report", help="where the reports go (default: gpu-report/)")
     p.add_argument("--job", default=None, help="wait again for a job already uploaded")
     args = p.parse_args(argv)
+    args.server, args.token = args.server.strip(), args.token.strip()
     if not args.server or not args.token:
         print("usage: make submit SERVER=https://... TOKEN=<your token> [SUBMISSION=dir] [DISPLAY_NAME=name]",
               file=sys.stderr)
@@ -201,6 +203,10 @@ def main(argv=None) -> int:
     if not args.server.startswith(("http://", "https://")):
         print(f"SERVER={args.server}: expected an address such as https://gpu.example.edu", file=sys.stderr)
         return 2
+    if not all(33 <= ord(c) < 127 for c in args.token):
+        print("TOKEN: expected the token as the TA sent it (letters and digits, no spaces)", file=sys.stderr)
+        return 2
+    shown = None
     try:
         if args.job:
             job = args.job
@@ -214,9 +220,10 @@ def main(argv=None) -> int:
                 if quota.get("limit") else ""
             replaced = f"; it replaces your queued {answer['replaced']}" if answer.get("replaced") else ""
             print(f"uploaded {', '.join(sorted(files))}: job {job} ({used}hidden tests are not run){replaced}")
-            print(f"  {_where(answer)}  (Ctrl-C stops waiting, not the job: "
-                  f"make submit ... JOB={job} waits again)")
-        state = wait(args.server, args.token, job)
+            shown = _where(answer)
+            print(f"  {shown}")
+            print(f"  (Ctrl-C stops waiting, not the job: make submit ... JOB={job} waits again)")
+        state = wait(args.server, args.token, job, shown=shown)
         write_report(state, Path(args.out))
         return 0
     except Refused as e:

@@ -333,7 +333,8 @@ class Store:
         """Take the first job of the fair order for ``owner``, or None when the queue is empty."""
         now = time.time() if now is None else now
         with self.transaction() as db:
-            row = db.execute(f"SELECT j.* FROM jobs j WHERE j.state = 'queued' {_FAIR_ORDER} LIMIT 1").fetchone()
+            row = db.execute(f"SELECT j.* FROM jobs j WHERE j.state = 'queued' AND j.attempts < ? {_FAIR_ORDER} "
+                             "LIMIT 1", (MAX_ATTEMPTS,)).fetchone()
             if row is None:
                 db.execute("UPDATE workers SET heartbeat = ?, job = NULL WHERE slot = ? AND owner = ?",
                            (now, slot, owner))
