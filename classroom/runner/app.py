@@ -33,6 +33,7 @@ from .scheduler import leaderboard, snapshot
 from .store import NameTaken, Quota, QuotaUsed, Store
 from .upload import UploadRefused, read_kernel_files
 
+DRAIN_BYTES = 16 << 20   # a body over the limit is still read up to this much, so that its sender gets the 413
 DISPLAY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.\-]{0,31}")
 
 
@@ -98,15 +99,21 @@ def create_app(settings: Settings) -> FastAPI:
                                "with a letter or digit")
         length = request.headers.get("content-length")
         limit = settings.max_upload
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            return _error(413 if length.isdigit() else 400,
-                          f"the upload is larger than {limit // 1024} KiB" if length.isdigit()
-                          else "bad Content-Length")
-        body = bytearray()
+        drain = max(DRAIN_BYTES, 4 * limit)
+        if length is not None and not length.isdigit():
+            return _error(400, "bad Content-Length")
+        too_large = _error(413, f"the upload is larger than {limit // 1024} KiB")
+        if length is not None and int(length) > drain:
+            return too_large       # not read at all: the connection closes under the sender
+        body, seen = bytearray(), 0
         async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                return _error(413, f"the upload is larger than {limit // 1024} KiB")
+            seen += len(chunk)
+            if seen > drain:
+                return too_large
+            if seen <= limit:
+                body += chunk
+        if seen > limit:           # read to its end (up to DRAIN_BYTES), so the sender hears why
+            return too_large
         try:
             files = read_kernel_files(bytes(body), settings.kernel_files)
         except UploadRefused as e:
