@@ -87,7 +87,9 @@ class RunnerServer:
         raise AssertionError("the runner did not answer:\n" + self.log_text())
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(scaled(30))
@@ -98,7 +100,8 @@ class RunnerServer:
         self.log.close()
 
     def log_text(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         text = "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(self.tmp.glob("server-*.log")))
         logs = self.data / "logs"
         if logs.is_dir():

@@ -351,25 +351,32 @@ def test_a_worker_killed_mid_job_gives_it_back_and_it_is_graded_once(server):
         assert db.execute("SELECT pid FROM workers").fetchone()[0] != worker["pid"]   # a new worker took it
     logs = "".join(p.read_text() for p in (server.data / "logs").glob("*.log"))
     assert logs.count(f"job {job['job']}: graded") == 1
-    assert f"job {job['job']} queued again" in server.log_text()
+    server.log.flush()
+    said = "".join(p.read_text() for p in server.tmp.glob("server-*.log"))   # the whole log
+    assert f"worker job0 ended (status -9" in said and f"job {job['job']} queued again" in said
 
 
 def test_a_restart_keeps_the_queue_the_quotas_and_the_tokens(tmp_path):
-    srv = RunnerServer(tmp_path, ("alice", "bob"), quota=1)
+    srv = RunnerServer(tmp_path, ("alice", "bob", "carol"), quota=1)
     try:
         tokens = srv.tokens()
-        _, running = srv.submit(tokens["alice"], HANGS)
-        srv.wait_job(tokens["alice"], running["job"], states=("running",))
-        _, queued = srv.submit(tokens["bob"], FAST)
-        srv.stop()                                            # with one job running and one queued
+        _, first = srv.submit(tokens["alice"], FAST)
+        srv.wait_job(tokens["alice"], first["job"])               # alice's one run of the day
+        _, running = srv.submit(tokens["bob"], HANGS)
+        srv.wait_job(tokens["bob"], running["job"], states=("running",))
+        _, queued = srv.submit(tokens["carol"], FAST)
+        srv.stop()                                                # with one job running and one queued
         with srv.db() as db:
             states = dict(db.execute("SELECT id, state FROM jobs").fetchall())
-        assert states == {running["job"]: "queued", queued["job"]: "queued"}
+        assert states == {first["job"]: "done", running["job"]: "queued", queued["job"]: "queued"}
+        assert "running jobs are queued again" in srv.log_text()
         srv.start()
-        assert srv.tokens() == tokens and srv.tokens() == dict(
-            line.split(",", 1) for line in (srv.data / "tokens.csv").read_text().splitlines()[1:])
-        assert srv.submit(tokens["alice"], FAST)[0] == 429    # the quota survived
-        for token, job in ((tokens["bob"], queued), (tokens["alice"], running)):
+        assert srv.tokens() == tokens
+        status, body = srv.submit(tokens["alice"], FAST)
+        assert status == 429, body                                # the quota survived
+        assert srv.get(f"/api/submissions/{first['job']}", tokens["alice"])["report"]["score"] == 0
+        assert srv.get(f"/api/submissions/{running['job']}", tokens["bob"])["position"] == 1   # given back: first
+        for token, job in ((tokens["carol"], queued), (tokens["bob"], running)):
             srv.wait_job(token, job["job"], timeout_s=180)
         assert srv.job_row(running["job"])["attempts"] == 2
     finally:

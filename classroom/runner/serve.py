@@ -200,13 +200,30 @@ def serve_main(args) -> int:
           f"{args.quota or 'none'} per {args.quota_window:g} h; tests: {args.tests}", flush=True)
     store.close()
 
+    import signal
+
     import uvicorn
     dispatcher = Dispatcher(data, slots, rubric)
+    # uvicorn stops serving on SIGINT/SIGTERM, then raises the signal again to the handler it found:
+    # this one, so that the workers are stopped and their jobs given back before the process ends.
+    signal.signal(signal.SIGTERM, _stopped)
     dispatcher.start()
+    stopped_by = 0
     try:
         server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
                                                proxy_headers=True, server_header=False))
         server.run()
+    except (KeyboardInterrupt, _Stopped) as e:
+        stopped_by = int(e.args[0]) if e.args else int(signal.SIGINT)
     finally:
         dispatcher.stop()
-    return 0
+        print("runner: stopped; running jobs are queued again for the next start", flush=True)
+    return 128 + stopped_by if stopped_by else 0
+
+
+class _Stopped(Exception):
+    """SIGTERM (systemctl stop)."""
+
+
+def _stopped(signum, frame):
+    raise _Stopped(signum)
