@@ -399,3 +399,35 @@ def test_tokens_cli_revokes_and_reissues(tmp_path):
         assert out.returncode == 2 and "no student 'mallory'" in out.stderr
     finally:
         srv.stop()
+
+
+def test_serve_refuses_what_it_cannot_do_with_one_line(tmp_path):
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id\nalice\n")
+    base = [sys.executable, "-m", "classroom", "serve", "--roster", str(roster), "--data", str(tmp_path / "d")]
+    cases = [(["--device", "cpu", "--quota", "-1"], "--quota must be >= 0"),
+             (["--device", "cpu", "--rubric", str(tmp_path / "none.toml")], "cannot read rubric"),
+             (["--device", "cpu", "--roster", str(tmp_path / "missing.csv")], "missing.csv")]
+    import torch
+    if not torch.cuda.is_available():
+        cases.append(([], "--device cuda (the default): no CUDA GPU here"))
+    for extra, words in cases:
+        out = subprocess.run(base + extra, cwd=ROOT, capture_output=True, text=True, timeout=scaled(120))
+        assert out.returncode == 2 and words in out.stderr, (extra, out.stderr[-2000:])
+        assert not (tmp_path / "d").exists()      # nothing created for a start that fails
+
+
+def test_a_cluster_executor_grades_each_job_as_a_submitit_job(tmp_path):
+    """--executor local: the path of --executor slurm (submitit), with local processes."""
+    srv = RunnerServer(tmp_path, ("alice",), extra=("--executor", "local", "--cluster-jobs", "1"))
+    try:
+        token = srv.tokens()["alice"]
+        status, job = srv.submit(token, FAST)
+        assert status == 201
+        done = srv.wait_job(token, job["job"], timeout_s=180)
+        assert done["report"]["tasks"][0]["status"] == "missing_file"
+        kind, _, remote = srv.job_row(job["job"])["remote"].partition(":")
+        assert kind == "local" and list((srv.data / "cluster").glob(f"{remote}_*result.pkl")), \
+            sorted(p.name for p in (srv.data / "cluster").iterdir())
+    finally:
+        srv.stop()

@@ -157,10 +157,15 @@ def serve_main(args) -> int:
             problems.append(str(e))
     else:
         slurm_options = {}
+    if args.device == "cuda" and not args.executor:
+        import torch
+        if not torch.cuda.is_available():
+            problems.append("--device cuda (the default): no CUDA GPU here (--device cpu grades in Triton's "
+                            "interpreter)")
     try:
         rubric_path = str(Path(args.rubric).absolute()) if args.rubric else str(DEFAULT_RUBRIC)
         rubric = load_rubric(rubric_path)
-        slots = _slots(args)
+        slots = _slots(args) if not problems else []
         ids = _ids(args.roster)
     except (RubricError, GpuListError, CsvError) as e:
         problems.append(str(e))
@@ -168,11 +173,6 @@ def serve_main(args) -> int:
         for p in problems:
             print(p, file=sys.stderr)
         return 2
-    if args.device == "cuda" and not args.executor:
-        import torch
-        if not torch.cuda.is_available():
-            print("--device cuda: no CUDA GPU here (--device cpu grades in Triton's interpreter)", file=sys.stderr)
-            return 2
     data = Path(args.data).absolute()
     try:
         data.mkdir(parents=True, exist_ok=True, mode=0o700)
