@@ -16,7 +16,6 @@ import sys
 import time
 import warnings
 import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -108,6 +107,28 @@ def test_a_member_larger_than_its_directory_says_is_never_unpacked_past_it():
     with pytest.raises(UploadRefused) as e:
         read_kernel_files(bytes(body), KERNEL_FILES)
     assert e.value.status == 400 and "dds.py" in e.value.message
+
+
+def test_no_damaged_archive_gets_past_the_reader_as_anything_but_a_refusal():
+    """Any parser error in an upload is a 4xx with a line: bytes of a real upload flipped at random,
+    mostly in the zip's directories (its end), and cut short."""
+    import random
+    rng, base = random.Random(34), zip_of(STUB)
+    outcomes = set()
+    for _ in range(3000):
+        body = bytearray(base)
+        for _ in range(rng.randint(1, 8)):
+            at = rng.randrange(len(body)) if rng.random() < 0.3 else len(body) - 1 - rng.randrange(250)
+            body[at] = rng.randrange(256)
+        if rng.random() < 0.2:
+            body = body[:rng.randrange(len(body))]
+        try:
+            read_kernel_files(bytes(body), KERNEL_FILES)
+            outcomes.add("read")
+        except UploadRefused as e:
+            assert 400 <= e.status < 500 and e.message
+            outcomes.add(e.status)
+    assert 400 in outcomes
 
 
 # ----------------------------------------------------------------------------- the store, without a server

@@ -11,7 +11,8 @@
     GET  /                       the same as a page (page.py)
 
 Every refusal is a 4xx with ``{"error": one line}``: 401 no or unknown token,
-413 too large, 400 an archive outside the bounds or a bad display name, 409 a
+413 too large (a body over the limit is still read, up to DRAIN_BYTES, so that
+the sender hears the 413 rather than a broken connection), 400 an archive outside the bounds or a bad display name, 409 a
 display name another student uses, 429 the quota used (with ``renews_at``,
 epoch seconds, and a Retry-After header). An error of the runner itself is a
 500 with a line, logged with its traceback; never a student's input.
@@ -19,6 +20,7 @@ epoch seconds, and a Retry-After header). An error of the runner itself is a
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -144,7 +146,6 @@ def create_app(settings: Settings) -> FastAPI:
         if job.state in ("queued", "running"):
             out["position"], out["eta_s"] = place_of(job.id)
         if job.state == "done":
-            import json
             report = store().report(job.id)
             if report is not None:
                 out["report"], out["report_md"] = json.loads(report[0]), report[1]

@@ -13,6 +13,7 @@ when the first of the workers frees up, and ends one job's time later.
 from __future__ import annotations
 
 import heapq
+import json
 import math
 import statistics
 import time

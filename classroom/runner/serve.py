@@ -195,6 +195,9 @@ def serve_main(args) -> int:
         data_dir=str(data), device=args.device, workers=len(slots), quota=quota, kernel_files=kernel_files(),
         max_upload=args.max_upload_kb * 1024, tests=args.tests, tasks=tuple(shown.tasks),
         performance_tests=tuple(t.name for t in shown.tests if t.kind == "performance")))
+    if args.tests == "all":
+        print("runner: WARNING: --tests all: the hidden tests run for students, and their reports show them",
+              file=sys.stderr)
     print(f"runner: {len(store.students())} students ({len(fresh)} new: their tokens are in "
           f"{data / TOKENS_FILE}); {len(slots)} worker(s) ({', '.join(n for n, _ in slots)}); quota "
           f"{args.quota or 'none'} per {args.quota_window:g} h; tests: {args.tests}", flush=True)
