@@ -131,7 +131,8 @@ def create_app(settings: Settings) -> FastAPI:
             return _error(409, f"display name {name!r} is taken by another student: choose another")
         position, eta = place_of(job)
         quota = store().quota_state(student, settings.quota)
-        return JSONResponse({"job": job, "state": "queued", "position": position, "eta_s": eta,
+        state = "running" if position == 0 else "queued"   # a free worker may have taken it already
+        return JSONResponse({"job": job, "state": state, "position": position, "eta_s": eta,
                              "replaced": replaced, "quota": quota, "tests": settings.tests}, status_code=201)
 
     @app.get("/api/submissions/{job_id}")
