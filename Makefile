@@ -69,7 +69,7 @@ hint:
 # The course GPU runner (docs/runner.md): upload, wait, the same table as make grade.
 # SERVER and TOKEN reach tools.submit through the environment (not its command line).
 submit: setup
-	@test -n "$(SERVER)" && test -n "$(TOKEN)" || { echo "usage: make submit SERVER=https://... TOKEN=<your token> [SUBMISSION=dir] [DISPLAY_NAME=name]"; exit 2; }
+	@test -n "$$SERVER" && test -n "$$TOKEN" || { echo "usage: make submit SERVER=https://... TOKEN=<your token> [SUBMISSION=dir] [DISPLAY_NAME=name]"; exit 2; }
 	@$(PY) -m tools.submit $(SUBMISSION) $(if $(DISPLAY_NAME),--display-name "$(DISPLAY_NAME)") $(if $(JOB),--job "$(JOB)")
 
 ifneq ($(wildcard tests),)
