@@ -375,6 +375,7 @@ def test_a_worker_killed_mid_job_gives_it_back_and_it_is_graded_once(server):
         assert db.execute("SELECT pid FROM workers").fetchone()[0] != worker["pid"]   # a new worker took it
     logs = "".join(p.read_text() for p in (server.data / "logs").glob("*.log"))
     assert logs.count(f"job {job['job']}: graded") == 1
+    assert not list((server.data / "work").glob(f"*/{job['job']}-1-*"))   # the killed attempt's folder is gone
     server.log.flush()
     said = "".join(p.read_text() for p in server.tmp.glob("server-*.log"))   # the whole log
     assert f"worker job0 ended (status -9" in said and f"job {job['job']} queued again" in said

@@ -32,7 +32,7 @@ from grader.harness import proc
 
 from ..batch import ROOT
 from .store import Job, Store
-from .worker import error_report
+from .worker import error_report, file_name
 
 TICK_S = 0.5
 RESTART_S = (1.0, 60.0)   # the wait before restarting a worker that died young: first, most
@@ -145,7 +145,7 @@ class Dispatcher:
 
     def _start_worker(self, store: Store, slot: Slot) -> None:
         slot.owner = f"{slot.name}/{secrets.token_hex(6)}"
-        slot.log = self.logs / f"worker-{slot.name}.log"
+        slot.log = self.logs / f"worker-{file_name(slot.name)}.log"
         cmd = [sys.executable, "-m", "classroom.runner.worker", str(self.dir), slot.name, slot.owner]
         env = dict(os.environ, **slot.env)
         env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

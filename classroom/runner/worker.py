@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,6 +48,11 @@ from .store import Job, Store
 SETTINGS_FILE = "serve.json"
 IDLE_POLL_S = 0.5
 WAIT_STEP_S = 0.5
+
+
+def file_name(slot: str) -> str:
+    """A slot's name as a file name (a MIG slot's name has slashes)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", slot)
 
 
 def read_settings(data_dir: Path) -> dict:
@@ -92,8 +98,11 @@ class Worker:
         self.store = Store(self.dir)
         self.lease_s = float(self.settings["lease_s"])
         self.rubric = load_rubric(self.settings["rubric"] or DEFAULT_RUBRIC)
-        self.work_root = self.dir / "work"
-        self.work_root.mkdir(mode=0o700, exist_ok=True)
+        # One folder per slot, emptied at the start: what a killed worker's grade left goes with it.
+        (self.dir / "work").mkdir(mode=0o700, exist_ok=True)
+        self.work_root = self.dir / "work" / file_name(slot)
+        shutil.rmtree(self.work_root, ignore_errors=True)
+        self.work_root.mkdir(mode=0o700)
 
     def run_forever(self) -> None:
         self.store.register_worker(self.slot, self.owner, os.getpid())
