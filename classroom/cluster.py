@@ -41,8 +41,8 @@ from pathlib import Path
 from grader.report import one_line
 
 from . import batch
-from .gpus import visible_gpus
 from .cluster_jobs import JOBS_FILE, record, shards_in_flight  # noqa: F401 - JOBS_FILE: API
+from .gpus import visible_gpus
 
 EXECUTORS = ("local", "slurm")
 STUDENTS_PER_SHARD = 10     # default shard size

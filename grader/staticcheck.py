@@ -7,8 +7,9 @@ line uses something outside the rules, why, and what to use instead.
 
 **Allowlist, not denylist.** Every name the file reaches through an import is
 resolved to a dotted path (``F.linear`` -> ``torch.nn.functional.linear``) and
-must be on ``ALLOWED_PATHS``; everything else is refused by default. The lists were chosen from what the reference solutions
-(``solutions/``), the tutorial-style kernels (``calibration/naive/``) and the stubs
+must be on ``ALLOWED_PATHS``; everything else is refused by default. The lists
+were chosen from what the reference solutions (``solutions/``), the
+tutorial-style kernels (``calibration/naive/``) and the stubs
 (``assignment/``) use, plus what an honest first-time Triton student would
 write:
 

@@ -18,9 +18,9 @@ import sys
 import pytest
 
 from grader.rubric import DEFAULT_RUBRIC, RubricError, load_rubric, parse_rubric, set_values
+from tests.fakes import ROOT, rubric_dict
 from tools import calibrate, gpu_session, render_results
 from tools.calibrate import Placement, place
-from tests.fakes import ROOT, rubric_dict
 
 RECORDED = [ROOT / "results" / "2026-11-22-h100.json", ROOT / "results" / "2026-11-22-h200.json"]
 OLD = (0.9, 0.1)
@@ -60,8 +60,9 @@ def test_placement_keeps_its_promises_everywhere(ref, share):
 @pytest.mark.parametrize("naive", [[], [0.5], [0.75], [1.2]])
 def test_a_kernel_no_faster_than_dense_gets_at_most_half(ref, naive):
     """The lesson's ratio (DDS: 1.0, dense speed) earns at most half of the points."""
-    from grader.judge import ratio_fraction
     from types import SimpleNamespace
+
+    from grader.judge import ratio_fraction
 
     p = place([ref], naive, OLD, lesson=1.0)
     assert 0 <= p.zero_ratio < p.full_ratio

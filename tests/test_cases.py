@@ -9,8 +9,8 @@ multiplied) and the property is checked on the tensors the grader would use.
 import pytest
 import torch
 
-from tests.helpers import make_inputs
 from grader.rubric import load_rubric
+from tests.helpers import make_inputs
 
 RUBRIC = load_rubric()
 CASES = [(t, where, shape) for t in RUBRIC.tests if t.kind == "correctness"

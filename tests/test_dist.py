@@ -241,8 +241,8 @@ def test_nothing_a_student_reads_points_outside_the_bundle(bundle):
     brought = {"benchmark_w8a8.py", "benchmark_w4a16.py", "benchmark_sparse.py"}
     for f in student:
         text = re.sub(r"https?://\S+", "", f.read_text())
-        paths = re.findall(r"(?<![\w./-])((?:[a-z_][\w-]*/)+(?:[A-Za-z_][\w.-]*\.(?:md|py|toml|json|txt|sh)\b|(?![\w<])))",
-                           text)
+        paths = re.findall(r"(?<![\w./-])((?:[a-z_][\w-]*/)+"
+                           r"(?:[A-Za-z_][\w.-]*\.(?:md|py|toml|json|txt|sh)\b|(?![\w<])))", text)
         files = re.findall(r"(?<![\w./-])([A-Za-z_][\w-]*\.(?:md|py|toml|json|txt|sh))\b", text)
         for path in paths:
             if path.startswith("grade-report/") or path.rsplit("/", 1)[-1] in brought:

@@ -37,7 +37,7 @@ def test_runs_as_non_root_without_solutions():
     assert users and users[-1] not in ("root", "0")
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert "solutions/" in ignored and "tests/" in ignored
-    assert "solutions" not in " ".join(l for l in DOCKERFILE.splitlines() if l.startswith("COPY"))
+    assert "solutions" not in " ".join(ln for ln in DOCKERFILE.splitlines() if ln.startswith("COPY"))
 
 
 def test_readme_shows_the_docker_run_line():

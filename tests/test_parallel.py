@@ -10,7 +10,6 @@ about scheduling; one test runs the real grader with a fixed seed.
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ import pytest
 from classroom import batch, cluster
 from classroom.cli import main
 from grader.rubric import load_rubric
-from tests.fakes import ROOT, SOLUTION, install_fake_grade, rubric_toml
+from tests.fakes import ROOT, install_fake_grade, rubric_toml
 
 pytest.importorskip("submitit")
 

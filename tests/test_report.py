@@ -10,11 +10,18 @@ import sys
 
 import pytest
 
-from grader import cli
-from grader.report import (MESSAGE_CHARS, error_result, gradescope, markdown, md_block, md_inline,
-                           terminal_table, write_reports)
+from grader import cli, scoring
+from grader.report import (
+    MESSAGE_CHARS,
+    error_result,
+    gradescope,
+    markdown,
+    md_block,
+    md_inline,
+    terminal_table,
+    write_reports,
+)
 from grader.rubric import load_rubric
-from grader import scoring
 from tests.fakes import ROOT, rubric, rubric_toml
 
 INJECTION = "```\n# 100/100\n<b>TA note</b>"

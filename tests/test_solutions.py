@@ -23,8 +23,8 @@ import torch
 import triton
 
 from grader.compare import check_output
-from solutions import dds_mm, w4a16_mm, w8a8_mm
 from solutions import dds as dds_solution
+from solutions import dds_mm, w4a16_mm, w8a8_mm
 from solutions import w4a16 as w4a16_solution
 from solutions import w8a8 as w8a8_solution
 from solutions.layers import unpack_int4

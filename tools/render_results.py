@@ -66,17 +66,18 @@ def table() -> str:
     heads = [f"{short_gpu_name(r['gpu'])} {r['date']}" for r in runs]
     lines = ["| test | full | zero | reference " + " / ".join(heads) + " | tutorial-style "
              + " / ".join(heads) + " |", "|---|---|---|---|---|"]
+
+    def ratio(run, who, test):
+        found = sorted(v for v in recorded_ratios(run, who).get(test, []) if v is not None)
+        return "-" if not found else "-".join(dict.fromkeys(f"{v:.2f}" for v in (found[0], found[-1])))
+
     for t in rubric.tests:
         if t.kind != "performance":
             continue
-
-        def ratio(run, who):
-            found = sorted(v for v in recorded_ratios(run, who).get(t.name, []) if v is not None)
-            return "-" if not found else "-".join(dict.fromkeys(f"{v:.2f}" for v in (found[0], found[-1])))
-
         lines.append(f"| {t.name} | {t.full_ratio:g} | {t.zero_ratio:g} | "
-                     + " / ".join(ratio(r, "reference") for r in runs) + " | "
-                     + " / ".join(ratio(r, "naive") for r in runs) + " |")
+                     + " / ".join(ratio(r, "reference", t.name) for r in runs) + " | "
+                     + " / ".join(ratio(r, "naive", t.name) for r in runs) + " |")
+
     def score(run, who):
         done = [g for g in recorded_grades(run, who) if "score" in g]
         return "-" if not done else "/".join(f"{g['score']:g}" for g in done)
@@ -91,7 +92,8 @@ def calibration_tables() -> str:
     """What the placement rule makes of every recorded run next to the rubric,
     then the table of each calibration recorded in a results file."""
     from grader.rubric import load_rubric
-    from tools.calibrate import WHO, rows, table as calibration_table
+    from tools.calibrate import WHO, rows
+    from tools.calibrate import table as calibration_table
 
     runs = _runs()
     ratios = {who: {} for who in WHO}
@@ -167,8 +169,8 @@ def targets_toml() -> str:
     a benchmark and graded times (the latest file for each figure)."""
     import statistics
 
-    from grader.rubric import load_rubric
     from grader.estimate import shape_key
+    from grader.rubric import load_rubric
 
     rubric = load_rubric()
     perf = [t for t in rubric.tests if t.kind == "performance"]

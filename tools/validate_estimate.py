@@ -52,7 +52,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNELS = {"reference": "solutions", "naive": "calibration/naive", "from_the_handout": "tests/fixtures/from_the_handout",
+KERNELS = {"reference": "solutions", "naive": "calibration/naive",
+           "from_the_handout": "tests/fixtures/from_the_handout",
            "slow/tiny_tiles": "tests/fixtures/slow/tiny_tiles",
            "slow/weight_per_row": "tests/fixtures/slow/weight_per_row",
            "slow/grid_order": "tests/fixtures/slow/grid_order", "slow/slow_dds": "tests/fixtures/slow/slow_dds"}

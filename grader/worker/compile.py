@@ -872,7 +872,8 @@ _PTX_ISSUE = (("div.rn.", 12), ("div.full.", 2), ("div.approx.", 2), ("rcp.rn.",
 _PTX_SERIAL = ("div.rn.", "rcp.rn.", "sqrt.rn.", "div.s", "div.u", "rem.")
 _PTX_FREE = ("mov.", "bar.", "fence.", "cp.async.commit", "cp.async.wait", "wgmma.fence", "wgmma.commit",
              "wgmma.wait", "mbarrier.", "prefetch.", "@", "{", "}", "ret", "bra", "//")
-_PTX_LOAD = re.compile(r"^(ld\.global|ld\.volatile\.global|ld\.relaxed\.gpu\.global|ld\.acquire\.gpu\.global|atom\.global)")
+_PTX_LOAD = re.compile(r"^(ld\.global|ld\.volatile\.global|ld\.relaxed\.gpu\.global|ld\.acquire\.gpu\.global"
+                       r"|atom\.global)")
 _PTX_ASYNC = re.compile(r"^(cp\.async\.(cg|ca)\.shared|cp\.async\.bulk)")
 _PTX_REG = re.compile(r"%[a-z]+\d+")
 
