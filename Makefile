@@ -25,13 +25,14 @@ RUBRIC ?=
 
 export PYTHON VENV NO_VENV
 
-.PHONY: help setup grade hint test lint batch regrade gradebook merge dist gradescope bench calibrate docs clean
+.PHONY: help setup grade hint test test-fast lint batch regrade gradebook merge dist gradescope bench calibrate docs clean
 
 help:
 	@echo "make grade                 grade assignment/ (SUBMISSION=path for a folder or .zip)"
 	@echo "make hint TASK=w8a8 LEVEL=1  one hint (TASK w8a8|w4a16|dds, LEVEL 1|2|3), nothing else"
 ifneq ($(wildcard solutions),)
 	@echo "make test                  the project's own test suite"
+	@echo "make test-fast             its tests that grade nothing in the interpreter (minutes, not half an hour)"
 	@echo "make lint                  ruff check (the settings are in pyproject.toml)"
 	@echo "make batch SUBMISSIONS=dir grade a whole class (TA)"
 	@echo "make regrade STUDENT=id    regrade one student of the batch, rebuild class.csv (TA)"
@@ -61,6 +62,11 @@ ifneq ($(wildcard tests),)
 test:
 	@REQUIREMENTS=requirements-dev.txt bash tools/setup_env.sh
 	$(PY) -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile
+
+# The tests not marked slow: none grades in the interpreter (tests/conftest.py).
+test-fast:
+	@REQUIREMENTS=requirements-dev.txt bash tools/setup_env.sh
+	$(PY) -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile -m "not slow"
 
 lint:
 	@REQUIREMENTS=requirements-dev.txt bash tools/setup_env.sh

@@ -168,6 +168,7 @@ def test_student_ids_are_safe_unique_bounded_and_stable(tmp_path):
     assert student_id("a/b") != student_id("a_b")  # cleaning alone never merges two names
 
 
+@pytest.mark.slow
 def test_hostile_file_names_cannot_stop_the_batch_or_the_csv(tmp_path, fake, monkeypatch):
     rubric, _ = fake
     _hostile_folder(tmp_path)
@@ -183,6 +184,7 @@ def test_hostile_file_names_cannot_stop_the_batch_or_the_csv(tmp_path, fake, mon
     assert all(r["total"] for r in rows)
 
 
+@pytest.mark.slow
 def test_real_grader_with_long_and_undecodable_names(tmp_path):
     subs = tmp_path / "subs"
     subs.mkdir()
@@ -200,6 +202,7 @@ def test_real_grader_with_long_and_undecodable_names(tmp_path):
 
 # ---------------------------------------------------------------------------- processes
 
+@pytest.mark.slow
 def test_timeout_kills_the_whole_tree_and_leftovers_do_not_stall_later_students(tmp_path, fake):
     rubric, pids = fake
     subs = _students(tmp_path, {"a_hang": "hang", "b_escape": "escape", "c_ok": "ok"})
@@ -270,6 +273,7 @@ sys.exit(main(["batch", {subs!r}, "--out", {out!r}, "--rubric", {rubric!r}, "--j
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_ends_the_batch_cleanly_and_resume_finishes(tmp_path, fake, signum):
     rubric, pids = fake
@@ -416,6 +420,7 @@ def test_reports_made_under_another_rubric_are_listed(tmp_path, fake, capsys):
     assert _rows(out)["carol"]["rubric_hash"] == rubric.hash
 
 
+@pytest.mark.slow
 def test_one_student_is_regraded_by_id_or_by_file_name(tmp_path, fake, capsys):
     from classroom.cli import main
     rubric, _ = fake
@@ -447,6 +452,7 @@ def test_the_engine_points_classroom_commands_to_the_classroom(capsys):
         assert f"python -m classroom {command}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_interrupted_force_run_is_finished_on_resume_without_force(tmp_path, fake):
     rubric, pids = fake
     names = ["s0", "s1", "s2", "s3"]
@@ -531,6 +537,7 @@ def _kill_leftovers(tmp: Path) -> None:
             pass
 
 
+@pytest.mark.slow
 def test_batch_survives_a_kill_and_resumes(tmp_path):
     subs = _class(tmp_path)
     rubric_path = tmp_path / "rubric.toml"

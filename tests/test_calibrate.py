@@ -177,6 +177,7 @@ def test_set_values_keeps_every_other_byte():
 
 # ----------------------------------------------------------------------------- the command line
 
+@pytest.mark.slow
 def test_from_recorded_runs_on_the_command_line(tmp_path):
     out = tmp_path / "calibrated.toml"
     proc = subprocess.run([sys.executable, "-m", "tools.calibrate", "--from", *map(str, RECORDED), "--out", str(out)],
@@ -421,6 +422,7 @@ def test_writing_the_calibrated_rubric_grades_nothing_again(tmp_path, monkeypatc
     assert regraded.calls == ["reference-0", "naive-0"]
 
 
+@pytest.mark.slow
 def test_grade_submission_records_the_report_or_the_error(tmp_path):
     """The real grader behind make calibrate: on the CPU a small rubric's DDS
     task grades the reference (performance not run: no ratio); a grade that

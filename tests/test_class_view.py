@@ -59,6 +59,7 @@ def _class(tmp_path: Path, kinds: dict) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_summary_names_the_tests_the_class_fails_and_why(tmp_path, fake):
     kinds = {"a": "clamp", "b": "clamp", "c": "mask", "d": "ok", "e": "clamp"}
     out = tmp_path / "out"
@@ -93,6 +94,7 @@ def test_summary_without_matplotlib_still_has_the_text_histogram(tmp_path, fake,
     assert "100-110%" not in (out / "summary.md").read_text() and " 90-100%  # 1" in (out / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_regrade_keeps_the_previous_report_and_shows_old_and_new(tmp_path, fake, capsys):
     folder = _class(tmp_path, {"a": "clamp", "b": "ok"})
     out = tmp_path / "out"

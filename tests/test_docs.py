@@ -35,6 +35,7 @@ def test_handout_rubric_and_report_agree_on_the_points():
     assert visible + sum(t.hidden_points for t in bundle.tasks.values()) == correctness
 
 
+@pytest.mark.slow
 def test_handout_local_check_script_runs():
     """The script of the handout's "Test your kernel locally" runs: against the
     reference solutions every error is small, against the stubs each task says
@@ -57,6 +58,7 @@ def test_handout_local_check_script_runs():
     assert all("not implemented:" in line for line in said.values()), stub.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["w4a16_bug_scale_group", "w4a16_bug_no_k_mask", "w8a8_bug_no_clamp"])
 def test_handout_local_check_script_catches_the_edges_it_names(variant, tmp_path):
     """Group-wise scales, a K that is not a multiple of the tile: the script's shapes

@@ -24,6 +24,8 @@ from grader.rubric import parse_rubric
 from tests.fakes import ROOT, SOLUTION, by_name, correctness, grade_files, rubric, submission
 from tests.helpers import HAS_CUDA, needs_gpu, scaled
 
+pytestmark = pytest.mark.slow  # nearly every test grades a submission in the interpreter
+
 NAIVE_W8A8 = (ROOT / "calibration" / "naive" / "w8a8.py").read_text()  # the attacks' honest twin
 
 

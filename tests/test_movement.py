@@ -172,6 +172,7 @@ def _counted(fn, task: str, shape) -> dict:
 WEIGHT = {"w8a8": "qweight_t", "w4a16": "qweight", "dds": "weight_bsr.values"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["w8a8", "w4a16", "dds"])
 def test_the_naive_kernels_reread_the_weight_more_than_the_reference(task, tmp_path):
     shape = load_rubric().tasks[task].movement_shape
@@ -262,6 +263,7 @@ def _report_with(task):
                        partial=False, notes=[], tasks=[task], tests=[])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("forgery, shown", [
     ("out-of-range", None),         # breaks the rules: not shown
     ("plausible-lie", 10 ** 18),    # in range: shown
@@ -287,6 +289,7 @@ def test_forged_counts_change_no_score(tmp_path, forgery, shown):
     assert json.loads((out / "report.json").read_text())["score"] == result.score
 
 
+@pytest.mark.slow
 def test_the_reference_reports_its_table(tmp_path):
     from grader.grade import grade
     sub = tmp_path / "submission"

@@ -23,6 +23,7 @@ from grader.rubric import load_rubric
 from tests.fakes import ROOT, install_fake_grade, rubric_toml
 
 pytest.importorskip("submitit")
+pytestmark = pytest.mark.slow  # every test runs batches of grade processes (fake grades, real processes)
 
 FAKE = r'''
 import os, sys, time

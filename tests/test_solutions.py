@@ -30,6 +30,8 @@ from solutions import w8a8 as w8a8_solution
 from solutions.layers import unpack_int4
 from tests.helpers import DEVICE, HAS_CUDA, dds_reference, needs_gpu, problem, w4a16_reference, w8a8_reference
 
+pytestmark = pytest.mark.slow  # the reference kernels on many shapes, in the interpreter without a GPU
+
 SEED = random.randrange(2**31)  # fresh inputs every run; printed on failure
 MODULES = {"w8a8": w8a8_solution, "w4a16": w4a16_solution, "dds": dds_solution}
 HOPPER = HAS_CUDA and torch.cuda.get_device_capability()[0] >= 9

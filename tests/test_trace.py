@@ -130,6 +130,7 @@ def test_a_trace_reaches_the_harness_bounded():
     assert len(foreign) == 10 and all(len(n) <= 200 for n in foreign)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(HAS_CUDA, reason="without CUDA the trace cannot start: this is that path")
 def test_without_a_gpu_the_trace_says_why_it_is_off():
     why = trace.start()

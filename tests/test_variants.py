@@ -42,6 +42,8 @@ from grader.staticcheck import check_source
 from grader.tasks import TASKS, get
 from tests.helpers import DEVICE, make_inputs, needs_gpu
 
+pytestmark = pytest.mark.slow  # every variant kernel run in the interpreter without a GPU
+
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ROOT / "tests" / "variants"
 NAMES = sorted(p.stem for p in VARIANTS.glob("*_*_*.py"))
