@@ -1,5 +1,5 @@
 """The TA's classroom: grade a whole class with the engine (``grader``), keep the
-class files, talk to the platforms. ``python -m classroom``; see README.md.
+class files, talk to the platforms. ``python -m classroom``; see docs/classroom.md.
 
     batch.py     grade every submission of a folder, one grade process each; class.csv, summary.md
     gpus.py      a batch on several GPUs: one grade process per GPU

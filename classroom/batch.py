@@ -79,7 +79,7 @@ STOP_SIGNALS = tuple(getattr(signal, s) for s in ("SIGINT", "SIGTERM", "SIGHUP")
 
 _FLAG_KIND = re.compile(r"[a-z][a-z0-9_]{0,39}")
 TEST_STATUSES = ("passed", "partial", "failed", "not_run")
-# class.csv's columns, in this order, the rubric's tasks between head and tail (README.md documents each).
+# class.csv's columns, in this order, the rubric's tasks between head and tail (docs/classroom.md documents each).
 CSV_FIELDS_HEAD = ["id", "name", "email", "sid", "total", "max", "correctness", "bonus", "performance"]
 CSV_FIELDS_TAIL = ["flags", "submitted_at", "graded_at", "rubric_hash", "device", "partial", "seed",
                    "layout", "lms_id", "original_name", "error"]

@@ -37,7 +37,7 @@ def _batch_args(p: argparse.ArgumentParser, regrade: bool) -> None:
     p.add_argument("--layout", default=None, choices=["auto", *LAYOUTS],
                    help="how the folder is laid out (default: detected; a layout given is remembered in OUT)")
     p.add_argument("--roster", default=None, metavar="CSV",
-                   help="names, emails and SIDs by id (kept in OUT for later runs); see README")
+                   help="names, emails and SIDs by id (kept in OUT for later runs); see docs/classroom.md")
     p.add_argument("--gpus", default=None, metavar="LIST",
                    help="grade on several GPUs at once, one student per GPU: 'all' or e.g. 0,1,2,3")
     p.add_argument("--jobs", default="auto", metavar="N",
@@ -51,7 +51,7 @@ def _batch_args(p: argparse.ArgumentParser, regrade: bool) -> None:
         from .cluster import EXECUTORS
         p.add_argument("--executor", default=None, choices=EXECUTORS,
                        help="grade on a cluster: the class sharded into a job array through submitit "
-                            "(slurm; local: the same path on this machine); see README")
+                            "(slurm; local: the same path on this machine); see docs/classroom.md")
         p.add_argument("--slurm-partition", default=None, metavar="NAME", help="the partition of the job array")
         p.add_argument("--gpus-per-task", type=int, default=1, metavar="N",
                        help="GPUs of each array task (default 1; 0 for a CPU cluster)")

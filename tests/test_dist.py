@@ -91,9 +91,9 @@ def test_no_hidden_tests_or_project_files(bundle):
         assert name not in text, f"hidden test {name} leaks into the bundle"
     for path in ("tests", "bench", ".ci", "MAINTAINING.md", "docs"):
         assert not (bundle / path).exists(), f"{path} must not ship to students"
-    for needed in ("handout.md", "Makefile", "requirements.txt", "Dockerfile", "README.md",
-                   "assignment/layers.py", "assignment/w8a8.py", "assignment/course_compat.py",
-                   "grader/tests/test_kernels.py"):
+    for needed in ("handout.md", "troubleshooting.md", "performance-guide.md", "Makefile", "requirements.txt",
+                   "Dockerfile", "README.md", "assignment/layers.py", "assignment/w8a8.py",
+                   "assignment/course_compat.py", "assignment/check_mine.py", "grader/tests/test_kernels.py"):
         assert (bundle / needed).is_file(), f"{needed} missing from the bundle"
 
 
@@ -233,10 +233,11 @@ def test_nothing_a_student_reads_points_outside_the_bundle(bundle):
     bundle has (the rubric once pointed at docs/grading.md)."""
     import re
 
-    student = [bundle / "handout.md", bundle / "README.md", bundle / "grader" / "rubric.toml",
+    student = [bundle / "handout.md", bundle / "troubleshooting.md", bundle / "performance-guide.md",
+               bundle / "README.md", bundle / "grader" / "rubric.toml",
                *sorted((bundle / "hints").glob("*.md")), *sorted((bundle / "assignment").glob("*.py"))]
     names = {p.name for p in _files(bundle)}
-    written = {"check_mine.py", "report.md", "report.json", "results.json"}   # what a student or the grader writes
+    written = {"report.md", "report.json", "results.json"}   # what the grader writes
     # Last year's course scripts (the handout's "Last year's course scripts"): the student's own copies,
     # wherever they keep them.
     brought = {"benchmark_w8a8.py", "benchmark_w4a16.py", "benchmark_sparse.py"}

@@ -289,12 +289,14 @@ def test_likely_cause_never_raises():
 
 
 def test_causes_quote_the_handout():
-    """Every cause points to a real handout section, and the troubleshooting table quotes it."""
+    """Every cause points to a real handout section, and the troubleshooting table
+    (troubleshooting.md, which the handout's "12. Troubleshooting" points to) quotes it."""
     handout = (ROOT / "handout.md").read_text()
     headings = {line.lstrip("#").strip() for line in handout.splitlines() if line.startswith("## ")}
     sections = {QUANTIZATION, TRITON, *(t.handout_section for t in TASKS.values())}
     assert sections <= headings, sorted(sections - headings)
-    table = handout[handout.index("## 12. Troubleshooting"):]
+    assert "troubleshooting.md" in handout[handout.index("## 12. Troubleshooting"):]
+    table = (ROOT / "troubleshooting.md").read_text()
     for cause_id, (text, section) in cause_texts().items():
         fixed = text.replace("}", "{").split("{")[::2]  # the text around its {fields}
         quoted = [line for line in table.splitlines() if line.startswith(f"| likely cause: {fixed[0]}")]
