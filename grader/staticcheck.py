@@ -1,9 +1,13 @@
 """Read a kernel file, without running it, and name what a kernel file may not use.
 
-This is teaching feedback, not the security boundary: the worker's OS sandbox
-and the trusted harness (which judges and times outputs itself) are what make a
-grade hold. Its job is to tell an honest student, before anything runs, which
-line uses something outside the rules, why, and what to use instead.
+The gate of the rule "the product is computed by the file's own Triton kernel"
+(docs/integrity.md, "Uses Triton"): a finding voids the task's points
+(``forbidden_code``, grader/judge.py), and the worker's run-time records come
+second. It is not the security boundary: a flagged file still runs, and the
+worker's OS sandbox and the trusted harness (which judges and times outputs
+itself) are what make a grade hold against code that gets past the check. For
+an honest student it says, before anything runs, which line uses something
+outside the rules, why, and what to use instead.
 
 **Allowlist, not denylist.** Every name the file reaches through an import is
 resolved to a dotted path (``F.linear`` -> ``torch.nn.functional.linear``) and
