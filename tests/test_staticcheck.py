@@ -1,4 +1,4 @@
-"""The static check of kernel files (grader/staticcheck.py).
+"""The static check of kernel files (grader/staticcheck/).
 
 - Legitimate code gives no findings: the reference solutions, the naive
   kernels, the stubs, an honest student's tutorial-style file, and snippets of
@@ -352,15 +352,16 @@ def test_known_tricks_are_refused(name):
 def test_a_utils_kernel_called_directly_is_refused(tmp_path, monkeypatch):
     """utils.py defines no @triton.jit helper today; one that it gained would be a
     kernel to the check, which a kernel file may launch but not call."""
-    from grader import staticcheck, submission
+    from grader import submission
+    from grader.staticcheck import policy
     utils = tmp_path / "utils.py"
     utils.write_text((ROOT / "assignment" / "utils.py").read_text() + "\n\n@triton.jit\ndef tile_order(pid):\n"
                      "    return pid\n")
     monkeypatch.setitem(submission.TRUSTED_FILES, "utils.py", utils)
-    names, kernels = staticcheck._utils_names()
+    names, kernels = policy._utils_names()
     assert kernels == {"tile_order"} and {"tile_order", "check_tensor", "BSR_BLOCK"} <= names
-    monkeypatch.setattr(staticcheck, "UTILS_NAMES", names)
-    monkeypatch.setattr(staticcheck, "UTILS_KERNELS", kernels)
+    monkeypatch.setattr(policy, "UTILS_NAMES", names)
+    monkeypatch.setattr(policy, "UTILS_KERNELS", kernels)
     assert "jit-call" in _rules("from .utils import tile_order\ntile_order(0)")
 
 
