@@ -122,7 +122,8 @@ def _gradebook(args) -> int:
 def _batch(args) -> int:
     from grader.rubric import DEFAULT_RUBRIC, RubricError, load_rubric
 
-    from .batch import plan_batch, run_batch, spare_cores
+    from .batch import plan_batch, run_batch
+    from .slots import spare_cores
     try:
         rubric = load_rubric(args.rubric or DEFAULT_RUBRIC)
     except RubricError as e:

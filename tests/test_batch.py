@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from classroom import batch
+from classroom import batch, grade_process, reports
 from classroom.batch import find_entries, load_report, run_batch, student_id, write_class_files
 from grader.rubric import load_rubric
 from tests.fakes import ROOT, SOLUTION, install_fake_grade, rubric_toml, submission
@@ -249,12 +249,12 @@ def test_a_failed_grade_is_a_grader_error_in_every_format(tmp_path, fake, mode, 
 def test_a_stop_signal_during_clean_up_waits_for_it(tmp_path, fake, monkeypatch):
     rubric, pids = fake
     subs = _students(tmp_path, {"a": "escape", "b": "ok"})
-    real_install = batch._install
+    real_install = grade_process._install
 
     def sigterm_then_install(*args):
         os.kill(os.getpid(), signal.SIGTERM)   # arrives while a's folder is being installed
         real_install(*args)
-    monkeypatch.setattr(batch, "_install", sigterm_then_install)
+    monkeypatch.setattr(grade_process, "_install", sigterm_then_install)
     out = tmp_path / "out"
     assert run_batch(str(subs), str(out), rubric) == 128 + signal.SIGTERM
     assert _survivors(pids) == []
@@ -318,7 +318,7 @@ def _report(**change) -> dict:
 
 HOSTILE_REPORTS = {
     "corrupt": b'{"score": 1,',
-    "huge": json.dumps(_report(pad="x" * batch.REPORT_JSON_BYTES)).encode(),  # valid but for its size
+    "huge": json.dumps(_report(pad="x" * reports.REPORT_JSON_BYTES)).encode(),  # valid but for its size
     "deep": b"[" * 200_000 + b"]" * 200_000,
     "deep_dict": b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
     "string_score": json.dumps(_report(score="100")).encode(),
@@ -355,7 +355,7 @@ def test_flags_come_from_kinds_never_from_sentences(tmp_path):
     def flags(tasks, notes=()):
         path = tmp_path / "r.json"
         path.write_text(json.dumps(_report(tasks=tasks, notes=list(notes))))
-        return batch._flags(load_report(path))
+        return reports._flags(load_report(path))
     new = [{"task": "w8a8", "score": 0, "summary": "no points", "status": "library_matmul", "flags": [
         {"kind": "library_matmul", "detail": "calls torch.matmul"}, {"kind": "Bad Kind!"}, {"kind": 3}]},
            {"task": "dds", "score": 0, "summary": "time limit exceeded", "status": "timeout", "flags": []},
