@@ -133,16 +133,21 @@ def newest_per_gpu(key: str) -> tuple[list[tuple[Path, dict]], list[tuple[Path, 
     """(newest, older): of the results files that hold ``key``, the newest of each GPU
     (file names start with the date), and the rest; each in file order."""
     runs = [(p, run) for p, run in _runs() if run.get(key)]
-    newest = {short_gpu_name(run["gpu"]): (p, run) for p, run in runs}   # the last file of a GPU wins
+    newest = {_gpu(run, key): (p, run) for p, run in runs}   # the last file of a GPU wins
     keep = sorted(newest.values(), key=lambda pr: pr[0])
     kept = {p for p, _ in keep}
     return keep, [(p, run) for p, run in runs if p not in kept]
 
 
-def _older_line(older: list[tuple[Path, dict]], what: str) -> list[str]:
+def _gpu(run: dict, key: str) -> str:
+    """The GPU of a results file: its head's, else that of its first ``key`` record."""
+    return short_gpu_name(run.get("gpu") or run[key][0].get("gpu", ""))
+
+
+def _older_line(older: list[tuple[Path, dict]], what: str, key: str) -> list[str]:
     if not older:
         return []
-    names = ", ".join(f"`{p.relative_to(ROOT)}` ({short_gpu_name(run['gpu'])}, {run['date']})" for p, run in older)
+    names = ", ".join(f"`{p.relative_to(ROOT)}` ({_gpu(run, key)}, {run['date']})" for p, run in older)
     return [f"Older {what} stay in the results files: {names} (`python -m tools.render_results --tables FILE` "
             "prints a file's tables).", ""]
 
@@ -167,7 +172,7 @@ def bench_tables() -> str:
     """The benchmark of the newest results file of each GPU; the older ones named."""
     newest, older = newest_per_gpu("bench")
     out = [line for p, run in newest for line in _bench_section(p, run)]
-    return "\n".join(out + _older_line(older, "benchmark runs"))
+    return "\n".join(out + _older_line(older, "benchmark runs", "bench"))
 
 
 def _eager_section(p: Path, run: dict) -> list[str]:
@@ -188,7 +193,7 @@ def eager_tables() -> str:
     if not out:
         out = ["No run recorded yet (`python -m bench.eager` on a GPU; MAINTAINING.md says where its "
                "output goes).", ""]
-    return "\n".join(out + _older_line(older, "eager-mode runs"))
+    return "\n".join(out + _older_line(older, "eager-mode runs", "eager"))
 
 
 def file_tables(path: Path) -> str:
