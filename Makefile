@@ -33,7 +33,7 @@ SERVE_FLAGS ?=
 
 export PYTHON VENV NO_VENV
 
-.PHONY: help setup grade hint submit serve test batch regrade gradebook merge dist gradescope bench calibrate docs clean
+.PHONY: help setup grade hint submit serve test test-fast lint batch regrade gradebook merge dist gradescope bench calibrate docs clean
 
 help:
 	@echo "make grade                 grade assignment/ (SUBMISSION=path for a folder or .zip)"
@@ -41,6 +41,8 @@ help:
 	@echo "make submit SERVER=url TOKEN=t  grade on the course GPU (SUBMISSION=dir, DISPLAY_NAME=name) -> gpu-report/"
 ifneq ($(wildcard solutions),)
 	@echo "make test                  the project's own test suite"
+	@echo "make test-fast             its tests that grade nothing in the interpreter (minutes, not half an hour)"
+	@echo "make lint                  ruff check (the settings are in pyproject.toml)"
 	@echo "make batch SUBMISSIONS=dir grade a whole class (TA)"
 	@echo "make regrade STUDENT=id    regrade one student of the batch, rebuild class.csv (TA)"
 	@echo "make gradebook FORMAT=f    class.csv as a gradescope, canvas or moodle upload file (TA; ALLOW=kinds)"
@@ -80,6 +82,15 @@ serve:
 test:
 	@REQUIREMENTS=requirements-dev.txt bash tools/setup_env.sh
 	$(PY) -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile
+
+# The tests not marked slow: none grades in the interpreter (tests/conftest.py).
+test-fast:
+	@REQUIREMENTS=requirements-dev.txt bash tools/setup_env.sh
+	$(PY) -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile -m "not slow"
+
+lint:
+	@REQUIREMENTS=requirements-dev.txt bash tools/setup_env.sh
+	$(PY) -m ruff check .
 else
 test: setup
 	@echo "The student bundle has no project tests: run 'make grade' to check your kernels."

@@ -15,8 +15,7 @@ import torch
 import torch.nn as nn
 
 from .dds import dds_mm
-from .utils import (BSR_BLOCK, INT4_QMAX, INT4_QMIN, INT8_QMAX, INT8_QMIN,
-                    SCALE_EPS)
+from .utils import BSR_BLOCK, INT4_QMAX, INT4_QMIN, INT8_QMAX, INT8_QMIN, SCALE_EPS
 from .w4a16 import w4a16_mm
 from .w8a8 import w8a8_mm
 

@@ -22,6 +22,7 @@ import argparse
 import importlib
 import json
 import sys
+from itertools import cycle, islice
 from pathlib import Path
 
 import torch
@@ -58,7 +59,7 @@ def eager_ms(task: Task, x: torch.Tensor, w: torch.Tensor, options: dict) -> dic
     layers = [probe] + [layer_from(task.name, w, **kw) for _ in range(copies_for(weight_bytes(probe)) - 1)]
     linears = [linear_from(w) for _ in range(copies_for(w.numel() * w.element_size()))]
     with torch.inference_mode():
-        return {name: eager_us([(lambda m=mods[i % len(mods)]: m(x)) for i in range(200)]) / 1e3
+        return {name: eager_us([(lambda m=m: m(x)) for m in islice(cycle(mods), 200)]) / 1e3
                 for name, mods in (("eager", layers), ("fp16_eager", linears))}
 
 

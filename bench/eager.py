@@ -46,14 +46,14 @@ import sys
 import time
 import warnings
 from collections import Counter
+from itertools import cycle, islice
 
 import torch
 
 from solutions import dds as dds_solution
 from solutions import w4a16 as w4a16_solution
 from solutions import w8a8 as w8a8_solution
-from solutions.layers import (BSR_BLOCK, INT8_QMAX, SCALE_EPS, QuantizedLinear_w8a8, QuantLinear_w4a16,
-                              SparseLinear)
+from solutions.layers import BSR_BLOCK, INT8_QMAX, SCALE_EPS, QuantizedLinear_w8a8, QuantLinear_w4a16, SparseLinear
 
 MODULES = (w8a8_solution, w4a16_solution, dds_solution)
 LAYERS = {"w8a8": QuantizedLinear_w8a8, "w4a16": QuantLinear_w4a16, "dds": SparseLinear}
@@ -317,7 +317,7 @@ def weight_bytes(module: torch.nn.Module) -> int:
 
 
 def _calls(modules: list, x: torch.Tensor, n: int) -> list:
-    return [(lambda m=modules[i % len(modules)]: m(x)) for i in range(n)]
+    return [(lambda m=m: m(x)) for m in islice(cycle(modules), n)]
 
 
 def measure_row(kind: str, M: int, N: int, K: int, density: float | None = None, bias: bool = False,

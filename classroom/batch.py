@@ -26,28 +26,20 @@ the rubric it was made under (``rubric_hash``); reports made under another
 rubric are listed at the end. Entries of the submissions folder that are
 not submissions (late_days.txt, .DS_Store) are skipped with a warning.
 
-Each grade process runs under a supervisor of its own (grader/harness/proc.py)
-with its output in a file (no pipes for an escaped process to hold): when
-a student is done, timed out or interrupted, or when the batch itself dies,
-every process left from that student's grading, including ones that started
-a new session or double-forked, is killed and reaped, and nothing else is:
-with --gpus or --jobs (classroom/gpus.py) one grade process per slot (a GPU,
-a CPU job) runs at a time, and one student's clean-up never touches
-another's processes. run_grade_process is the one place the batch starts and
-ends a process.
+The pieces: this module is the class loop (what to grade, the --force marker,
+the run, the class files at the end); reports.py reads report.json and writes
+class.csv; grade_process.py runs one student's grade under a supervisor of its
+own, kills and reaps whatever it left, and installs its reports; slots.py says
+where parallel grade processes run (--gpus, --jobs).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import math
 import os
-import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -57,414 +49,22 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from grader.harness import proc
-from grader.report import REPORT_FILES, error_result, escape_name, one_line, write_reports
+from grader.report import escape_name, one_line
 from grader.rubric import Rubric, rubric_hash
 
 from .cluster_jobs import shards_in_flight
-from .gpus import GpuListError, Stopped, run_parallel, visible_gpus
-from .history import keep_previous, previous
-from .lms.csvio import DIR_MODE, FILE_MODE, CsvError, to_csv
+from .gpus import GpuListError, run_parallel, visible_gpus
+from .grade_process import STOP_SIGNALS, _grade_one, _signals_deferred, _stop, grade_command, grade_timeout
+from .lms.csvio import DIR_MODE, CsvError
 from .lms.csvio import write_atomic as _write_atomic
 from .lms.intake import discover, remember_rubric, select
 from .lms.layouts import Entry, LayoutError, find_entries, student_id  # noqa: F401 - find_entries, student_id: API
-from .summary import other_rubric_line, summary_table, write_summary  # noqa: F401 - other_rubric_line: API
+from .reports import BadReport, load_report, write_class_files
+from .slots import Slot, cpu_slots, gpu_slots
+from .summary import other_rubric_line, summary_table  # noqa: F401 - other_rubric_line: API
 
-ROOT = Path(__file__).resolve().parent.parent
-REPORT_JSON_BYTES = 8 << 20      # largest report.json the batch reads
-MAX_ITEMS = 10_000               # most tests, tasks, flags or notes read from one report
 FORCE_MARKER = ".force-pending"  # in OUT while a --force run has not completed
-_HASH = re.compile(r"[0-9a-f]{6,64}")
-STOP_SIGNALS = tuple(getattr(signal, s) for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s))
 
-_FLAG_KIND = re.compile(r"[a-z][a-z0-9_]{0,39}")
-TEST_STATUSES = ("passed", "partial", "failed", "not_run")
-# class.csv's columns, in this order, the rubric's tasks between head and tail (README.md documents each).
-CSV_FIELDS_HEAD = ["id", "name", "email", "sid", "total", "max", "correctness", "bonus", "performance"]
-CSV_FIELDS_TAIL = ["flags", "submitted_at", "graded_at", "rubric_hash", "device", "partial", "seed",
-                   "layout", "lms_id", "original_name", "error"]
-
-
-# ----------------------------------------------------------------------------- processes
-
-_STOPPED = "stopped"      # run_grade_process: the batch stopped before the grade process ended
-_deferring = 0            # > 0 inside clean-up that a stop signal must not cut short
-_pending: list[int] = []  # stop signals that arrived meanwhile
-
-
-def _stop(signum, frame):
-    """Ctrl-C, SIGTERM and SIGHUP stop the batch the same way: KeyboardInterrupt,
-    held back until the clean-up in progress (killing a tree, installing a
-    folder) is done. (A signal mask would not do: another thread, such as
-    tqdm's monitor, would take the signal instead.)"""
-    if _deferring:
-        _pending.append(signum)
-        return
-    raise KeyboardInterrupt(signum)
-
-
-@contextlib.contextmanager
-def _signals_deferred(reraise: bool = True):
-    """Run the block to its end whatever stop signal arrives, then act on it.
-    (Only the main thread is ever interrupted: elsewhere this does nothing.)"""
-    global _deferring
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    _deferring += 1
-    try:
-        yield
-    finally:
-        _deferring -= 1
-        if not _deferring and _pending:
-            signum = _pending[0]
-            _pending.clear()
-            if reraise:
-                raise KeyboardInterrupt(signum)
-
-
-def grade_command(path: Path, report_dir: Path, rubric: Rubric) -> list[str]:
-    """The command that grades one submission into ``report_dir``."""
-    source = Path(rubric.source)
-    return [sys.executable, "-m", "grader", "grade", str(path), "--report-dir", str(report_dir),
-            "--rubric", str(source.absolute() if source.is_file() else source)]
-
-
-def grade_timeout(rubric: Rubric) -> float:
-    """The wall-clock limit of one student's grade process: three tasks' limits and start-up."""
-    return 3 * max(rubric.settings.task_timeout_s, rubric.settings.cpu_task_timeout_s) + 300
-
-
-def student_seed(seed: int, sid: str) -> int:
-    """A student's seed in a batch given ``--seed``: the same for the same student
-    whichever machine, slot or shard grades them, different between students."""
-    digest = hashlib.blake2b(f"{seed}:{sid}".encode(), digest_size=7).digest()
-    return int.from_bytes(digest, "little")
-
-
-def _tail(path: Path, chars: int = 4000) -> str:
-    """The end of a log file, read without loading the whole file."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - chars))
-            return f.read(chars).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return one_line(lines[-1], 300) if lines else ""
-
-
-@dataclass(frozen=True)
-class Slot:
-    """Where a parallel batch runs a grade process: its name (a GPU, or a CPU
-    job's number), the environment it adds (CUDA_VISIBLE_DEVICES, thread
-    limits), and the batch's stop event."""
-    name: str
-    env: tuple
-    stop: threading.Event
-
-
-def run_grade_process(cmd: list[str], log: Path, timeout_s: float, slot: Slot | None = None):
-    """Run one grade process with its output in ``log`` and a deadline; when it
-    ends, times out or the batch stops, kill and reap its whole tree. Returns
-    its exit status, None on timeout, or _STOPPED (``slot``'s stop was set first).
-
-    The one place the batch starts and ends processes. Each grade process runs
-    under a supervisor of its own (grader/harness/proc.py), which kills and
-    reaps everything the grade left, however it escaped, and nothing else: a
-    student's clean-up never touches another slot's processes."""
-    env = dict(os.environ, **dict(slot.env)) if slot is not None else None
-    p = None
-    try:
-        with open(log, "wb") as out:
-            p = proc.start(cmd, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
-                           stderr=subprocess.STDOUT, deadline_s=timeout_s)
-        while (rc := p.wait(0.05)) is None:
-            if slot is not None and slot.stop.is_set():
-                return _STOPPED
-        return None if p.timed_out else rc
-    finally:
-        if p is not None:
-            with _signals_deferred():
-                p.kill()   # its supervisor kills and reaps what the grade left; waits until it has
-
-
-def _grade_one(entry: Entry, students: Path, rubric: Rubric, timeout_s: float, slot: Slot | None = None,
-               command=None, seed: int | None = None) -> str:
-    """Grade one student in a child process and install their report folder;
-    return 'ok' or the reason for the grader error written in its place.
-    With a ``slot`` (a parallel batch) the child gets the slot's environment, and
-    Stopped is raised, with nothing installed, if the batch stops meanwhile.
-    ``command``: what makes the grade command (default: grade_command);
-    ``seed``: the batch's --seed (each student's own is derived from it)."""
-    work = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.sid}-", dir=students))
-    reports, log = work / "reports", work / "grade.log"
-    cmd = (command or grade_command)(entry.path, reports, rubric)
-    if seed is not None:
-        cmd = [*cmd, "--seed", str(student_seed(seed, entry.sid))]
-    try:
-        rc = run_grade_process(cmd, log, timeout_s, slot)
-        if rc == _STOPPED:
-            raise Stopped(entry.sid)
-        if rc is None:
-            reason = f"grading took longer than {timeout_s:g} s; it was stopped"
-        elif rc != 0:
-            reason = f"the grader exited with code {rc}: {_last_line(_tail(log))}"
-        else:
-            reason = _check_reports(reports)
-        with _signals_deferred():
-            if reason:
-                shutil.rmtree(reports, ignore_errors=True)
-                write_reports(error_result(rubric, entry.path, reason), reports, error=reason)
-            _install(reports, students / entry.sid, work)
-        return reason or "ok"
-    finally:
-        with _signals_deferred():
-            shutil.rmtree(work, ignore_errors=True)
-
-
-def _check_reports(reports: Path) -> str:
-    """'' when the three reports are plain files and report.json is usable, else why not."""
-    missing = [n for n in REPORT_FILES if not _plain_file(reports / n)]
-    if missing:
-        return f"the grader wrote no {', '.join(missing)}"
-    try:
-        report = load_report(reports / "report.json")
-    except BadReport as e:
-        return f"report.json unusable: {e}"
-    return f"the grader reported an error: {report['grader_error']}" if "grader_error" in report else ""
-
-
-def _plain_file(path: Path) -> bool:
-    try:
-        return path.lstat().st_mode & 0o170000 == 0o100000
-    except OSError:
-        return False
-
-
-def _install(reports: Path, final: Path, work: Path) -> None:
-    """Put the three reports at ``final`` (nothing else the run left there) by
-    renames only: at every moment ``final`` is the old complete folder, absent,
-    or the new complete folder. Readable by the owner's group (course staff).
-    A folder it replaces is kept in OUT/history/<id>/ (history.py)."""
-    staged = work / "final"
-    staged.mkdir(mode=DIR_MODE)
-    for name in REPORT_FILES:
-        os.replace(reports / name, staged / name)
-        os.chmod(staged / name, FILE_MODE)
-    os.chmod(staged, DIR_MODE)
-    if final.exists() or final.is_symlink():
-        os.replace(final, work / "old")
-    os.replace(staged, final)
-    keep_previous(work / "old", final.parent.parent, final.name)
-
-
-# ----------------------------------------------------------------------------- reports
-
-class BadReport(ValueError):
-    """A report.json the class files cannot use."""
-
-
-def _num(value, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadReport(f"{what} is not a number")
-    return value
-
-
-def _items(value, what: str) -> list:
-    if not isinstance(value, list) or len(value) > MAX_ITEMS:
-        raise BadReport(f"{what} is not a list of at most {MAX_ITEMS}")
-    return value
-
-
-def _text(value, what: str) -> str:
-    if not isinstance(value, str):
-        raise BadReport(f"{what} is not text")
-    return value[:10_000]
-
-
-def load_report(path: Path) -> dict:
-    """Read a report.json defensively (an earlier, hostile run may have made
-    it): size cap, no symlink, JSON depth errors caught, and every field the
-    batch uses checked for its type. Returns only those fields."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise BadReport(f"cannot open: {e.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
-        if os.fstat(fd).st_mode & 0o170000 != 0o100000:
-            raise BadReport("not a plain file")
-        raw = f.read(REPORT_JSON_BYTES + 1)
-    if len(raw) > REPORT_JSON_BYTES:
-        raise BadReport(f"larger than {REPORT_JSON_BYTES >> 20} MB")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError, MemoryError) as e:
-        raise BadReport(f"not valid JSON ({type(e).__name__})") from None
-    if not isinstance(data, dict):
-        raise BadReport("not a JSON object")
-    if "grader_error" in data:
-        try:
-            max_score = _num(data.get("max_score_all_tests"), "max_score_all_tests")
-        except BadReport:
-            max_score = None
-        return {"grader_error": one_line(_text(data["grader_error"], "grader_error"), 1000),
-                "max_score": max_score, "rubric_hash": _report_hash(data)}
-    out = {"score": _num(data.get("score"), "score"), "max_score": _num(data.get("max_score"), "max_score"),
-           "partial": data.get("partial"), "seed": data.get("seed"), "gpu": data.get("gpu"),
-           "started": _text(data.get("started"), "started"), "rubric_hash": _report_hash(data)}
-    if not isinstance(out["partial"], bool):
-        raise BadReport("partial is not true or false")
-    if out["seed"] is not None and (isinstance(out["seed"], bool) or not isinstance(out["seed"], int)):
-        raise BadReport("seed is not an integer")
-    if out["gpu"] is not None:
-        _text(out["gpu"], "gpu")
-    out["tests"] = []
-    for i, t in enumerate(_items(data.get("tests"), "tests")):
-        if not isinstance(t, dict):
-            raise BadReport(f"tests[{i}] is not an object")
-        out["tests"].append({"kind": _text(t.get("kind"), f"tests[{i}].kind"),
-                             "score": _num(t.get("score"), f"tests[{i}].score"),
-                             "bonus": t.get("bonus") is True,
-                             # for the class view only: a test without them is left out of its table
-                             "name": one_line(t["name"], 100) if isinstance(t.get("name"), str) else "",
-                             "status": t["status"] if t.get("status") in TEST_STATUSES else "",
-                             "cause": _cause(t.get("message"))})
-    out["tasks"] = []
-    for i, t in enumerate(_items(data.get("tasks"), "tasks")):
-        if not isinstance(t, dict):
-            raise BadReport(f"tasks[{i}] is not an object")
-        flags = _items(t.get("flags", []), f"tasks[{i}].flags")
-        out["tasks"].append({"task": _text(t.get("task"), f"tasks[{i}].task"),
-                             "score": _num(t.get("score"), f"tasks[{i}].score"),
-                             "status": _text(t.get("status", "ok"), f"tasks[{i}].status"),
-                             "flags": [_flag(f, f"tasks[{i}].flags") for f in flags]})
-    return out
-
-
-def _cause(message) -> str:
-    """What a test's message says went wrong, in one line: its "likely cause:"
-    line (grader/diagnose.py), else its first line."""
-    if not isinstance(message, str):
-        return ""
-    lines = [line.strip() for line in message[:20_000].splitlines() if line.strip()]
-    cause = next((line for line in lines if line.startswith("likely cause:")), lines[0] if lines else "")
-    return one_line(cause, 200)
-
-
-def _flag(value, what: str) -> dict:
-    if not isinstance(value, dict):
-        raise BadReport(f"{what} holds a flag that is not a record")
-    return value
-
-
-def _report_hash(data: dict) -> str | None:
-    """The report's ``rubric_hash`` when it has a well-formed one (older reports have none)."""
-    value = data.get("rubric_hash")
-    return value if isinstance(value, str) and _HASH.fullmatch(value) else None
-
-
-def _flags(report: dict) -> list[str]:
-    """Flag names for the CSV, read from data only: each task's ``status`` kind
-    when it is not "ok" (not_implemented, timeout, ...) and the ``kind`` of its
-    flag records (library_matmul, ...)."""
-    kinds = []
-    for task in report["tasks"]:
-        kinds.append(task["status"])
-        kinds += [f.get("kind") for f in task["flags"]]
-    return list(dict.fromkeys(k for k in kinds if isinstance(k, str) and k != "ok" and _FLAG_KIND.fullmatch(k)))
-
-
-def _people(entry_or_people, field: str) -> str:
-    """One class.csv cell for a field of every submitter ("; " between group members)."""
-    people = getattr(entry_or_people, "people", entry_or_people)
-    return "; ".join(getattr(p, field).replace(";", ",") for p in people) if any(
-        getattr(p, field) for p in people) else ""
-
-
-def _identity(entry: Entry) -> dict:
-    """The columns that say whose submission a row is."""
-    extra = [f for f, on in (("duplicate", entry.duplicate), ("late", entry.late)) if on]
-    return {"id": entry.sid, "name": _people(entry, "name"), "email": _people(entry, "email"),
-            "sid": _people(entry, "sid"), "layout": entry.layout, "lms_id": entry.lms_id,
-            "original_name": escape_name(entry.original), "submitted_at": entry.submitted_at, "_extra": extra}
-
-
-def _with_flags(row: dict, flags: list[str]) -> dict:
-    row["flags"] = ";".join(dict.fromkeys(flags + row.pop("_extra")))
-    return row
-
-
-def _row(entry: Entry, report: dict, tasks: list[str]) -> dict:
-    row = _identity(entry) | {"_graded": True, "total": report["score"], "max": report["max_score"]}
-    for kind in ("correctness", "performance"):  # without bonus: bonus has its own column
-        row[kind] = sum(t["score"] for t in report["tests"] if t["kind"] == kind and not t["bonus"])
-    row["bonus"] = sum(t["score"] for t in report["tests"] if t["bonus"])
-    for task in report["tasks"]:
-        if task["task"] in tasks:
-            row[task["task"]] = task["score"]
-    row.update(partial=report["partial"], seed=report["seed"], device=report["gpu"] or "cpu",
-               graded_at=report["started"], rubric_hash=report["rubric_hash"], _tests=report["tests"])
-    return _with_flags(row, _flags(report))
-
-
-def _error_row(entry: Entry, error: str, max_score=None) -> dict:
-    row = _identity(entry) | {"total": 0, "max": max_score if max_score is not None else "", "error": error}
-    return _with_flags(row, ["grader_error"])
-
-
-def _previous(out: Path, sid: str) -> dict | None:
-    """The score of a student's report before the last regrade (OUT/history), or None."""
-    path = previous(out, sid)
-    if path is None:
-        return None
-    try:
-        report = load_report(path)
-    except BadReport:
-        return None
-    if "grader_error" in report:
-        return {"score": None, "graded_at": "", "error": report["grader_error"]}
-    return {"score": report["score"], "max": report["max_score"], "graded_at": report["started"]}
-
-
-def write_class_files(out: Path, entries: list[Entry], tasks: list[str], current_hash: str = "",
-                      not_submitted=()) -> list[dict]:
-    """Rebuild class.csv and the class view (summary.md, .html, .png) from
-    whatever reports exist now. A report that cannot be used becomes that
-    student's grader_error row. ``current_hash``: the rubric now in use, to
-    list reports made under another. ``not_submitted``: roster members
-    (classroom.lms.roster.Member) without a submission, one ``no_submission`` row each."""
-    rows = []
-    for entry in entries:
-        path = out / "students" / entry.sid / "report.json"
-        if not (path.exists() or path.is_symlink()):
-            rows.append(_with_flags(_identity(entry), ["not_graded"]))
-            continue
-        try:
-            report = load_report(path)
-        except BadReport as e:
-            rows.append(_error_row(entry, f"report.json unusable: {e}"))
-            continue
-        if "grader_error" in report:
-            row = _error_row(entry, report["grader_error"], report["max_score"]) | {
-                "rubric_hash": report["rubric_hash"]}
-        else:
-            row = _row(entry, report, tasks)
-        row["_previous"] = _previous(out, entry.sid)
-        rows.append(row)
-    for m in not_submitted:
-        rows.append({"id": m.key, "name": _people([m.person], "name"), "email": _people([m.person], "email"),
-                     "sid": _people([m.person], "sid"), "flags": "no_submission"})
-    fields = [*CSV_FIELDS_HEAD, *tasks, *CSV_FIELDS_TAIL]
-    _write_atomic(out / "class.csv", to_csv(fields, [[r.get(f, "") for f in fields] for r in rows]))
-    write_summary(out, rows, tasks, current_hash)
-    return rows
-
-
-# ----------------------------------------------------------------------------- the batch
 
 def _is_finished(students: Path, sid: str, since_ns: int | None = None) -> bool:
     """A usable report without a grader error, and (``since_ns``: a --force
@@ -531,44 +131,6 @@ def _warning(line: str) -> None:
 def _usage_error(line: str) -> int:
     print(escape_name(line), file=sys.stderr)
     return 2
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, and a cgroup's CPU quota where one is set)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    try:  # cgroup v2: "max 100000" or "<quota> <period>"
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
-        if quota != "max":
-            cores = min(cores, max(1, int(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return max(1, cores)
-
-
-def spare_cores() -> int:
-    """The default JOBS: the usable cores that are not busy now (the 1-minute load average), at least 1."""
-    cores = usable_cores()
-    try:
-        busy = int(os.getloadavg()[0] + 0.5)
-    except OSError:
-        busy = 0
-    return max(1, min(cores, cores - busy))
-
-
-def cpu_slots(jobs: int) -> list[tuple[str, tuple]]:
-    """(name, environment) of each of ``jobs`` CPU slots. Each grade process limits
-    its thread pools (PyTorch's, OpenMP's, BLAS's) to its share of the cores, so
-    that N students at once do not oversubscribe the machine."""
-    threads = str(max(1, usable_cores() // max(1, jobs)))
-    env = tuple((k, threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"))
-    return [(f"job{i}", env) for i in range(jobs)]
-
-
-def gpu_slots(gpus: list[str]) -> list[tuple[str, tuple]]:
-    return [(gpu, (("CUDA_VISIBLE_DEVICES", gpu),)) for gpu in gpus]
 
 
 @dataclass
@@ -700,7 +262,10 @@ def grade_entries(todo: list[Entry], students: Path, rubric: Rubric, timeout_s: 
     """Grade ``todo`` into ``students``, serially or one grade process per slot
     at a time, with the batch's stop signals and clean-up. A stop signal
     raises KeyboardInterrupt once every grade process is gone (nothing half
-    installed). Used by a local batch and by each shard of a cluster batch."""
+    installed). Used by a local batch and by each shard of a cluster batch.
+    ``command`` makes each student's grade command: the caller's (a cluster
+    shard's), else this module's ``grade_command`` as it is when the batch runs."""
+    command = command or grade_command
     main_thread = threading.current_thread() is threading.main_thread()
     handlers = {s: signal.signal(s, _stop) for s in STOP_SIGNALS  # what the caller ignores stays ignored
                 if main_thread and signal.getsignal(s) not in (signal.SIG_IGN, None)}

@@ -38,7 +38,7 @@ def _batch_args(p: argparse.ArgumentParser, regrade: bool) -> None:
     p.add_argument("--layout", default=None, choices=["auto", *LAYOUTS],
                    help="how the folder is laid out (default: detected; a layout given is remembered in OUT)")
     p.add_argument("--roster", default=None, metavar="CSV",
-                   help="names, emails and SIDs by id (kept in OUT for later runs); see README")
+                   help="names, emails and SIDs by id (kept in OUT for later runs); see docs/classroom.md")
     p.add_argument("--gpus", default=None, metavar="LIST",
                    help="grade on several GPUs at once, one student per GPU: 'all' or e.g. 0,1,2,3")
     p.add_argument("--jobs", default="auto", metavar="N",
@@ -52,7 +52,7 @@ def _batch_args(p: argparse.ArgumentParser, regrade: bool) -> None:
         from .cluster import EXECUTORS
         p.add_argument("--executor", default=None, choices=EXECUTORS,
                        help="grade on a cluster: the class sharded into a job array through submitit "
-                            "(slurm; local: the same path on this machine); see README")
+                            "(slurm; local: the same path on this machine); see docs/classroom.md")
         p.add_argument("--slurm-partition", default=None, metavar="NAME", help="the partition of the job array")
         p.add_argument("--gpus-per-task", type=int, default=1, metavar="N",
                        help="GPUs of each array task (default 1; 0 for a CPU cluster)")
@@ -123,7 +123,8 @@ def _gradebook(args) -> int:
 def _batch(args) -> int:
     from grader.rubric import DEFAULT_RUBRIC, RubricError, load_rubric
 
-    from .batch import plan_batch, run_batch, spare_cores
+    from .batch import plan_batch, run_batch
+    from .slots import spare_cores
     try:
         rubric = load_rubric(args.rubric or DEFAULT_RUBRIC)
     except RubricError as e:

@@ -41,8 +41,10 @@ from pathlib import Path
 from grader.report import one_line
 
 from . import batch
-from .gpus import visible_gpus
 from .cluster_jobs import JOBS_FILE, record, shards_in_flight  # noqa: F401 - JOBS_FILE: API
+from .gpus import visible_gpus
+from .grade_process import ROOT, STOP_SIGNALS, _stop
+from .slots import cpu_slots, gpu_slots
 
 EXECUTORS = ("local", "slurm")
 STUDENTS_PER_SHARD = 10     # default shard size
@@ -67,9 +69,9 @@ def grade_shard(shard: Shard) -> dict:
     """Run in the array task: grade the shard's students not yet graded by this run."""
     todo = [e for e in shard.entries if not batch._is_finished(shard.students, e.sid, shard.since_ns)]
     if shard.gpus_per_task > 1 and os.environ.get("CUDA_VISIBLE_DEVICES"):
-        slots = batch.gpu_slots(visible_gpus("all"))
+        slots = gpu_slots(visible_gpus("all"))
     else:
-        slots = batch.cpu_slots(shard.jobs) if shard.jobs > 1 else []
+        slots = cpu_slots(shard.jobs) if shard.jobs > 1 else []
     batch.grade_entries(todo, shard.students, shard.rubric, shard.timeout_s, slots, shard.seed, shard.command)
     return {"graded": [e.sid for e in todo], "host": os.uname().nodename}
 
@@ -90,7 +92,7 @@ def _executor(kind: str, folder: Path, partition: str | None, gpus_per_task: int
               parallel: int, options: dict):
     import submitit
     ex = submitit.AutoExecutor(folder=folder, cluster=kind)
-    setup = [f"cd {batch.ROOT}", f"export PYTHONPATH={batch.ROOT}${{PYTHONPATH:+:$PYTHONPATH}}"]
+    setup = [f"cd {ROOT}", f"export PYTHONPATH={ROOT}${{PYTHONPATH:+:$PYTHONPATH}}"]
     params = dict(name="grade-class", timeout_min=timeout_min, gpus_per_node=gpus_per_task,
                   cpus_per_task=4 * gpus_per_task if gpus_per_task else 2 * jobs, nodes=1, tasks_per_node=1,
                   local_setup=setup, slurm_setup=setup, slurm_array_parallelism=parallel)
@@ -119,7 +121,7 @@ def run_cluster(plan: batch.Plan, rubric, executor: str = "slurm", partition: st
     command = batch.grade_command   # looked up now: what this batch runs, pickled into each shard
     live: list[tuple[object, dict]] = []
     stopped_by = None
-    handlers = {s: signal.signal(s, batch._stop) for s in batch.STOP_SIGNALS
+    handlers = {s: signal.signal(s, _stop) for s in STOP_SIGNALS
                 if signal.getsignal(s) not in (signal.SIG_IGN, None)}
     try:
         for wave in (1, 2):

@@ -1,7 +1,7 @@
 """The class view a TA acts on: OUT/summary.md, summary.html beside it, and
 the distribution of totals as summary.png (where matplotlib is installed).
 
-Rebuilt from the reports with class.csv (batch.write_class_files). It says
+Rebuilt from the reports with class.csv (reports.write_class_files). It says
 how many submissions were graded; the score statistics; what did not run
 here (performance without a GPU: totals are then out of the correctness
 points, and the performance column says "not run" instead of averaging

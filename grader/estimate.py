@@ -313,7 +313,7 @@ def call_time(launches: list[dict], rows: dict, gpu: Target) -> dict:
     fastest of its configs, as the autotuner would pick), microseconds."""
     in_l2: set = set()
     parts, total = [], 0.0
-    for i, launch in enumerate(launches):
+    for launch in launches:
         if launch.get("trial"):
             continue
         options = [launch] + [launches[j] for j in launch.get("alternatives", []) if 0 <= j < len(launches)]

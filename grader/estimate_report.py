@@ -116,7 +116,8 @@ def markdown(result, plots: dict[str, str] | None, md_inline, md_code) -> list[s
             first = (test.get("gpus") or [{}])[0]
             if _far_below(test, first):
                 notes.append(f"- **{md_code(name, 60)} is predicted far below the thresholds**: ratio "
-                             f"{_r(first['ratio_range'][0])}-{_r(first['ratio_range'][1])} on {md_inline(first['gpu'], 40)}, "
+                             f"{_r(first['ratio_range'][0])}-{_r(first['ratio_range'][1])} "
+                             f"on {md_inline(first['gpu'], 40)}, "
                              f"where points start above {test['zero_ratio']:g} (full at {test['full_ratio']:g}).")
             if first.get("at_floor"):
                 notes.append(f"- {md_code(name, 60)}: predicted at the memory floor, {_us(first['floor_us'])}: no "
@@ -160,7 +161,8 @@ def _launch_lines(name: str, gpu: dict, md_inline, md_code) -> list[str]:
         elif launch["bound"] == "load/store unit":
             why = _lsu(launch)
         out.append(f"- {md_code(name, 60)}: {md_code(launch.get('kernel', '?'), 60)}, {launch['programs']} programs, "
-                   f"{launch.get('occupancy', '?')} per multiprocessor (limited by {md_inline(launch.get('limit', '?'), 30)}): "
+                   f"{launch.get('occupancy', '?')} per multiprocessor "
+                   f"(limited by {md_inline(launch.get('limit', '?'), 30)}): "
                    f"{_us(launch['us'])}, bound by **{md_inline(launch['bound'], 30)}**{md_inline(why, 600)} "
                    f"({md_inline(detail, 300)}; DRAM {launch.get('dram_bytes', 0) / 1e6:.1f} MB, "
                    f"L2 {launch.get('l2_bytes', 0) / 1e6:.1f} MB)")
@@ -235,7 +237,8 @@ def gradescope_entries(result, report_dir: Path | None, one_line) -> list[dict]:
         for name, test in tests.items():
             first = (test.get("gpus") or [{}])[0]
             if test.get("error") or not first.get("ratio_range"):
-                items.append(f"<li>{html.escape(one_line(name, 80))}: {html.escape(one_line(test.get('error', 'no prediction'), 300))}</li>")
+                error = one_line(test.get("error", "no prediction"), 300)
+                items.append(f"<li>{html.escape(one_line(name, 80))}: {html.escape(error)}</li>")
                 continue
             rr, pr = first["ratio_range"], first["points_range"]
             far = " <b>predicted far below the thresholds</b>" if _far_below(test, first) else ""

@@ -17,11 +17,11 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .diagnose import outside_words
 from .harness.measure import CallResult, Timing
 from .rubric import Rubric, Settings, TestSpec
-from .staticcheck import forbidden_message
-from .diagnose import outside_words
 from .runs import HIDDEN_CALL, Draw, Runs, TaskRun, problem
+from .staticcheck import forbidden_message
 from .tracebacks import explain_error, final_exception
 from .worker.evidence import LIBRARY_MATMUL_OPS
 

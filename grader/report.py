@@ -142,7 +142,8 @@ def terminal_table(result: GradeResult) -> str:
     lines.append(f"TOTAL {_fmt(result.score)}/{_fmt(result.max_score)}: " + "; ".join(points_lines(result)))
     predicted = estimate_report.terminal_lines(result, one_line)
     if predicted:
-        lines += ["", *predicted, "(report.md, \"Predicted performance\": what bounds each kernel, and a roofline plot)"]
+        lines += ["", *predicted,
+                  "(report.md, \"Predicted performance\": what bounds each kernel, and a roofline plot)"]
     lines += [f"note: {one_line(n, 500)}" for n in result.notes]
     return "\n".join(lines)
 

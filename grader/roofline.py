@@ -99,7 +99,7 @@ def draw(task_result, tests: list, target, path: Path) -> Path | None:
         ys = [r["flops"] / (r[key] * 1e-6) / 1e12 for _, r in pts]
         ax.scatter([x for x, _ in pts], ys, marker=marker, color=color, label=label, zorder=3)
         if key == "yours_us":
-            for (x, r), y in zip(pts, ys):
+            for x, r in pts:
                 if r.get("yours_range"):
                     top, bottom = (r["flops"] / (t * 1e-6) / 1e12 for t in r["yours_range"])
                     ax.plot([x, x], [bottom, top], color=color, lw=2, alpha=0.5)

@@ -252,7 +252,7 @@ def _line_index(text: str) -> dict:
     return index
 
 
-class _Checker:
+class _Validator:
     """Raises RubricError as ``source:line: place: message`` (the line where it can be found)."""
 
     def __init__(self, source: str, text: str | None):
@@ -281,14 +281,14 @@ class _Checker:
             self.fail(table, key, place, f"{key} must be {want}, got {_type_word(value)}")
 
 
-def _shape(c: _Checker, table, key, place, value) -> tuple[int, int, int]:
+def _shape(c: _Validator, table, key, place, value) -> tuple[int, int, int]:
     if (not isinstance(value, list) or len(value) != 3
             or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
         c.fail(table, key, place, f"{key} must be [M, N, K] with positive integers, got {_shown(value)}")
     return tuple(value)
 
 
-def _check_settings(c: _Checker, raw: dict) -> None:
+def _check_settings(c: _Validator, raw: dict) -> None:
     table = ("settings",)
     c.unknown(table, "[settings]", raw, SETTINGS_SCHEMA)
     for key, value in raw.items():
@@ -312,7 +312,7 @@ def default_settings_raw(path: Path = DEFAULT_RUBRIC) -> dict:
             raw = tomllib.loads(text).get("settings", {})
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
             raise RubricError(f"{path}: cannot read the default settings: {e}") from e
-        c = _Checker(str(path), text)
+        c = _Validator(str(path), text)
         if not isinstance(raw, dict):
             c.table((), "settings", "", raw)
         _check_settings(c, raw)
@@ -324,7 +324,7 @@ def default_settings_raw(path: Path = DEFAULT_RUBRIC) -> dict:
     return dict(_DEFAULTS[key])
 
 
-def _settings(c: _Checker, raw: dict) -> Settings:
+def _settings(c: _Validator, raw: dict) -> Settings:
     _check_settings(c, raw)
     merged = {**default_settings_raw(), **raw}
     for key in ("extra_allowed_imports", "calibrated_on"):
@@ -335,10 +335,10 @@ def _settings(c: _Checker, raw: dict) -> Settings:
 
 def default_settings() -> Settings:
     """The settings of a rubric that sets none: those of grader/rubric.toml."""
-    return _settings(_Checker(str(DEFAULT_RUBRIC), None), {})
+    return _settings(_Validator(str(DEFAULT_RUBRIC), None), {})
 
 
-def _task(c: _Checker, name: str, entry) -> RubricTask:
+def _task(c: _Validator, name: str, entry) -> RubricTask:
     table, place = ("tasks", name), f"[tasks.{name}]"
     registry = _registry()
     if name not in registry.TASKS:
@@ -365,7 +365,7 @@ def _task(c: _Checker, name: str, entry) -> RubricTask:
                       hidden_points=float(entry.get("hidden_points", 0)))
 
 
-def _test(c: _Checker, entry: dict, index: int, tasks: dict) -> TestSpec:
+def _test(c: _Validator, entry: dict, index: int, tasks: dict) -> TestSpec:
     table = ("tests", index)
     name = entry.get("name")
     where = f"tests[{index}] ({name if isinstance(name, str) else '?'})"
@@ -413,7 +413,7 @@ def _test(c: _Checker, entry: dict, index: int, tasks: dict) -> TestSpec:
 def parse_rubric(data: dict, source: str = "<memory>", text: str | None = None, digest: str = "") -> Rubric:
     """Check and build a rubric from parsed TOML. ``text``, the file's text,
     lets errors name the line; ``digest`` is its rubric_hash."""
-    c = _Checker(source, text)
+    c = _Validator(source, text)
     c.unknown((), "", data, TOP_KEYS)
     if data.get("schema_version") != 1 or isinstance(data.get("schema_version"), bool):
         c.fail((), "schema_version", "", f"schema_version must be 1, got {_shown(data.get('schema_version'))}")

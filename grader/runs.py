@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from .compare import Check
 from .harness.measure import CallResult, Timing
 
-
 HIDDEN_CALL = "a hidden test"   # how a hidden test's call is named anywhere a student may read it
 
 

@@ -21,7 +21,7 @@ MAX_FILE_BYTES = 2 * 1024 * 1024
 
 def kernel_files() -> tuple[str, ...]:
     """The file of every registered task (grader/tasks/), in the registry's order."""
-    from .tasks import TASKS   # here, not at import: the registry needs torch, the batch does not
+    from .tasks import TASKS  # here, not at import: the registry needs torch, the batch does not
 
     return tuple(task.file for task in TASKS.values())
 
@@ -73,7 +73,7 @@ def _safe_member(name: str) -> bool:
 
 
 def _shown(names) -> str:
-    from .report import escape_name   # names from a student's zip: printable, never control characters
+    from .report import escape_name  # names from a student's zip: printable, never control characters
 
     names = list(names)
     more = f" and {len(names) - _NAMES_SHOWN} more" if len(names) > _NAMES_SHOWN else ""

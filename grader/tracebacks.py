@@ -25,7 +25,7 @@ def explain_error(text: str, max_lines: int = 8) -> str:
     its own) the root cause comes first: its innermost frame in the
     submission is the line to show.
     """
-    lines = [l for l in text.strip().splitlines() if l.strip()]
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     if not lines:
         return "(no error text)"
     for segment in _CHAINED.split(text):
@@ -34,13 +34,13 @@ def explain_error(text: str, max_lines: int = 8) -> str:
             break
     else:
         return "\n".join(lines[-max_lines:])
-    final = _final_exception([l for l in segment.splitlines() if l.strip()] or lines)
+    final = _final_exception([ln for ln in segment.splitlines() if ln.strip()] or lines)
     frame = mine[-1]
     where = f'{frame["path"].rsplit(_PACKAGE, 1)[1]}, line {frame["line"]}'
     if frame["func"] and frame["func"] != "<module>":
         where += f', in {frame["func"]}'
-    src = [l for l in frame["src"].splitlines() if l.strip() and not set(l.strip()) <= set("^~")][:2]
-    caret = [l for l in frame["src"].splitlines() if l.strip() and set(l.strip()) <= set("^~")]
+    src = [ln for ln in frame["src"].splitlines() if ln.strip() and not set(ln.strip()) <= set("^~")][:2]
+    caret = [ln for ln in frame["src"].splitlines() if ln.strip() and set(ln.strip()) <= set("^~")]
     body = [where + ":"] + ["    " + s.strip() for s in src]
     if caret and src and final.startswith("SyntaxError"):
         body.append(caret[0].rstrip())
@@ -49,10 +49,10 @@ def explain_error(text: str, max_lines: int = 8) -> str:
 
 def final_exception(text: str) -> str:
     """The exception a traceback ends with (its root cause's, in a chained one), in one line."""
-    lines = [l for l in text.strip().splitlines() if l.strip()]
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     if not lines:
         return "(no error text)"
-    first = [l for l in _CHAINED.split(text)[0].splitlines() if l.strip()]
+    first = [ln for ln in _CHAINED.split(text)[0].splitlines() if ln.strip()]
     return _final_exception(first or lines)
 
 

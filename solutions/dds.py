@@ -264,7 +264,7 @@ def _dds_rows_kernel(
 
             rem = union
             for _ in range(0, count, UNROLL):
-                for u in tl.static_range(UNROLL):
+                for _u in tl.static_range(UNROLL):
                     # Past the last union column (odd count, UNROLL = 2): low = 0, so no row
                     # stores it and its weight tile is zeros; x is read at column c0 (in bounds).
                     j, low, rem = _pop_low_bit(rem)

@@ -516,7 +516,8 @@ def _plan(x, qweight, scales, M: int, N: int, K: int, group_size: int, cfg: trit
         x_block=[meta["BLOCK_M"], meta["BLOCK_K"]] if tma else None,
         qw_block=[meta["BLOCK_K"] // 8, meta["BLOCK_N"]] if tma else None,
         dequantize=_dequantize_launch(K, N, pdl) if meta["DEQUANTIZED"] else None,
-        gemm=_Launch((tiles, split_k, 1), dict(GROUPED=scales.shape[0] > 1, **{"TINY_Q": False, **meta, "PDL": pdl, "TMA": tma}),
+        gemm=_Launch((tiles, split_k, 1),
+                     dict(GROUPED=scales.shape[0] > 1, **{"TINY_Q": False, **meta, "PDL": pdl, "TMA": tma}),
                      dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}))),
     )
 

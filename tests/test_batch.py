@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from classroom import batch
+from classroom import batch, grade_process, reports
 from classroom.batch import find_entries, load_report, run_batch, student_id, write_class_files
 from grader.rubric import load_rubric
 from tests.fakes import ROOT, SOLUTION, install_fake_grade, rubric_toml, submission
@@ -168,6 +168,7 @@ def test_student_ids_are_safe_unique_bounded_and_stable(tmp_path):
     assert student_id("a/b") != student_id("a_b")  # cleaning alone never merges two names
 
 
+@pytest.mark.slow
 def test_hostile_file_names_cannot_stop_the_batch_or_the_csv(tmp_path, fake, monkeypatch):
     rubric, _ = fake
     _hostile_folder(tmp_path)
@@ -183,6 +184,7 @@ def test_hostile_file_names_cannot_stop_the_batch_or_the_csv(tmp_path, fake, mon
     assert all(r["total"] for r in rows)
 
 
+@pytest.mark.slow
 def test_real_grader_with_long_and_undecodable_names(tmp_path):
     subs = tmp_path / "subs"
     subs.mkdir()
@@ -200,6 +202,7 @@ def test_real_grader_with_long_and_undecodable_names(tmp_path):
 
 # ---------------------------------------------------------------------------- processes
 
+@pytest.mark.slow
 def test_timeout_kills_the_whole_tree_and_leftovers_do_not_stall_later_students(tmp_path, fake):
     rubric, pids = fake
     subs = _students(tmp_path, {"a_hang": "hang", "b_escape": "escape", "c_ok": "ok"})
@@ -246,12 +249,12 @@ def test_a_failed_grade_is_a_grader_error_in_every_format(tmp_path, fake, mode, 
 def test_a_stop_signal_during_clean_up_waits_for_it(tmp_path, fake, monkeypatch):
     rubric, pids = fake
     subs = _students(tmp_path, {"a": "escape", "b": "ok"})
-    real_install = batch._install
+    real_install = grade_process._install
 
     def sigterm_then_install(*args):
         os.kill(os.getpid(), signal.SIGTERM)   # arrives while a's folder is being installed
         real_install(*args)
-    monkeypatch.setattr(batch, "_install", sigterm_then_install)
+    monkeypatch.setattr(grade_process, "_install", sigterm_then_install)
     out = tmp_path / "out"
     assert run_batch(str(subs), str(out), rubric) == 128 + signal.SIGTERM
     assert _survivors(pids) == []
@@ -270,6 +273,7 @@ sys.exit(main(["batch", {subs!r}, "--out", {out!r}, "--rubric", {rubric!r}, "--j
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_ends_the_batch_cleanly_and_resume_finishes(tmp_path, fake, signum):
     rubric, pids = fake
@@ -314,7 +318,7 @@ def _report(**change) -> dict:
 
 HOSTILE_REPORTS = {
     "corrupt": b'{"score": 1,',
-    "huge": json.dumps(_report(pad="x" * batch.REPORT_JSON_BYTES)).encode(),  # valid but for its size
+    "huge": json.dumps(_report(pad="x" * reports.REPORT_JSON_BYTES)).encode(),  # valid but for its size
     "deep": b"[" * 200_000 + b"]" * 200_000,
     "deep_dict": b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
     "string_score": json.dumps(_report(score="100")).encode(),
@@ -351,7 +355,7 @@ def test_flags_come_from_kinds_never_from_sentences(tmp_path):
     def flags(tasks, notes=()):
         path = tmp_path / "r.json"
         path.write_text(json.dumps(_report(tasks=tasks, notes=list(notes))))
-        return batch._flags(load_report(path))
+        return reports._flags(load_report(path))
     new = [{"task": "w8a8", "score": 0, "summary": "no points", "status": "library_matmul", "flags": [
         {"kind": "library_matmul", "detail": "calls torch.matmul"}, {"kind": "Bad Kind!"}, {"kind": 3}]},
            {"task": "dds", "score": 0, "summary": "time limit exceeded", "status": "timeout", "flags": []},
@@ -416,6 +420,7 @@ def test_reports_made_under_another_rubric_are_listed(tmp_path, fake, capsys):
     assert _rows(out)["carol"]["rubric_hash"] == rubric.hash
 
 
+@pytest.mark.slow
 def test_one_student_is_regraded_by_id_or_by_file_name(tmp_path, fake, capsys):
     from classroom.cli import main
     rubric, _ = fake
@@ -447,6 +452,7 @@ def test_the_engine_points_classroom_commands_to_the_classroom(capsys):
         assert f"python -m classroom {command}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_interrupted_force_run_is_finished_on_resume_without_force(tmp_path, fake):
     rubric, pids = fake
     names = ["s0", "s1", "s2", "s3"]
@@ -531,6 +537,7 @@ def _kill_leftovers(tmp: Path) -> None:
             pass
 
 
+@pytest.mark.slow
 def test_batch_survives_a_kill_and_resumes(tmp_path):
     subs = _class(tmp_path)
     rubric_path = tmp_path / "rubric.toml"

@@ -69,6 +69,7 @@ def test_the_check_restores_the_interpreter():
 
 # ----------------------------------------------------------------------------- through the grader
 
+@pytest.mark.slow
 def test_a_load_past_the_weight_fails_even_when_the_output_is_right(tmp_path):
     src = (STUDENT / "w8a8_unmasked_weight_load.py").read_text()
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
@@ -81,6 +82,7 @@ def test_a_load_past_the_weight_fails_even_when_the_output_is_right(tmp_path):
     assert result.tasks[0].status == "ok"
 
 
+@pytest.mark.slow
 def test_a_store_past_the_output_is_named_not_a_crash(tmp_path):
     src = (STUDENT / "dds_unmasked_store.py").read_text()
     result = grade_files(tmp_path, {"dds": src}, ["dds"])
@@ -90,6 +92,7 @@ def test_a_store_past_the_output_is_named_not_a_crash(tmp_path):
     assert not any("crashed" in t.message for t in result.tests)
 
 
+@pytest.mark.slow
 def test_the_naive_kernels_stay_inside(tmp_path):
     sub = tmp_path / "naive"
     shutil.copytree(ROOT / "calibration" / "naive", sub)

@@ -19,9 +19,9 @@ import sys
 import pytest
 
 from grader.rubric import DEFAULT_RUBRIC, RubricError, load_rubric, parse_rubric, set_values
+from tests.fakes import ROOT, rubric_dict
 from tools import calibrate, gpu_session, render_results
 from tools.calibrate import Placement, place
-from tests.fakes import ROOT, rubric_dict
 
 RECORDED = [ROOT / "results" / "2026-11-22-h100.json", ROOT / "results" / "2026-11-22-h200.json"]
 OLD = (0.9, 0.1)
@@ -61,8 +61,9 @@ def test_placement_keeps_its_promises_everywhere(ref, share):
 @pytest.mark.parametrize("naive", [[], [0.5], [0.75], [1.2]])
 def test_a_kernel_no_faster_than_dense_gets_at_most_half(ref, naive):
     """The lesson's ratio (DDS: 1.0, dense speed) earns at most half of the points."""
-    from grader.judge import ratio_fraction
     from types import SimpleNamespace
+
+    from grader.judge import ratio_fraction
 
     p = place([ref], naive, OLD, lesson=1.0)
     assert 0 <= p.zero_ratio < p.full_ratio
@@ -181,6 +182,7 @@ def test_set_values_keeps_every_other_byte():
 
 # ----------------------------------------------------------------------------- the command line
 
+@pytest.mark.slow
 def test_from_recorded_runs_on_the_command_line(tmp_path):
     out = tmp_path / "calibrated.toml"
     proc = subprocess.run([sys.executable, "-m", "tools.calibrate", "--from", *map(str, RECORDED), "--out", str(out)],
@@ -429,6 +431,7 @@ def test_writing_the_calibrated_rubric_grades_nothing_again(tmp_path, monkeypatc
     assert regraded.calls == ["reference-0", "naive-0"]
 
 
+@pytest.mark.slow
 def test_grade_submission_records_the_report_or_the_error(tmp_path):
     """The real grader behind make calibrate: on the CPU a small rubric's DDS
     task grades the reference (performance not run: no ratio); a grade that

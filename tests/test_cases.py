@@ -9,12 +9,15 @@ multiplied) and the property is checked on the tensors the grader would use.
 import pytest
 import torch
 
-from tests.helpers import make_inputs
 from grader.rubric import load_rubric
+from tests.helpers import make_inputs
 
 RUBRIC = load_rubric()
 CASES = [(t, where, shape) for t in RUBRIC.tests if t.kind == "correctness"
          for where, shape in (("cpu", t.cpu_shape), ("gpu", t.shape)) if shape is not None]
+# The GPU shapes' inputs are drawn at full size: seconds each on a CPU (make test-fast leaves them out).
+PARAMS = [pytest.param(*case, marks=[pytest.mark.slow] if case[1] == "gpu" else [], id=f"{case[0].name}-{case[1]}")
+          for case in CASES]
 
 
 def _block_rows(bsr):
@@ -69,7 +72,7 @@ def _properties(spec, shape, args) -> dict[str, bool]:
     return props
 
 
-@pytest.mark.parametrize("spec,where,shape", CASES, ids=[f"{t.name}-{w}" for t, w, _ in CASES])
+@pytest.mark.parametrize("spec,where,shape", PARAMS)
 def test_case_has_its_property(spec, where, shape):
     args, _ = make_inputs(spec.task, shape, spec.options, seed=7, device="cpu")
     props = _properties(spec, shape, args)

@@ -59,6 +59,7 @@ def _class(tmp_path: Path, kinds: dict) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_summary_names_the_tests_the_class_fails_and_why(tmp_path, fake):
     kinds = {"a": "clamp", "b": "clamp", "c": "mask", "d": "ok", "e": "clamp"}
     out = tmp_path / "out"
@@ -93,6 +94,7 @@ def test_summary_without_matplotlib_still_has_the_text_histogram(tmp_path, fake,
     assert "100-110%" not in (out / "summary.md").read_text() and " 90-100%  # 1" in (out / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_regrade_keeps_the_previous_report_and_shows_old_and_new(tmp_path, fake, capsys):
     folder = _class(tmp_path, {"a": "clamp", "b": "ok"})
     out = tmp_path / "out"
@@ -155,7 +157,7 @@ def test_a_truncated_zip_is_named_as_such(tmp_path):
 
 
 def test_reports_are_group_readable_only_as_readme_says(tmp_path):
-    from tests.test_report import _result   # a small GradeResult
+    from tests.test_report import _result  # a small GradeResult
     write_reports(_result("ok"), tmp_path / "grade-report")
     assert stat.S_IMODE((tmp_path / "grade-report").stat().st_mode) == 0o750
     assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "grade-report").iterdir()} == {0o640}

@@ -16,7 +16,8 @@ from grader.worker import compile as cc
 from grader.worker.evidence import LaunchRecorder
 from tests.helpers import HAS_CUDA, problem, w8a8_reference
 
-pytestmark = pytest.mark.skipif(HAS_CUDA, reason="checks what the CPU interpreter launched")
+# slow: Triton's compiler for sm_90 on every config, and grades
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(HAS_CUDA, reason="checks what the CPU interpreter launched")]
 FIXTURES = Path(__file__).parent / "fixtures" / "compile"
 # These tests assert what compiles and what does not, never how fast: the check's
 # wall-clock budget is out of their way on any machine (one test sets a tiny one on purpose).

@@ -105,6 +105,7 @@ def test_w8a8_case2_two_rows():
     _w8a8_case(x, weight, "W8A8 case 2")
 
 
+@pytest.mark.slow
 def test_w8a8_case3_linear_layer():
     g = _gen()
     x = torch.randn(5, 1024, generator=g, device=DEVICE).half()
@@ -136,6 +137,7 @@ def _course_pack(q: torch.Tensor) -> torch.Tensor:
     return packed
 
 
+@pytest.mark.slow
 def test_w4a16_case_linear_layer():
     g = _gen(2)
     weight = _linear_weight(2048, 1024, g)
@@ -248,6 +250,7 @@ def test_each_package_binds_its_own_kernels():
         student_compat.w8a16_mm(*args)
 
 
+@pytest.mark.slow
 def test_running_a_script_the_course_way(tmp_path):
     """``python -m solutions.course_compat script.py args``: the script's imports get
     the reference's kernels, even with a w8a8.py of its own next to it."""

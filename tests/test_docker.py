@@ -37,13 +37,13 @@ def test_runs_as_non_root_without_solutions():
     assert users and users[-1] not in ("root", "0")
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert "solutions/" in ignored and "tests/" in ignored
-    assert "solutions" not in " ".join(l for l in DOCKERFILE.splitlines() if l.startswith("COPY"))
+    assert "solutions" not in " ".join(ln for ln in DOCKERFILE.splitlines() if ln.startswith("COPY"))
 
 
-def test_readme_shows_the_docker_run_line():
-    readme = (ROOT / "README.md").read_text()
-    assert "docker build" in readme
-    assert re.search(r"docker run .*--gpus all.*--network none", readme.replace("\\\n", " "))
+def test_the_tas_manual_shows_the_docker_run_line():
+    manual = (ROOT / "docs" / "classroom.md").read_text()
+    assert "docker build" in manual
+    assert re.search(r"docker run .*--gpus all.*--network none", manual.replace("\\\n", " "))
 
 
 def _docker_engine() -> bool:
@@ -63,7 +63,7 @@ def test_docker_check_passes_in_the_image():
     """tools/docker_check.sh: student code runs as `student`, the grader as `grader`, nothing leaks.
 
     BUILD_FLAGS, RUN_FLAGS and GPU_FLAGS pass through from the environment
-    (a local base image, the README's security options, --gpus all)."""
+    (a local base image, docs/classroom.md's security options, --gpus all)."""
     proc = subprocess.run(["bash", "tools/docker_check.sh"], cwd=ROOT, capture_output=True, text=True,
                           timeout=3600)
     assert proc.returncode == 0 and "FAIL" not in proc.stdout, proc.stdout + proc.stderr[-3000:]

@@ -22,7 +22,8 @@ from grader.rubric import load_rubric
 from tests.helpers import HAS_CUDA, validate_gradescope
 from tools.gpu_session import CLOCK, kernel_only_ms
 
-pytestmark = pytest.mark.skipif(HAS_CUDA, reason="the estimate is made by CPU runs")
+# slow: grades and interpreter runs of whole kernel sets
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(HAS_CUDA, reason="the estimate is made by CPU runs")]
 ROOT = Path(__file__).resolve().parent.parent
 H100 = next(t for t in load_targets() if "H100" in t.name)
 

@@ -21,6 +21,7 @@ def _correctness(result, task):
     return [t for t in result.tests if t.task == task and t.kind == "correctness"]
 
 
+@pytest.mark.slow
 def test_correct_submission_gets_full_correctness(tmp_path):
     result = grade_files(tmp_path, SOLUTION, ["w8a8", "w4a16", "dds"])
     for t in result.tests:
@@ -33,6 +34,7 @@ def test_correct_submission_gets_full_correctness(tmp_path):
         assert any("partial" in n for n in result.notes)
 
 
+@pytest.mark.slow
 def test_unsigned_int4_unpack_fails_with_a_numeric_diff(tmp_path):
     # (word >> 4j) & 0xF: every nibble read as unsigned, in [0, 15].
     src = (ROOT / "tests" / "variants" / "w4a16_bug_unsigned_unpack.py").read_text()
@@ -41,6 +43,7 @@ def test_unsigned_int4_unpack_fails_with_a_numeric_diff(tmp_path):
         assert t.score == 0 and "differ beyond tolerance" in t.message and "first bad at" in t.message
 
 
+@pytest.mark.slow
 def test_missing_tail_mask_is_caught(tmp_path):
     # Loads along K without a mask: K = 96 and 64 are not multiples of BLOCK_K = 128,
     # so the tile reads past each row (the next row's values, or out of bounds).
@@ -49,24 +52,28 @@ def test_missing_tail_mask_is_caught(tmp_path):
     assert correctness(result) == 0, [t.message for t in result.tests]
 
 
+@pytest.mark.slow
 def test_nan_output(tmp_path):
     src = submission("w8a8_nan_output")
     t = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))["w8a8/c0"]
     assert t.score == 0 and "NaN or Inf" in t.message and "(0, 0)" in t.message
 
 
+@pytest.mark.slow
 def test_wrong_dtype(tmp_path):
     src = submission("w8a8_float32_output")
     t = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))["w8a8/c0"]
     assert t.score == 0 and "dtype is torch.float32, expected torch.float16" in t.message
 
 
+@pytest.mark.slow
 def test_wrong_shape(tmp_path):
     src = submission("w8a8_wrong_shape")
     t = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))["w8a8/c0"]
     assert t.score == 0 and "output shape" in t.message
 
 
+@pytest.mark.slow
 def test_import_error_costs_only_that_task(tmp_path):
     files = dict(SOLUTION, w8a8="def w8a8_mm(:\n")
     result = grade_files(tmp_path, files, ["w8a8", "dds"])
@@ -104,12 +111,14 @@ def test_entry_point_detection(src, found):
     assert _defines(src.encode(), "w8a8_mm") is found
 
 
+@pytest.mark.slow
 def test_missing_file(tmp_path):
     result = grade_files(tmp_path, {"dds": SOLUTION["dds"]}, ["w8a8", "dds"])
     tasks = {t.task: t for t in result.tasks}
     assert "w8a8.py not found" in tasks["w8a8"].summary and correctness(result, "dds") == 4
 
 
+@pytest.mark.slow
 def test_hang_is_killed_and_costs_only_that_task(tmp_path):
     files = dict(SOLUTION, w4a16=submission("w4a16_hangs"))
     # The limit must let the correct task finish on this machine now; the hang uses all of it.
@@ -119,12 +128,14 @@ def test_hang_is_killed_and_costs_only_that_task(tmp_path):
     assert correctness(result, "dds") == 4
 
 
+@pytest.mark.slow
 def test_crash_is_reported(tmp_path):
     src = submission("w8a8_segfault")
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
     assert result.score == 0 and "crashed (SIGSEGV)" in result.tasks[0].summary
 
 
+@pytest.mark.slow
 def test_exception_message_reaches_the_report(tmp_path):
     src = submission("w8a8_raises")
     t = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))["w8a8/c0"]
@@ -140,6 +151,7 @@ def test_unreadable_zip_is_a_report_not_a_crash(tmp_path):
     assert result.score == 0 and result.tests
 
 
+@pytest.mark.slow
 def test_zip_submission_with_top_folder(tmp_path):
     z = tmp_path / "s.zip"
     with zipfile.ZipFile(z, "w") as zf:
@@ -151,6 +163,7 @@ def test_zip_submission_with_top_folder(tmp_path):
     assert correctness(result) == 4
 
 
+@pytest.mark.slow
 def test_reports_and_gradescope_schema(tmp_path):
     result = grade_files(tmp_path, SOLUTION, ["dds"])
     out = write_reports(result, tmp_path / "report")
@@ -173,6 +186,7 @@ def test_gradescope_schema_refuses_what_the_spec_does_not_name():
         validate_gradescope({"tests": [{"score": 1, "status": "skipped"}]})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["omit", "informational"])
 def test_performance_not_run_is_never_a_failure_on_gradescope(tmp_path, mode):
     # On the CPU (as on Gradescope) performance does not run: left out with one line, or 0/0.

@@ -75,6 +75,7 @@ def _files(folder: Path, **override: str) -> dict[str, bytes]:
     return files
 
 
+@pytest.mark.slow
 def test_reference_gets_every_correctness_point(tmp_path, bundle):
     results, _ = _run(_autograder(tmp_path, bundle, _files(ROOT / "solutions")))
     rubric = load_rubric()
@@ -87,6 +88,7 @@ def test_reference_gets_every_correctness_point(tmp_path, bundle):
     assert len(estimates) == 3 and all("speed predicted" in t["name"] and "status" not in t for t in estimates)
 
 
+@pytest.mark.slow
 def test_stubs_get_zero_with_a_reason(tmp_path, bundle):
     results, _ = _run(_autograder(tmp_path, bundle, _files(ROOT / "assignment")))
     assert results["score"] == 0 and results["tests"]
@@ -100,6 +102,7 @@ def _by_task(results: dict) -> dict:
     return by_task
 
 
+@pytest.mark.slow
 def test_a_bug_and_a_crash_cost_their_own_tests_only(tmp_path, bundle):
     """W8A8 with a bug (no clamp), DDS raising in every call, W4A16 correct: one run."""
     bug = (ROOT / "tests" / "variants" / "w8a8_bug_no_clamp.py").read_text()
@@ -119,6 +122,7 @@ def test_a_bug_and_a_crash_cost_their_own_tests_only(tmp_path, bundle):
     assert any(t["name"].endswith("(bonus)") for t in by_task["w4a16"])     # bonus tests say so
 
 
+@pytest.mark.slow
 def test_a_task_whose_grade_process_dies_costs_that_task_only(tmp_path, monkeypatch):
     """The wrapper's own backstop: a task's grade process killed (the memory
     limit) or past its share leaves that task's tests at 0 with the reason; the
@@ -152,6 +156,7 @@ def test_a_task_whose_grade_process_dies_costs_that_task_only(tmp_path, monkeypa
     assert json.dumps(results).count("not graded: ") == len(lost)   # every correctness test of the two lost tasks
 
 
+@pytest.mark.slow
 def test_a_hanging_kernel_costs_its_own_task_budget_only(tmp_path, bundle):
     """Each task has its own share of the budget: the hang uses up w8a8's, and
     the tasks after it still get theirs, however slow the machine. The share is

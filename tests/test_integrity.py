@@ -25,6 +25,8 @@ from grader.rubric import parse_rubric
 from tests.fakes import ROOT, SOLUTION, by_name, correctness, grade_files, rubric, submission
 from tests.helpers import HAS_CUDA, needs_gpu, scaled
 
+pytestmark = pytest.mark.slow  # nearly every test grades a submission in the interpreter
+
 NAIVE_W8A8 = (ROOT / "calibration" / "naive" / "w8a8.py").read_text()  # the attacks' honest twin
 
 
@@ -300,9 +302,9 @@ def test_pth_file_in_the_graders_home_is_not_planted(tmp_path):
 def test_hidden_cases_do_not_leak_into_visible_messages(tmp_path):
     # Everything the worker can read goes into an exception message.
     src = submission("w8a8_leaks_what_it_reads")
-    from tests.fakes import rubric_dict
-    from grader.rubric import parse_rubric
     from grader.grade import grade
+    from grader.rubric import parse_rubric
+    from tests.fakes import rubric_dict
     data = rubric_dict(tasks=("w8a8",), static=False)
     data["tests"].append(dict(name="w8a8/secret_case_xyz", task="w8a8", kind="correctness", points=1,
                               shape=[7, 32, 72], cpu_shape=[7, 32, 72], hidden=True))
@@ -509,6 +511,7 @@ def test_a_product_computed_by_pytorch_ops_gets_nothing(tmp_path):
 def test_a_zip_member_that_lies_about_its_size_is_read_with_a_cap(tmp_path):
     """Declares 100 bytes, inflates to 64 MiB: the grader reads no more than its cap."""
     import zipfile
+
     from grader.submission import MAX_FILE_BYTES, load_submission
     path = tmp_path / "lying.zip"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -599,6 +602,7 @@ def test_honest_kernels_do_at_least_the_products_arithmetic(tmp_path, monkeypatc
     does at least all of them on every CPU case of the rubric: a margin of 4x."""
     import importlib
     import shutil
+
     from grader.rubric import load_rubric
     from grader.tasks import get
     from grader.worker.movement import Movement

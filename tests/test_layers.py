@@ -5,12 +5,10 @@ import warnings
 import pytest
 import torch
 
-from solutions.layers import (QuantizedLinear_w8a8, QuantLinear_w4a16, SparseLinear, pack_int4,
-                              unpack_int4)
 from grader.tasks.w4a16 import pack_int4 as pack_int4_reference
 from grader.tasks.w4a16 import unpack_int4 as grader_unpack
-from tests.helpers import make_inputs
-from tests.helpers import DEVICE
+from solutions.layers import QuantizedLinear_w8a8, QuantLinear_w4a16, SparseLinear, pack_int4, unpack_int4
+from tests.helpers import DEVICE, make_inputs
 
 
 def _layer(cls, K=64, N=96, **kw):

@@ -190,6 +190,7 @@ def test_each_layout_is_detected_and_can_be_forced(tmp_path):
         layouts.read_layout(folders["plain"], "gradescope")
 
 
+@pytest.mark.slow
 def test_gradescope_export_through_the_batch(tmp_path, fake, capsys):
     rubric, _ = fake
     export = _sample(tmp_path, "gradescope_export")
@@ -216,6 +217,7 @@ def test_gradescope_export_through_the_batch(tmp_path, fake, capsys):
     assert not (out / "students" / "escape").exists() and not (tmp_path / "escape").exists()
 
 
+@pytest.mark.slow
 def test_canvas_download_through_the_batch(tmp_path, fake, capsys):
     rubric, _ = fake
     folder = _canvas(tmp_path)
@@ -281,6 +283,7 @@ def test_plain_folder_duplicates_stray_files_and_roster(tmp_path, fake, capsys):
     assert next(r for r in _rows(out).values() if r["id"] == "alice")["name"] == "Alice A"
 
 
+@pytest.mark.slow
 def test_a_forced_layout_is_remembered_until_auto(tmp_path, fake, capsys):
     rubric, _ = fake
     folder = _canvas(tmp_path)
@@ -508,6 +511,7 @@ def _many(tmp_path: Path, n: int) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_gpus", [3])
 def test_several_gpus_one_student_each_and_the_serial_result(tmp_path, fake, monkeypatch, n_gpus):
     rubric, log = fake
@@ -529,6 +533,7 @@ def test_several_gpus_one_student_each_and_the_serial_result(tmp_path, fake, mon
     assert (serial / "class.csv").read_bytes() == (parallel / "class.csv").read_bytes()
 
 
+@pytest.mark.slow
 def test_a_hang_on_one_gpu_costs_only_that_student(tmp_path, fake):
     rubric, log = fake
     folder = _many(tmp_path, 4)
@@ -572,6 +577,7 @@ sys.exit(b.run_batch({folder!r}, {out!r}, load_rubric({rubric!r}), gpus="0,1"))
 """
 
 
+@pytest.mark.slow
 def test_a_stop_signal_stops_every_gpu_cleanly_and_resume_finishes(tmp_path, fake):
     rubric, log = fake
     folder = _many(tmp_path, 6)
@@ -603,6 +609,7 @@ def test_a_stop_signal_stops_every_gpu_cleanly_and_resume_finishes(tmp_path, fak
 
 # ---------------------------------------------------------------------------- the real grader
 
+@pytest.mark.slow
 def test_real_grader_reads_staged_canvas_files(tmp_path):
     """The staged folder is what the grader's loader expects: it finds dds.py
     there (the kernel is judged, not reported missing)."""

@@ -10,7 +10,6 @@ about scheduling; one test runs the real grader with a fixed seed.
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from classroom import batch, cluster
+from classroom import batch, cluster, grade_process, slots
 from classroom.cli import main
 from grader.rubric import load_rubric
-from tests.fakes import ROOT, SOLUTION, install_fake_grade, rubric_toml
+from tests.fakes import ROOT, install_fake_grade, rubric_toml
 
 pytest.importorskip("submitit")
+pytestmark = pytest.mark.slow  # every test runs batches of grade processes (fake grades, real processes)
 
 FAKE = r'''
 import os, sys, time
@@ -115,11 +115,11 @@ def test_two_jobs_grade_two_students_at_once_with_their_share_of_threads(tmp_pat
     overlapping = [(a, b) for a in runs for b in runs if a is not b and a["start"] < b["end"] and b["start"] < a["end"]]
     assert overlapping, "no two students were graded at the same time"
     assert all(sum(1 for b in runs if b["start"] < a["end"] and a["start"] < b["end"]) <= 2 for a in runs)
-    threads = str(max(1, batch.usable_cores() // 2))
+    threads = str(max(1, slots.usable_cores() // 2))
     assert {r["threads"] for r in runs} == {threads} and {r["threads"] for r in serial} == {"unset"}
     _same_grades(tmp_path / "serial", tmp_path / "two")
     assert {r["seed"] for r in _rows(tmp_path / "two").values()} == {
-        str(batch.student_seed(11, f"s{i:02d}")) for i in range(6)}
+        str(grade_process.student_seed(11, f"s{i:02d}")) for i in range(6)}
 
 
 def test_jobs_on_the_command_line(tmp_path, fake, capsys):
@@ -130,7 +130,7 @@ def test_jobs_on_the_command_line(tmp_path, fake, capsys):
     assert "2 at a time" in capsys.readouterr().out
     assert main([*args, "--jobs", "0"]) == 2
     assert "--jobs 0: expected a number >= 1 or auto" in capsys.readouterr().err
-    assert 1 <= batch.spare_cores() <= batch.usable_cores()
+    assert 1 <= slots.spare_cores() <= slots.usable_cores()
 
 
 # ---------------------------------------------------------------------------- a job array (submitit local)

@@ -226,7 +226,8 @@ USERS = {"sandbox": _by_the_sandbox, "batch": _by_the_batch, "gradescope": _by_t
 HANG_S = 8   # the deadline of a command that hangs: time for its escape to start on a loaded machine
 
 
-@pytest.mark.parametrize("how, end", [*((how, "exits") for how in sorted(ESCAPES)), ("double-fork", "hangs")])
+@pytest.mark.parametrize("how, end", [*((how, "exits") for how in sorted(ESCAPES)),
+                                      pytest.param("double-fork", "hangs", marks=pytest.mark.slow)])  # to its deadline
 @pytest.mark.parametrize("user", sorted(USERS))
 def test_nothing_a_command_starts_survives_it(tmp_path, monkeypatch, marks, token, user, how, end):
     """The command leaves a sleeper behind by ``how`` and waits until it runs; then it exits,
@@ -248,6 +249,7 @@ def test_the_escape_really_escapes_without_a_supervisor(marks, token):
 # ------------------------------------------------------------------------ the supervisor itself
 
 
+@pytest.mark.slow
 def test_deadline_and_caller_death(marks, token):
     p = proc.start([sys.executable, "-c", escape_code("double-fork", token, marks, hang=True)], deadline_s=HANG_S)
     assert p.wait(60) == -signal.SIGKILL and p.timed_out and not p.killed
@@ -351,6 +353,7 @@ def test_one_clean_up_leaves_the_same_users_other_tree_alone(marks, token, switc
 RAISES_ON_IMPORT = 'raise RuntimeError("this file raises on import")\n\n\ndef dds_mm(x, w):\n    pass\n'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["root", "docker"])
 def test_two_students_graded_at_once_under_one_sandbox_user(tmp_path, where):
     """While alice (the reference kernel) is graded, bob's workers end again and again (his file

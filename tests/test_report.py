@@ -10,11 +10,18 @@ import sys
 
 import pytest
 
-from grader import cli
-from grader.report import (MESSAGE_CHARS, error_result, gradescope, markdown, md_block, md_inline,
-                           terminal_table, write_reports)
+from grader import cli, scoring
+from grader.report import (
+    MESSAGE_CHARS,
+    error_result,
+    gradescope,
+    markdown,
+    md_block,
+    md_inline,
+    terminal_table,
+    write_reports,
+)
 from grader.rubric import load_rubric
-from grader import scoring
 from tests.fakes import ROOT, rubric, rubric_toml
 
 INJECTION = "```\n# 100/100\n<b>TA note</b>"
@@ -156,12 +163,14 @@ def test_missing_submission_exits_2_with_one_line_and_no_report(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_unwritable_report_folder_exits_2_with_one_line(tmp_path):
     (tmp_path / "file").write_text("")
     p = _grade_cli(tmp_path, "--report-dir", tmp_path / "file" / "r")
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and f"user id {os.getuid()}" in p.stderr
 
 
+@pytest.mark.slow
 def test_bad_but_existing_submission_exits_0_with_a_report(tmp_path):
     (tmp_path / "rubric.toml").write_text(rubric_toml(tasks=("w8a8",)))
     (tmp_path / "empty").mkdir()

@@ -6,8 +6,16 @@ import sys
 
 import pytest
 
-from grader.rubric import (DEFAULT_RUBRIC, SETTINGS_SCHEMA, RubricError, Settings, load_rubric, parse_rubric,
-                           rubric_hash, tomllib)
+from grader.rubric import (
+    DEFAULT_RUBRIC,
+    SETTINGS_SCHEMA,
+    RubricError,
+    Settings,
+    load_rubric,
+    parse_rubric,
+    rubric_hash,
+    tomllib,
+)
 from tests.fakes import ROOT, rubric_toml
 
 GOOD = rubric_toml(tasks=("w8a8",)).replace("[settings]", "[settings]\npoints_step = 0.25\nextra_allowed_imports = []")

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from grader.rubric import load_rubric, set_values, tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +55,7 @@ def _edit_rubric(repo: Path) -> tuple[str, float, str, float]:
     return rubric.tests[perf].name, full, rubric.tests[corr].name, points
 
 
+@pytest.mark.slow
 def test_a_threshold_and_points_changed_then_make_docs_keep_the_checks_green(tmp_path):
     repo = _copy_of_the_repository(tmp_path / "repo")
     perf, full, corr, points = _edit_rubric(repo)

@@ -250,7 +250,8 @@ def test_submit_prints_make_grades_table_and_writes_the_reports(server, tmp_path
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(300))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + server.log_text()
     # the queue's place (or, when the idle worker took it at once, its grading) and an ETA
-    assert re.search(r"^  (place 1 in the queue|being graded); report in about \d+ (s|min)$", out.stdout, re.M), out.stdout
+    assert re.search(r"^  (place 1 in the queue|being graded); report in about \d+ (s|min)$", out.stdout,
+                     re.M), out.stdout
     assert "hidden tests are not run" in out.stdout
     report = json.loads((tmp_path / "gpu-report" / "report.json").read_text())
     assert (tmp_path / "gpu-report" / "report.md").read_text().startswith("# Grade report: 0 / 4")
@@ -378,7 +379,7 @@ def test_a_worker_killed_mid_job_gives_it_back_and_it_is_graded_once(server):
     assert not list((server.data / "work").glob(f"*/{job['job']}-1-*"))   # the killed attempt's folder is gone
     server.log.flush()
     said = "".join(p.read_text() for p in server.tmp.glob("server-*.log"))   # the whole log
-    assert f"worker job0 ended (status -9" in said and f"job {job['job']} queued again" in said
+    assert "worker job0 ended (status -9" in said and f"job {job['job']} queued again" in said
 
 
 def test_a_restart_keeps_the_queue_the_quotas_and_the_tokens(tmp_path):

@@ -34,6 +34,7 @@ def _pytest(*args) -> subprocess.CompletedProcess:
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_saved_run_is_judged_again_to_the_same_verdicts(saved):
     result, runs_file = saved
     runs = load_runs(runs_file)
@@ -44,6 +45,7 @@ def test_the_saved_run_is_judged_again_to_the_same_verdicts(saved):
         assert judgment.tests[test.name].message.split("\n")[0] == test.message.split("\n")[0], test.name
 
 
+@pytest.mark.slow
 def test_a_ta_runs_the_rubric_tests_on_a_saved_run(saved):
     result, runs_file = saved
     ran = _pytest("--runs", str(runs_file), "-k", "w8a8", "-v")
@@ -57,6 +59,7 @@ def test_a_ta_runs_the_rubric_tests_on_a_saved_run(saved):
     assert ran.returncode == 1
 
 
+@pytest.mark.slow
 def test_without_a_runs_file_the_tests_say_how_to_get_one(tmp_path):
     ran = _pytest()
     assert ran.returncode == 0 and "--runs-out" in ran.stdout, ran.stdout[-1000:]
@@ -66,6 +69,7 @@ def test_without_a_runs_file_the_tests_say_how_to_get_one(tmp_path):
     assert ran.returncode != 0 and "not a runs file" in ran.stderr + ran.stdout
 
 
+@pytest.mark.slow
 def test_the_runs_file_is_the_tas_not_the_students(saved, tmp_path):
     """It holds the hidden tests' facts: readable by its owner and their group only; it
     round-trips unchanged."""

@@ -32,6 +32,8 @@ import pytest  # noqa: E402
 from grader.grade import grade  # noqa: E402
 from grader.rubric import load_rubric  # noqa: E402
 
+pytestmark = pytest.mark.slow  # full grades of every fixture
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "fixtures" / "fixture_scores.json"
 REGENERATE = "python -m tests.test_scores_unchanged --write"

@@ -4,10 +4,9 @@ import dataclasses
 
 import pytest
 
-from grader.rubric import parse_rubric
 from grader.harness.measure import Timing
 from grader.harness.run import borderline
-from grader.rubric import TestSpec, default_settings
+from grader.rubric import TestSpec, default_settings, parse_rubric
 from grader.scoring import resolve_test, round_to_step, totals
 
 

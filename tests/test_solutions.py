@@ -23,12 +23,14 @@ import torch
 import triton
 
 from grader.compare import check_output
-from solutions import dds_mm, w4a16_mm, w8a8_mm
 from solutions import dds as dds_solution
+from solutions import dds_mm, w4a16_mm, w8a8_mm
 from solutions import w4a16 as w4a16_solution
 from solutions import w8a8 as w8a8_solution
 from solutions.layers import unpack_int4
 from tests.helpers import DEVICE, HAS_CUDA, dds_reference, needs_gpu, problem, w4a16_reference, w8a8_reference
+
+pytestmark = pytest.mark.slow  # the reference kernels on many shapes, in the interpreter without a GPU
 
 SEED = random.randrange(2**31)  # fresh inputs every run; printed on failure
 MODULES = {"w8a8": w8a8_solution, "w4a16": w4a16_solution, "dds": dds_solution}

@@ -1,4 +1,4 @@
-"""The static check of kernel files (grader/staticcheck.py).
+"""The static check of kernel files (grader/staticcheck/).
 
 - Legitimate code gives no findings: the reference solutions, the naive
   kernels, the stubs, an honest student's tutorial-style file, and snippets of
@@ -62,8 +62,10 @@ OK_SNIPPETS = {
     "gpu queries": "cap = torch.cuda.get_device_capability()\n"
                    "sms = torch.cuda.get_device_properties(0).multi_processor_count\n"
                    "t = triton.runtime.driver.active.get_current_target()",
-    "errors": "def f(x):\n    if x.dtype != torch.float16:\n        raise ValueError(f'x must be float16, got {x.dtype}')",
-    "config caching": "@functools.lru_cache(maxsize=None)\ndef cfg(M):\n    return {'BLOCK_M': triton.next_power_of_2(M)}",
+    "errors": "def f(x):\n    if x.dtype != torch.float16:\n"
+              "        raise ValueError(f'x must be float16, got {x.dtype}')",
+    "config caching": "@functools.lru_cache(maxsize=None)\ndef cfg(M):\n"
+                      "    return {'BLOCK_M': triton.next_power_of_2(M)}",
     "autotune and heuristics": "@triton.autotune(configs=[triton.Config({'B': 32}, num_warps=4)], key=['n'])\n"
                                "@triton.heuristics({'EVEN': lambda a: a['n'] % a['B'] == 0})\n@triton.jit\n"
                                "def k(p, n, B: tl.constexpr, EVEN: tl.constexpr):\n    pass",
@@ -76,7 +78,8 @@ OK_SNIPPETS = {
     "finfo and iinfo": "a, b = torch.finfo(torch.float16).max, torch.iinfo(torch.int8).min",
     "no_grad and dtypes": "@torch.no_grad()\ndef f(x: torch.Tensor) -> typing.Optional[torch.Tensor]:\n"
                           "    return x.to(torch.float32) if isinstance(x, torch.Tensor) else None",
-    "print and dict caching": "_C = {}\ndef f(x):\n    print(f'{x.shape}')\n    return _C.setdefault(tuple(x.shape), 1)",
+    "print and dict caching": "_C = {}\ndef f(x):\n    print(f'{x.shape}')\n"
+                              "    return _C.setdefault(tuple(x.shape), 1)",
     "version string": "v = triton.__version__ + torch.__version__",
     "PDL probe": "import dataclasses\nfrom triton.backends.nvidia.compiler import CUDAOptions\n"
                  "PDL = 'launch_pdl' in {f.name for f in dataclasses.fields(CUDAOptions)}",
@@ -87,7 +90,8 @@ OK_SNIPPETS = {
                                             "    return k + 1",
     "own classes: instances, constants, static and class methods, super": (
         "import dataclasses\nclass B:\n    BLOCK = 64\n    def __init__(self, a):\n        self.a = a\n"
-        "    def go(self, other: 'B') -> 'B':\n        return self\n    @staticmethod\n    def s(a):\n        return a\n"
+        "    def go(self, other: 'B') -> 'B':\n        return self\n"
+        "    @staticmethod\n    def s(a):\n        return a\n"
         "    @classmethod\n    def make(cls):\n        return cls(cls.BLOCK)\n"
         "class D(B):\n    def __init__(self, a):\n        B.__init__(self, a)\n        super().__init__(a)\n"
         "@dataclasses.dataclass\nclass Cfg:\n    bm: int = 64\n"
@@ -348,15 +352,16 @@ def test_known_tricks_are_refused(name):
 def test_a_utils_kernel_called_directly_is_refused(tmp_path, monkeypatch):
     """utils.py defines no @triton.jit helper today; one that it gained would be a
     kernel to the check, which a kernel file may launch but not call."""
-    from grader import staticcheck, submission
+    from grader import submission
+    from grader.staticcheck import policy
     utils = tmp_path / "utils.py"
     utils.write_text((ROOT / "assignment" / "utils.py").read_text() + "\n\n@triton.jit\ndef tile_order(pid):\n"
                      "    return pid\n")
     monkeypatch.setitem(submission.TRUSTED_FILES, "utils.py", utils)
-    names, kernels = staticcheck._utils_names()
+    names, kernels = policy._utils_names()
     assert kernels == {"tile_order"} and {"tile_order", "check_tensor", "BSR_BLOCK"} <= names
-    monkeypatch.setattr(staticcheck, "UTILS_NAMES", names)
-    monkeypatch.setattr(staticcheck, "UTILS_KERNELS", kernels)
+    monkeypatch.setattr(policy, "UTILS_NAMES", names)
+    monkeypatch.setattr(policy, "UTILS_KERNELS", kernels)
     assert "jit-call" in _rules("from .utils import tile_order\ntile_order(0)")
 
 
@@ -518,6 +523,7 @@ def test_every_public_triton_language_name_is_listed_or_refused_on_purpose():
     """A name of triton.language is either on the list a kernel file may use or refused
     with its reason; a new Triton's new names fail here until a maintainer decides."""
     import triton.language as tl
+
     from grader.staticcheck import TL_NAMES, TL_REFUSED
 
     public = {n for n in dir(tl) if not n.startswith("_")}

@@ -245,6 +245,7 @@ def test_stub_scaffold_with_a_tutorial_kernel_body_is_correct(task, tmp_path):
         assert check.passed, f"{task} {shape} {options}: {check.message}"
 
 
+@pytest.mark.slow
 def test_a_submission_written_from_the_stubs_and_handout_alone_passes(tmp_path):
     """tests/fixtures/from_the_handout/: kernels written from the bundle alone get
     every correctness point on the CPU (and were graded on a GPU: results/)."""

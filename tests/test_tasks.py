@@ -73,6 +73,7 @@ def _toy_rubric(**test_extra) -> dict:
             "tasks": {"toy": {"movement_shape": [16, 64, 64]}}, "tests": tests}
 
 
+@pytest.mark.slow
 def test_a_fourth_task_is_one_module_and_its_rubric_table(toy, tmp_path):
     rubric = parse_rubric(_toy_rubric())
     assert rubric.tasks["toy"].file == "toy.py" and rubric.tasks["toy"].title == toy.title

@@ -303,7 +303,8 @@ bound, spec, options = jit.create_function_from_signature(jf.signature, jf.param
     x, values, crow, col, y, M, K, 1, N, 1, **kwargs)
 options, signature, constexprs, attrs = jf._pack_args(backend, kwargs, bound, spec, options)
 ptx = triton.compile(ASTSource(jf, signature, constexprs, attrs), target=target).asm["ptx"]
-print(json.dumps({"cp.async": dict(Counter(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^]]*\], \[[^]]*\], (\w+)", ptx))),
+copies = re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^]]*\], \[[^]]*\], (\w+)", ptx)
+print(json.dumps({"cp.async": dict(Counter(copies)),
                   "ld.global": dict(Counter(re.findall(r"\bld\.global[.a-z0-9]*", ptx)))}))
 '''
 

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from grader.tracebacks import explain_error, final_exception
 from tests.fakes import by_name, grade_files
 
@@ -58,6 +60,7 @@ def test_no_frame_of_the_submission_falls_back_to_the_last_lines():
     assert explain_error("") == "(no error text)"
 
 
+@pytest.mark.slow
 def test_interpreter_error_reaches_the_report_as_the_students_line(tmp_path):
     src = (FIXTURES / "w8a8_libdevice_error.py").read_text()
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
@@ -72,6 +75,7 @@ def test_final_exception_names_the_root_cause_in_one_line():
     assert final_exception("") == "(no error text)"
 
 
+@pytest.mark.slow
 def test_the_first_line_of_an_error_verdict_names_the_exception(tmp_path):
     # The report's table shows a verdict's first line only.
     src = "import torch\n\n\ndef dds_mm(x, w_bsr):\n    return {}['no such key']\n"

@@ -43,8 +43,18 @@ from pathlib import Path
 from tabulate import tabulate
 
 from grader.judge import ratio_fraction
-from grader.rubric import (CALIBRATION, DEFAULT_RUBRIC, TOOLCHAIN_KEYS, Rubric, RubricError, load_rubric,
-                           parse_rubric, rubric_hash, set_values, tomllib)
+from grader.rubric import (
+    CALIBRATION,
+    DEFAULT_RUBRIC,
+    TOOLCHAIN_KEYS,
+    Rubric,
+    RubricError,
+    load_rubric,
+    parse_rubric,
+    rubric_hash,
+    set_values,
+    tomllib,
+)
 from grader.scoring import round_to_step
 from tools import gpu_session
 
@@ -391,7 +401,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="from_files", nargs="+", metavar="RESULTS",
                    help="place the thresholds from recorded results files instead of grading here (no GPU needed)")
     p.add_argument("--runs", type=int, default=2, help="grades of each kernel set on this GPU (default 2, ~85 s each)")
-    p.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="the rubric to start from (default: grader/rubric.toml)")
+    p.add_argument("--rubric", default=str(DEFAULT_RUBRIC),
+                   help="the rubric to start from (default: grader/rubric.toml)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--out", default="calibrated-rubric.toml",
                      help="where the calibrated rubric goes (default: calibrated-rubric.toml)")

@@ -2,7 +2,7 @@
 # Build the grading image and check, inside it, that student code runs as its own
 # unprivileged user in the sandbox. Run on a machine with Docker, from the repository root:
 #     bash tools/docker_check.sh            (add --gpus all through GPU_FLAGS="--gpus all")
-# RUN_FLAGS: extra docker run options, e.g. the README's --security-opt options, with which
+# RUN_FLAGS: extra docker run options, e.g. docs/classroom.md's --security-opt options, with which
 # the worker also gets bwrap's namespaces (the check then requires them).
 # Prints one line per check and exits non-zero if any failed.
 set -uo pipefail

@@ -9,7 +9,7 @@ happens. Gradescope's machines have no GPU by default, so the score there is
 the correctness part; performance tests are left out or informational
 (the rubric's gradescope_performance). The rubric and the zip are checked as
 ``make dist`` checks them (tools/dist.py): a rubric that would not grade
-stops the build with one line and exit status 2. README's "Gradescope" says
+stops the build with one line and exit status 2. docs/classroom.md's "Gradescope" says
 which assignment settings to choose.
 """
 

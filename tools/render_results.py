@@ -5,6 +5,7 @@ grader/targets.toml from the results files (``make docs``).
 
     python -m tools.render_results          rewrite them
     python -m tools.render_results --check  exit 1 if one is out of date, naming the command to run
+    python -m tools.render_results --tables results/FILE.json   print one file's benchmark tables
 
 Each results/<date>-<gpu>.json holds what was measured on one GPU that day:
 ``grades`` (tools/gpu_session.py) and ``calibration`` (tools/calibrate.py: its
@@ -15,7 +16,8 @@ table of old and new thresholds; ``bench``, a list of `make bench` runs
 (bench/bench.py's --json), which docs/performance.md shows as tables, with
 how far later runs stray from the first; and ``eager``, a list of
 `python -m bench.eager` runs (the layers in eager mode, host included),
-shown there too. grader/targets.toml is what the CPU run's speed estimate
+shown there too. docs/performance.md shows the newest file of each GPU and
+names the older ones (``--tables FILE`` prints theirs). grader/targets.toml is what the CPU run's speed estimate
 (grader/estimate.py) knows of each GPU: the device (``device``), its
 measured copy bandwidth and product peaks (the last `make bench`), and per
 performance test the graded time of fp16 ``torch.matmul`` and of the
@@ -69,17 +71,18 @@ def table() -> str:
     heads = [f"{short_gpu_name(r['gpu'])} {r['date']}" for r in runs]
     lines = ["| test | full | zero | reference " + " / ".join(heads) + " | tutorial-style "
              + " / ".join(heads) + " |", "|---|---|---|---|---|"]
+
+    def ratio(run, who, test):
+        found = sorted(v for v in recorded_ratios(run, who).get(test, []) if v is not None)
+        return "-" if not found else "-".join(dict.fromkeys(f"{v:.2f}" for v in (found[0], found[-1])))
+
     for t in rubric.tests:
         if t.kind != "performance":
             continue
-
-        def ratio(run, who):
-            found = sorted(v for v in recorded_ratios(run, who).get(t.name, []) if v is not None)
-            return "-" if not found else "-".join(dict.fromkeys(f"{v:.2f}" for v in (found[0], found[-1])))
-
         lines.append(f"| {t.name} | {t.full_ratio:g} | {t.zero_ratio:g} | "
-                     + " / ".join(ratio(r, "reference") for r in runs) + " | "
-                     + " / ".join(ratio(r, "naive") for r in runs) + " |")
+                     + " / ".join(ratio(r, "reference", t.name) for r in runs) + " | "
+                     + " / ".join(ratio(r, "naive", t.name) for r in runs) + " |")
+
     def score(run, who):
         done = [g for g in recorded_grades(run, who) if "score" in g]
         return "-" if not done else "/".join(f"{g['score']:g}" for g in done)
@@ -94,7 +97,8 @@ def calibration_tables() -> str:
     """What the placement rule makes of every recorded run next to the rubric,
     then the table of each calibration recorded in a results file."""
     from grader.rubric import load_rubric
-    from tools.calibrate import WHO, rows, table as calibration_table
+    from tools.calibrate import WHO, rows
+    from tools.calibrate import table as calibration_table
 
     runs = _runs()
     ratios = {who: {} for who in WHO}
@@ -128,41 +132,80 @@ def _drift(first: list[dict], later: list[dict]) -> str:
             f"{sum(x <= 0.10 for x in rel)} within 10 %, largest difference {max(rel):.0%}")
 
 
-def bench_tables() -> str:
+def newest_per_gpu(key: str) -> tuple[list[tuple[Path, dict]], list[tuple[Path, dict]]]:
+    """(newest, older): of the results files that hold ``key``, the newest of each GPU
+    (file names start with the date), and the rest; each in file order."""
+    runs = [(p, run) for p, run in _runs() if run.get(key)]
+    newest = {_gpu(run, key): (p, run) for p, run in runs}   # the last file of a GPU wins
+    keep = sorted(newest.values(), key=lambda pr: pr[0])
+    kept = {p for p, _ in keep}
+    return keep, [(p, run) for p, run in runs if p not in kept]
+
+
+def _gpu(run: dict, key: str) -> str:
+    """The GPU of a results file: its head's, else that of its first ``key`` record."""
+    return short_gpu_name(run.get("gpu") or run[key][0].get("gpu", ""))
+
+
+def _older_line(older: list[tuple[Path, dict]], what: str, key: str) -> list[str]:
+    if not older:
+        return []
+    names = ", ".join(f"`{p.relative_to(ROOT)}` ({_gpu(run, key)}, {run['date']})" for p, run in older)
+    return [f"Older {what} stay in the results files: {names} (`python -m tools.render_results --tables FILE` "
+            "prints a file's tables).", ""]
+
+
+def _bench_section(p: Path, run: dict) -> list[str]:
     from bench.bench import table as bench_table
 
-    out = []
-    for p in sorted((ROOT / "results").glob("*.json")):
-        run = json.loads(p.read_text())
-        benches = run.get("bench") or []
-        if not benches:
-            continue
-        first = benches[0]
-        out += [f"### {first['gpu']}, {run['date']}", "",
-                f"torch {first['torch']}, triton {first['triton']}; copy {first['copy_gbs']:.0f} GB/s, "
-                f"fp16 `torch.matmul` {first['peaks']['fp16']:.0f} TFLOP/s, int8 `torch._int_mm` "
-                f"{first['peaks']['int8']:.0f} TOP/s (`{p.relative_to(ROOT)}`, {first.get('label', 'run 1')}).",
-                "", "```", bench_table(first["results"]), "```", ""]
-        for later in benches[1:]:
-            out += [f"{later.get('label', 'A later run')} (same file): {_drift(first['results'], later['results'])}.",
-                    ""]
-    return "\n".join(out)
+    benches = run["bench"]
+    first = benches[0]
+    out = [f"### {first['gpu']}, {run['date']}", "",
+           f"torch {first['torch']}, triton {first['triton']}; copy {first['copy_gbs']:.0f} GB/s, "
+           f"fp16 `torch.matmul` {first['peaks']['fp16']:.0f} TFLOP/s, int8 `torch._int_mm` "
+           f"{first['peaks']['int8']:.0f} TOP/s (`{p.relative_to(ROOT)}`, {first.get('label', 'run 1')}).",
+           "", "```", bench_table(first["results"]), "```", ""]
+    for later in benches[1:]:
+        out += [f"{later.get('label', 'A later run')} (same file): {_drift(first['results'], later['results'])}.",
+                ""]
+    return out
 
 
-def eager_tables() -> str:
+def bench_tables() -> str:
+    """The benchmark of the newest results file of each GPU; the older ones named."""
+    newest, older = newest_per_gpu("bench")
+    out = [line for p, run in newest for line in _bench_section(p, run)]
+    return "\n".join(out + _older_line(older, "benchmark runs", "bench"))
+
+
+def _eager_section(p: Path, run: dict) -> list[str]:
     from bench.eager import table as eager_table
 
     out = []
-    for p in sorted((ROOT / "results").glob("*.json")):
-        run = json.loads(p.read_text())
-        for i, eager in enumerate(run.get("eager") or []):
-            out += [f"### {eager['gpu']}, {run['date']}" + (f", run {i + 1}" if i else ""), "",
-                    f"torch {eager['torch']}, triton {eager['triton']} (`{p.relative_to(ROOT)}`, "
-                    f"{eager.get('label', 'run 1')}).", "", "```", eager_table(eager["results"]), "```", ""]
+    for i, eager in enumerate(run["eager"]):
+        out += [f"### {eager['gpu']}, {run['date']}" + (f", run {i + 1}" if i else ""), "",
+                f"torch {eager['torch']}, triton {eager['triton']} (`{p.relative_to(ROOT)}`, "
+                f"{eager.get('label', 'run 1')}).", "", "```", eager_table(eager["results"]), "```", ""]
+    return out
+
+
+def eager_tables() -> str:
+    """The layers in eager mode, from the newest results file of each GPU that has them."""
+    newest, older = newest_per_gpu("eager")
+    out = [line for p, run in newest for line in _eager_section(p, run)]
     if not out:
         out = ["No run recorded yet (`python -m bench.eager` on a GPU; MAINTAINING.md says where its "
                "output goes).", ""]
-    return "\n".join(out)
+    return "\n".join(out + _older_line(older, "eager-mode runs", "eager"))
+
+
+def file_tables(path: Path) -> str:
+    """The benchmark and eager-mode tables of one results file, as docs/performance.md would show them."""
+    run = json.loads(path.read_text())
+    path = path.resolve()
+    out = _bench_section(path, run) if run.get("bench") else []
+    out += _eager_section(path, run) if run.get("eager") else []
+    return "\n".join(out) if out else f"{path.name} holds no benchmark or eager-mode run\n"
 
 
 def targets_toml() -> str:
@@ -170,8 +213,8 @@ def targets_toml() -> str:
     a benchmark and graded times (the latest file for each figure)."""
     import statistics
 
-    from grader.rubric import load_rubric
     from grader.estimate import shape_key
+    from grader.rubric import load_rubric
 
     rubric = load_rubric()
     perf = [t for t in rubric.tests if t.kind == "performance"]
@@ -279,6 +322,13 @@ DOCS = ((DOC, render), (PERF_DOC, render_performance), (HANDOUT, render_handout)
 
 
 if __name__ == "__main__":
+    if "--tables" in sys.argv:
+        files = sys.argv[sys.argv.index("--tables") + 1:]
+        if not files:
+            sys.exit("usage: python -m tools.render_results --tables results/FILE.json ...")
+        for name in files:
+            print(file_tables(Path(name)))
+        sys.exit(0)
     stale = []
     targets = targets_toml()
     if not TARGETS.exists() or TARGETS.read_text() != targets:

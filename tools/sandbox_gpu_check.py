@@ -132,6 +132,7 @@ def main() -> int:
 
     # Harness-owned GPU memory, written by the worker (another user where the backend switches).
     import socket
+
     from grader.worker import vmm
     for variant, bk in (("", None), (" (backend none)", _try_backend("none"))):
         if bk is None and variant:

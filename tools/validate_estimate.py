@@ -57,7 +57,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNELS = {"reference": "solutions", "naive": "calibration/naive", "from_the_handout": "tests/fixtures/from_the_handout",
+KERNELS = {"reference": "solutions", "naive": "calibration/naive",
+           "from_the_handout": "tests/fixtures/from_the_handout",
            "stub_plan": "calibration/stub_plan", "tuned_student": "tests/fixtures/tuned_student",
            "slow/tiny_tiles": "tests/fixtures/slow/tiny_tiles",
            "slow/weight_per_row": "tests/fixtures/slow/weight_per_row",

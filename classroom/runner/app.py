@@ -12,8 +12,8 @@
 
 Every refusal is a 4xx with ``{"error": one line}``: 401 no or unknown token,
 413 too large (a body over the limit is still read, up to DRAIN_BYTES, so that
-the sender hears the 413 rather than a broken connection), 400 an archive outside the bounds or a bad display name, 409 a
-display name another student uses, 429 the quota used (with ``renews_at``,
+the sender hears the 413 rather than a broken connection), 400 an archive outside the
+bounds or a bad display name, 409 a display name another student uses, 429 the quota used (with ``renews_at``,
 epoch seconds, and a Retry-After header). An error of the runner itself is a
 500 with a line, logged with its traceback; never a student's input.
 """

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from grader.harness import proc
 
-from ..batch import ROOT
+from ..grade_process import ROOT
 from .store import Job, Store
 from .worker import error_report, file_name
 

@@ -107,7 +107,6 @@ class BoardRow:
 def leaderboard(store: Store) -> list[BoardRow]:
     """One row per student who opted in: their latest display name, per task the best performance
     points and per test the best kernel time of their opted-in reports; best total first."""
-    import json
     rows: dict[str, BoardRow] = {}
     for student, name, _, text in store.board_jobs():
         try:

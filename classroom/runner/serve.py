@@ -123,8 +123,8 @@ def tokens_main(args) -> int:
 # ----------------------------------------------------------------------------- serve
 
 def _slots(args) -> list[tuple[str, dict]]:
-    from ..batch import cpu_slots, gpu_slots
     from ..gpus import visible_gpus
+    from ..slots import cpu_slots, gpu_slots
     if args.executor:
         return [(f"cluster{i}", {}) for i in range(args.cluster_jobs)]
     if args.device == "cpu":
@@ -136,8 +136,8 @@ def serve_main(args) -> int:
     from grader.rubric import DEFAULT_RUBRIC, RubricError, load_rubric, visible_only
     from grader.submission import kernel_files
 
-    from ..batch import grade_timeout
     from ..gpus import GpuListError
+    from ..grade_process import grade_timeout
     from . import app as app_module
     from .dispatch import Dispatcher
     from .store import Quota, Store

@@ -14,7 +14,7 @@ into a fresh folder DIR/work/<job>-<attempt>/submission/, run
     python -m grader grade submission --report-dir reports --rubric R --device D --tests visible
 
 there under its own supervisor with the grade's own time limit (the batch's:
-classroom.batch.grade_timeout), renew the lease while it runs, and store
+classroom.grade_process.grade_timeout), renew the lease while it runs, and store
 report.json and report.md. A grade that fails (a crash, the time limit, no
 usable report) gets the report the batch writes in that case: score 0 and
 the reason. When the lease is lost (the server gave the job back), the grade
@@ -42,7 +42,8 @@ from grader.harness import proc
 from grader.report import error_result, write_reports
 from grader.rubric import DEFAULT_RUBRIC, load_rubric
 
-from ..batch import REPORT_JSON_BYTES, ROOT, _check_reports, _tail, _last_line
+from ..grade_process import ROOT, _check_reports, _last_line, _tail
+from ..reports import REPORT_JSON_BYTES
 from .store import Job, Store
 
 SETTINGS_FILE = "serve.json"

@@ -55,7 +55,6 @@ class Supervised:
         self._proc, self._lifeline, self._status = proc, lifeline, status
         self.pid = proc.pid
         self.returncode: int | None = None
-        self.child_pid: int | None = None   # the command's pid, once the supervisor said it
         self.killed = False                 # kill() ended it
         self.timed_out = False              # the deadline ended it
         self.error: str | None = None       # why the command could not start
@@ -149,7 +148,6 @@ class Supervised:
                 continue
             if isinstance(rec, dict):
                 report.update(rec)
-        self.child_pid = report.get("child", self.child_pid)
         return report
 
     def _close(self) -> None:
@@ -380,7 +378,6 @@ def _supervise(fds: str) -> None:
         report(returncode=127, error=f"cannot start {cfg['argv'][0]}: {type(e).__name__}: {e}")
         sys.stderr.write(f"supervisor: cannot start {cfg['argv'][0]}: {e}\n")
         return
-    report(child=child.pid)
     for fd in cfg["pass_fds"]:
         os.close(fd)
     deadline = time.monotonic() + cfg["deadline_s"] if cfg.get("deadline_s") is not None else None

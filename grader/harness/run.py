@@ -187,7 +187,8 @@ def _defines(source: bytes, name: str) -> bool | None:
                 return True
             if isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
                 inner = list(node.body) + list(getattr(node, "orelse", []))
-                inner += [n for h in getattr(node, "handlers", []) for n in h.body] + list(getattr(node, "finalbody", []))
+                inner += [n for h in getattr(node, "handlers", []) for n in h.body]
+                inner += list(getattr(node, "finalbody", []))
                 if binds(inner):
                     return True
         return False

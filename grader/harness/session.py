@@ -281,7 +281,8 @@ def _capture_launch(rec) -> dict:
     grid = rec.get("grid")
     if not isinstance(grid, list) or len(grid) != 3:
         raise _Malformed("grid")
-    out = {"kernel": _capture_text(rec.get("kernel", "?"), 100), "grid": [_capture_number(g, "grid", True) for g in grid]}
+    out = {"kernel": _capture_text(rec.get("kernel", "?"), 100),
+           "grid": [_capture_number(g, "grid", True) for g in grid]}
     for key in _LAUNCH_INTS:
         if key in rec:
             out[key] = _capture_number(rec[key], key, True)

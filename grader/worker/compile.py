@@ -70,9 +70,6 @@ _REGISTERS_PER_THREAD = 255
 _REGISTERS_PER_BLOCK = 65536
 _THREADS_PER_BLOCK = 1024
 
-ROW_KEYS = ("kernel", "file", "line", "variant", "launches", "checked", "ok", "status", "error",
-            "registers", "spills", "shared_bytes", "launchable", "why_not", "warning", "note",
-            "tests", "cpu_tests", "ids", "num_warps", "num_stages", "loop", "key")
 GPU_LABEL = "gpu:"     # a label of a launch at a test's GPU shape (capture.py); others are CPU-shape calls
 
 

@@ -4,8 +4,9 @@ The worker's checks hook into Triton below its public API: the launch record
 wraps ``run``, the interpreter's bounds check, arithmetic count and data
 movement wrap its builder, the launch capture intercepts the interpreter's
 launches and the autotuner's trials and counts sampled programs on the
-builder, the compile check calls Triton's binder and its backend. A new Triton may rename or reshape any of them. ``probe`` says, for
-the installed Triton, which checks cannot install and why; the harness runs it
+builder, the compile check calls Triton's binder and its backend. A new Triton
+may rename or reshape any of them. ``probe`` says, for the installed Triton,
+which checks cannot install and why; the harness runs it
 (trusted, the same Triton as the worker's), leaves those checks off in the
 worker, and every report of the run says which check is off and why. A check
 is never silently off.
