@@ -84,7 +84,9 @@ chosen through a plain alias (``k = _a if small else _b``), nothing else: not
 called, returned, passed, stored, aliased in a class, or wrapped by any
 decorator but ``triton.jit``/``autotune``/``heuristics``, and it is defined at
 the top level; the Triton interpreter (the CPU grader) runs a direct call as
-plain Python on PyTorch tensors.
+plain Python on PyTorch tensors. What a launch returns (Triton's compiled
+kernel) is dropped or returned, never kept: launched again as
+``compiled[grid](...)`` it would bypass the launch record.
 
 **Rebinding** a name that the file imports (``tl = torch``, ``def jit``, a
 parameter called ``tl``) is refused, so that every name keeps the meaning the
@@ -609,6 +611,7 @@ class _Checker:
         self.own_methods: set[str] = set()   # names of their instance methods (__init__ included)
         self._class_ok: set[int] = set()     # ids of Name nodes where an own class may appear
         self._unbound_ok: set[int] = set()   # ids of Base.method attributes called with the own self
+        self._discarded: set[int] = set()    # ids of calls whose value is dropped or returned
 
     # -- reporting
     def flag(self, node: ast.AST | None, rule: str, detail: str) -> None:
@@ -623,6 +626,7 @@ class _Checker:
     # -- first pass: imports, kernels, the file's own attributes
     def collect(self) -> None:
         nodes = list(ast.walk(self.tree))
+        self._discarded = {id(n.value) for n in nodes if isinstance(n, (ast.Expr, ast.Return))}
         for node in nodes:
             if isinstance(node, SCOPE_NODES):
                 self.defined |= _bound_in(node) | ({node.name} if hasattr(node, "name") else set())
@@ -1126,6 +1130,12 @@ class _Checker:
 
     def visit_Call(self, node, in_kernel, scope, level, push, stack):
         func = node.func
+        if (not in_kernel and isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name)
+                and self._is_kernel_name(func.value.id, scope) and id(node) not in self._discarded):
+            self.flag(node, "jit-call", f"keeps what the launch {func.value.id}[grid](...) returns, Triton's "
+                                        "compiled kernel: launched again (compiled[grid](...)) it runs outside "
+                                        "the launches the grader records; launch with "
+                                        f"{func.value.id}[grid](...) on every call, as a statement of its own")
         local = scope is not None and isinstance(func, ast.Name) and scope.binds(func.id)
         if (isinstance(func, ast.Attribute) and node.args and isinstance(node.args[0], ast.Name)
                 and scope is not None and scope.self_name and scope.cls_name is None
