@@ -271,8 +271,8 @@ def _grouped_kernel(
 # which kernel runs (_kernel_of). Names: BLOCK_M, then blocks per step (bps) of _dds_kernel, or
 # the group (g) of _dds_rows_kernel, or union columns per step (steps) of _grouped_kernel; warps
 # (w, when not 4), stages (s). Figures: device times on an H100 (`python -m bench.sweep dds`,
-# 2026-11-25, N = K = 1024), fp16 torch.matmul in brackets; kept are the selected configs and a
-# few that came within a few percent of them.
+# 2026-11-25, N = K = 1024), fp16 torch.matmul in brackets; those that came close are in
+# docs/performance.md ("What did not work").
 CONFIGS = {
     # _dds_kernel. Small M: 1 or 2 row tiles, so few programs and each one's
     # time is its chain of dependent loads (crow, col, then x and W); more
@@ -294,15 +294,12 @@ CONFIGS = {
     # the one-row kernel 8.9 / 12.6 / 15.8 / 19.7; with 64 rows the fastest at
     # 16384 @ 5 % (30.5 us, G = 2 31.0).
     "rows_m128_g1_s4": triton.Config(dict(BLOCK_M=128, G=1), num_warps=4, num_stages=4),
-    "rows_m64_g1_s3": triton.Config(dict(BLOCK_M=64, G=1), num_warps=4, num_stages=3),
     # G = 2, up to 25 %: 4096 @ 25 % 17.7 us [18.1], 65536 @ 25 % 179.6 [184.9],
     # 65536 @ 5 % 97.9 [183.8]; 8 warps with 256 rows: 2-7 % slower there.
     "rows_m128_g2_s3": triton.Config(dict(BLOCK_M=128, G=2), num_warps=4, num_stages=3),
-    "rows_m256_g2_w8_s3": triton.Config(dict(BLOCK_M=256, G=2), num_warps=8, num_stages=3),
     # G = 4 from 50 %: 4096 @ 50 % 21.1 us [18.4], 65536 @ 50 % 248.1 [191.3];
     # 4 stages instead of 3: 4-7 % faster; 5 stages: the same as 4.
     "rows_m128_g4_s4": triton.Config(dict(BLOCK_M=128, G=4), num_warps=4, num_stages=4),
-    "rows_m128_g4_s5": triton.Config(dict(BLOCK_M=128, G=4), num_warps=4, num_stages=5),
     # _densify_kernel + _grouped_kernel: the union as a GEMM over a densified copy
     # of the weight (two launches); dense weights at M >= 16384: 259.2 us at
     # 65536 [200.3], the union walk (G = 4) 281.5.
