@@ -22,20 +22,30 @@ EXECUTOR ?=
 SLURM_PARTITION ?=
 GPUS_PER_TASK ?=
 RUBRIC ?=
+SERVER ?=
+TOKEN ?=
+DISPLAY_NAME ?=
+JOB ?=
+ROSTER ?= roster.csv
+DATA ?= runner-data
+PORT ?= 8000
+SERVE_FLAGS ?=
 
 export PYTHON VENV NO_VENV
 
-.PHONY: help setup grade hint test batch regrade gradebook merge dist gradescope bench calibrate docs clean
+.PHONY: help setup grade hint submit serve test batch regrade gradebook merge dist gradescope bench calibrate docs clean
 
 help:
 	@echo "make grade                 grade assignment/ (SUBMISSION=path for a folder or .zip)"
 	@echo "make hint TASK=w8a8 LEVEL=1  one hint (TASK w8a8|w4a16|dds, LEVEL 1|2|3), nothing else"
+	@echo "make submit SERVER=url TOKEN=t  grade on the course GPU (SUBMISSION=dir, DISPLAY_NAME=name) -> gpu-report/"
 ifneq ($(wildcard solutions),)
 	@echo "make test                  the project's own test suite"
 	@echo "make batch SUBMISSIONS=dir grade a whole class (TA)"
 	@echo "make regrade STUDENT=id    regrade one student of the batch, rebuild class.csv (TA)"
 	@echo "make gradebook FORMAT=f    class.csv as a gradescope, canvas or moodle upload file (TA; ALLOW=kinds)"
 	@echo "make merge GRADESCOPE_SCORES=csv  Gradescope's correctness + the batch's GPU performance (TA)"
+	@echo "make serve ROSTER=csv      the course GPU runner: students' make submit graded here (TA; DATA=dir PORT=n SERVE_FLAGS=...)"
 	@echo "make dist                  build the student bundle in dist/ (TA)"
 	@echo "make gradescope            build a Gradescope autograder zip (TA)"
 	@echo "make bench                 GPU benchmark of the reference solutions"
@@ -56,7 +66,17 @@ hint:
 	  *) echo "usage: make hint TASK=w8a8|w4a16|dds LEVEL=1|2|3  (1: the idea, 2: pseudo-code, 3: the step that needs care)"; exit 2 ;; \
 	esac
 
+# The course GPU runner (docs/runner.md): upload, wait, the same table as make grade.
+# SERVER and TOKEN reach tools.submit through the environment (not its command line).
+submit: setup
+	@test -n "$$SERVER" && test -n "$$TOKEN" || { echo "usage: make submit SERVER=https://... TOKEN=<your token> [SUBMISSION=dir] [DISPLAY_NAME=name]"; exit 2; }
+	@$(PY) -m tools.submit $(SUBMISSION) $(if $(DISPLAY_NAME),--display-name "$(DISPLAY_NAME)") $(if $(JOB),--job "$(JOB)")
+
 ifneq ($(wildcard tests),)
+serve:
+	@REQUIREMENTS=requirements-serve.txt bash tools/setup_env.sh
+	$(PY) -m classroom serve --roster $(ROSTER) --data $(DATA) --port $(PORT) $(SERVE_FLAGS)
+
 test:
 	@REQUIREMENTS=requirements-dev.txt bash tools/setup_env.sh
 	$(PY) -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile

@@ -130,6 +130,11 @@ def grade_command(path: Path, report_dir: Path, rubric: Rubric) -> list[str]:
             "--rubric", str(source.absolute() if source.is_file() else source)]
 
 
+def grade_timeout(rubric: Rubric) -> float:
+    """The wall-clock limit of one student's grade process: three tasks' limits and start-up."""
+    return 3 * max(rubric.settings.task_timeout_s, rubric.settings.cpu_task_timeout_s) + 300
+
+
 def student_seed(seed: int, sid: str) -> int:
     """A student's seed in a batch given ``--seed``: the same for the same student
     whichever machine, slot or shard grades them, different between students."""
@@ -615,7 +620,7 @@ def plan_batch(submissions: str, out: str, rubric: Rubric, force: bool = False, 
                             "of the layout above): check the path, or unzip the platform's download there")
     digest = _current_hash(rubric)
     remember_rubric(out, digest)
-    timeout_s = timeout_s or 3 * max(rubric.settings.task_timeout_s, rubric.settings.cpu_task_timeout_s) + 300
+    timeout_s = timeout_s or grade_timeout(rubric)
     pending = None
     if student is not None:
         todo = select(entries, student)

@@ -1,5 +1,5 @@
 """Command line: python -m classroom batch DIR | regrade DIR ID | gradebook CLASS_CSV
-| merge GRADESCOPE_CSV CLASS_CSV.
+| merge GRADESCOPE_CSV CLASS_CSV | serve --roster CSV --data DIR | tokens --data DIR ACTION [ID].
 
 One submission is graded by the engine, ``python -m grader grade``.
 
@@ -7,7 +7,8 @@ Exit status of ``batch`` and ``regrade``: 0, or 128 + the signal that stopped
 it, or 2 for a usage error (an empty submissions folder included). ``gradebook``
 and ``merge``: 0 when every graded student is in the upload file, 1 when some
 were left out (listed, with the reason: a score that is not final), 2 for a
-usage error.
+usage error. ``serve`` runs until stopped (the course GPU runner, classroom/runner/);
+``tokens``: 0, or 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -173,7 +174,15 @@ def main(argv=None) -> int:
     _batch_args(sub.add_parser("regrade", help="regrade one student of a batch and rebuild the class files"),
                 regrade=True)
     _gradebook_args(sub)
+    from .runner import serve
+    serve.serve_args(sub.add_parser("serve", help="the course GPU runner: students submit, the GPUs grade "
+                                                  "(docs/runner.md)"))
+    serve.tokens_args(sub.add_parser("tokens", help="list, revoke or reissue a student's runner token"))
     args = parser.parse_args(argv)
     if args.command in ("gradebook", "merge"):
         return _gradebook(args)
+    if args.command == "serve":
+        return serve.serve_main(args)
+    if args.command == "tokens":
+        return serve.tokens_main(args)
     return _batch(args)

@@ -30,6 +30,9 @@ def _grade_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="force a device (default: cuda when available)")
     p.add_argument("--tasks", default=None, help="comma-separated subset of the rubric's tasks")
+    p.add_argument("--tests", choices=["all", "visible"], default="all",
+                   help="visible: leave the rubric's hidden tests out; they are never run and the report "
+                        "names none of them (their points are counted as hidden, as in the student bundle)")
     p.add_argument("--sanitize", action="store_true",
                    help="GPU: run the correctness cases under compute-sanitizer memcheck (TA option; slow, "
                         "performance is not timed)")
@@ -56,7 +59,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from .report import escape_name
-    from .rubric import DEFAULT_RUBRIC, RubricError, load_rubric
+    from .rubric import DEFAULT_RUBRIC, RubricError, load_rubric, visible_only
     if not os.path.exists(args.submission):
         print(f"no such submission: {escape_name(args.submission)}", file=sys.stderr)
         return 2
@@ -71,6 +74,8 @@ def main(argv=None) -> int:
     except RubricError as e:
         print(f"rubric error: {e}", file=sys.stderr)
         return 2
+    if args.tests == "visible":
+        rubric = visible_only(rubric)
 
     from .grade import grade, toolchain_warnings
     from .report import DIR_MODE, one_line, remove_reports, terminal_table, write_reports

@@ -79,8 +79,13 @@ def markdown(result, plots: dict[str, str] | None, md_inline, md_code) -> list[s
     md = ["", "## Predicted performance (an estimate, not a score)", "",
           "Performance is timed on a GPU only. What follows is " + WHAT + " It comes from what your wrapper "
           "launches at each performance test's GPU shape (the kernels in the compile table marked with that "
-          "test), a few of each kernel's programs counted in the interpreter, and the GPU's measured bandwidth "
+          "test), a few of each kernel's programs counted in the interpreter, the code the compiler emitted for "
+          "the GPU (how wide its loads are, which ones are asynchronous), and the GPU's measured bandwidth "
           "and tensor-core peak; each launch says what bounds it, which is where to look for speed."]
+    graded_on = " and ".join(str(c) for c in (result.calibrated_on or [])[:4])
+    if graded_on:
+        md += ["", f"The rubric grades on {md_inline(graded_on, 300)}: the GPUs its thresholds were placed on "
+                   "(its `calibrated_on`), and the ones predicted for here."]
     for task in result.tasks:
         est = task.estimate or {}
         plot = plots.get(task.task, "")
@@ -103,7 +108,9 @@ def markdown(result, plots: dict[str, str] | None, md_inline, md_code) -> list[s
                 pr, rr = gpu.get("points_range"), gpu.get("ratio_range")
                 points = (f"{_pts(pr[0])}-{_pts(pr[1])} of {_pts(test['points_max'])}" if pr else "-")
                 ratio = f"{_r(gpu.get('ratio'))} ({_r(rr[0])}-{_r(rr[1])})" if rr else "-"
-                times = f"{_us(gpu['us'] / est.get('uncertainty', 1.5))}-{_us(gpu['us'] * est.get('uncertainty', 1.5))}"
+                lo, hi = gpu.get("us_range") or (gpu["us"] / est.get("uncertainty", 1.5),
+                                                 gpu["us"] * est.get("uncertainty", 1.5))
+                times = f"{_us(lo)}-{_us(hi)}"
                 rows.append(f"| {md_code(name, 60, table=True)} | {md_inline(gpu['gpu'], 40)} | {times} | "
                             f"{_us(gpu.get('baseline_us'))} | {ratio} | {points} |")
             first = (test.get("gpus") or [{}])[0]
@@ -111,6 +118,11 @@ def markdown(result, plots: dict[str, str] | None, md_inline, md_code) -> list[s
                 notes.append(f"- **{md_code(name, 60)} is predicted far below the thresholds**: ratio "
                              f"{_r(first['ratio_range'][0])}-{_r(first['ratio_range'][1])} on {md_inline(first['gpu'], 40)}, "
                              f"where points start above {test['zero_ratio']:g} (full at {test['full_ratio']:g}).")
+            if first.get("at_floor"):
+                notes.append(f"- {md_code(name, 60)}: predicted at the memory floor, {_us(first['floor_us'])}: no "
+                             "call is faster than moving every input once and writing the output once at the "
+                             "GPU's measured bandwidth (the kernels alone were modelled faster: they skip "
+                             "bytes a correct call must move, or the model missed work).")
             notes += _launch_lines(name, first, md_inline, md_code)
         if rows:
             md += ["| test | GPU | predicted time | fp16 torch.matmul | predicted ratio (range) | points (range) |",
@@ -134,18 +146,58 @@ def _launch_lines(name: str, gpu: dict, md_inline, md_code) -> list[str]:
         if launch["bound"] == "latency" and launch.get("steps"):
             why = (f": {launch.get('waves', '?')} wave(s) of one program's {launch['steps']:g} loop trips, "
                    f"{_us(launch.get('trip_us'))} each, waiting on {launch.get('trip_bound', '?')}")
+            if launch.get("trip_bound") == "its instructions":
+                why += _instructions(launch)
             if launch.get("serial"):
-                why += f" ({launch['serial']:g} correctly rounded divisions a trip, each a long chain)"
+                why += f" ({_serial(launch)} a trip, each a long chain)"
             if launch.get("sms") and launch["programs"] < launch["sms"]:
                 why += (f"; only {launch['programs']} programs for {launch['sms']} multiprocessors: "
                         "the rest of the GPU waits")
         elif launch["bound"] == "latency":
             why = f": {launch.get('waves', '?')} wave(s) of programs that each wait on memory"
+        elif launch["bound"] == "issue":
+            why = _instructions(launch)
+        elif launch["bound"] == "load/store unit":
+            why = _lsu(launch)
         out.append(f"- {md_code(name, 60)}: {md_code(launch.get('kernel', '?'), 60)}, {launch['programs']} programs, "
                    f"{launch.get('occupancy', '?')} per multiprocessor (limited by {md_inline(launch.get('limit', '?'), 30)}): "
-                   f"{_us(launch['us'])}, bound by **{md_inline(launch['bound'], 30)}**{md_inline(why, 300)} "
+                   f"{_us(launch['us'])}, bound by **{md_inline(launch['bound'], 30)}**{md_inline(why, 600)} "
                    f"({md_inline(detail, 300)}; DRAM {launch.get('dram_bytes', 0) / 1e6:.1f} MB, "
                    f"L2 {launch.get('l2_bytes', 0) / 1e6:.1f} MB)")
+    return out
+
+
+def _instructions(launch: dict) -> str:
+    """": 263 issue slots a trip per thread, most of them 87 of 64-bit integer arithmetic, ..."."""
+    code = launch.get("code") or {}
+    top = [t for t in code.get("top") or [] if t[1]]
+    total = launch.get("trip_instructions") or code.get("instructions")
+    if not top:
+        return ""
+    named = ", ".join(f"{v:g} {k}" for k, v in top[:3])
+    return (f" ({total:g} issue slots a trip per thread, most of them {named})" if total else
+            f" (most of them {named})")
+
+
+def _serial(launch: dict) -> str:
+    """"4 integer divisions and 2 integer modulos", from what the compiler emitted."""
+    kinds = (launch.get("code") or {}).get("serial_kinds") or {}
+    if not kinds:
+        return f"{launch['serial']:g} slow divisions or square roots"
+    return " and ".join(f"{n:g} {kind}{'' if n == 1 else 's'}" for kind, n in kinds.items())
+
+
+def _lsu(launch: dict) -> str:
+    """Why the load/store unit is busy: the loads' widths and how far apart their lanes are."""
+    code = launch.get("code") or {}
+    widths = code.get("load_widths") or {}
+    scalar = sum(n for w, n in widths.items() if w.isdigit() and int(w) <= 4)
+    out = f": {code.get('wavefronts', 0):g} passes a warp per loop trip"
+    if scalar and not code.get("async_loads"):
+        sizes = "/".join(sorted({w for w, n in widths.items() if w.isdigit() and int(w) <= 4 and n}, key=int))
+        out += (f"; {scalar:g} of its loads a thread are single {sizes}-byte loads, not 16-byte vectors, and none "
+                "is asynchronous: the compiler could not prove the addresses contiguous and aligned, so every "
+                "element is loaded on its own, and lanes that sit in different rows cost a pass each")
     return out
 
 
@@ -190,8 +242,10 @@ def gradescope_entries(result, report_dir: Path | None, one_line) -> list[dict]:
             items.append(f"<li>{html.escape(one_line(name, 80))}: ratio {rr[0]:.2f}-{rr[1]:.2f}, points "
                          f"{_pts(pr[0])}-{_pts(pr[1])} of {_pts(test['points_max'])} on "
                          f"{html.escape(one_line(first['gpu'], 60))}{far}</li>")
+        graded_on = " and ".join(str(c) for c in (result.calibrated_on or [])[:4])
         body = (f"<p>Predicted performance: {html.escape(WHAT)} report.md says what bounds each kernel.</p>"
-                f"<ul>{''.join(items)}</ul>")
+                + (f"<p>The rubric grades on {html.escape(one_line(graded_on, 300))}.</p>" if graded_on else "")
+                + f"<ul>{''.join(items)}</ul>")
         plot = Path(report_dir) / PLOT_NAME.format(task=task.task) if report_dir else None
         if plot is not None and plot.is_file() and plot.stat().st_size * 4 / 3 <= EMBED_MAX_BYTES:
             data = base64.b64encode(plot.read_bytes()).decode()

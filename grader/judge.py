@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .harness.measure import CallResult, Timing
 from .rubric import Rubric, Settings, TestSpec
+from .staticcheck import forbidden_message
 from .diagnose import outside_words
 from .runs import HIDDEN_CALL, Draw, Runs, TaskRun, problem
 from .tracebacks import explain_error, final_exception
@@ -163,7 +164,7 @@ def task_problems(run: TaskRun, file: str) -> list[dict]:
     """Everything that voids the task: forbidden code, memory errors, then the calls' evidence."""
     found = []
     if run.static:
-        found.append(problem("forbidden_code", f"forbidden code in {file}: " + "; ".join(run.static[:5])))
+        found.append(problem("forbidden_code", forbidden_message(file, run.static)))
     if run.memcheck_errors:
         found.append(problem("memory_errors", f"memory errors: compute-sanitizer reported "
                              f"{run.memcheck_errors} out-of-bounds or invalid accesses (the printed "

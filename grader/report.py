@@ -147,6 +147,28 @@ def terminal_table(result: GradeResult) -> str:
     return "\n".join(lines)
 
 
+def result_from_json(data: dict) -> GradeResult:
+    """The GradeResult a report.json holds (``write_reports`` wrote it with
+    dataclasses.asdict), for printing it again: ``terminal_table(result_from_json(
+    json.loads(text)))`` is the table the grade printed. Fields this version does
+    not know are left out; ValueError when it is not a report."""
+    def build(cls, value, what):
+        if not isinstance(value, dict):
+            raise ValueError(f"{what} is not an object")
+        known = {f.name for f in dataclasses.fields(cls)}
+        try:
+            return cls(**{k: v for k, v in value.items() if k in known})
+        except TypeError as e:   # a required field is missing
+            raise ValueError(f"{what}: {e}") from None
+
+    if not isinstance(data, dict) or not isinstance(data.get("tests"), list) \
+            or not isinstance(data.get("tasks"), list):
+        raise ValueError("not a report: no tests and tasks")
+    fields = dict(data, tests=[build(TestResult, t, f"tests[{i}]") for i, t in enumerate(data["tests"])],
+                  tasks=[build(TaskResult, t, f"tasks[{i}]") for i, t in enumerate(data["tasks"])])
+    return build(GradeResult, fields, "report")
+
+
 def markdown(result: GradeResult, error: str | None = None, plots: dict | None = None) -> str:
     """The human report. ``error``: the grader itself failed on this submission;
     ``plots``: each task's roofline plot file beside the report, or why there is none."""

@@ -60,7 +60,7 @@ def points(task_result, tests: list, target) -> list[dict]:
             row["fp16_us"] = details.get("baseline_ms", 0) * 1e3 or None
         elif gpu and gpu.get("us") and gpu["us"] != float("inf"):
             row["yours_us"] = gpu["us"]
-            row["yours_range"] = [gpu["us"] / spread, gpu["us"] * spread]
+            row["yours_range"] = gpu.get("us_range") or [gpu["us"] / spread, gpu["us"] * spread]
             row["fp16_us"] = gpu.get("baseline_us")
         if target is not None:
             key = "x".join(str(v) for v in details.get("shape") or [])

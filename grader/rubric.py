@@ -12,7 +12,7 @@ import json
 import math
 import re
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -456,6 +456,22 @@ def load_rubric(path: str | Path = DEFAULT_RUBRIC) -> Rubric:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise RubricError(f"{path}: cannot read rubric: {e}") from e
     return parse_rubric(data, str(path), text, rubric_hash(raw))
+
+
+def visible_only(rubric: Rubric) -> Rubric:
+    """``rubric`` without its hidden tests (``hidden = true``), each task's hidden
+    correctness points moved to its ``hidden_points``: what the student bundle's
+    rubric holds (tools/dist.py), built in memory. A grade under it never runs a
+    hidden test (no hidden worker starts: grader/harness/run.py), so its report
+    shows nothing of them; its arithmetic still adds up to the full rubric's.
+    ``python -m grader grade --tests visible``; the course GPU runner's default."""
+    points: dict[str, float] = {}
+    for t in rubric.tests:
+        if t.hidden and t.kind == "correctness" and not t.bonus:
+            points[t.task] = points.get(t.task, 0.0) + t.points
+    tasks = {name: replace(task, hidden_points=task.hidden_points + points.get(name, 0.0))
+             for name, task in rubric.tasks.items()}
+    return replace(rubric, tasks=tasks, tests=tuple(t for t in rubric.tests if not t.hidden))
 
 
 def _toml_value(value) -> str:

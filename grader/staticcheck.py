@@ -1224,6 +1224,13 @@ def _lines(data: bytes) -> list[bytes] | None:
         return None
 
 
+def forbidden_message(file: str, findings) -> str:
+    """The one line a grade gives a kernel file with findings (its task's
+    ``forbidden_code`` flag), also what ``make submit`` prints before it refuses
+    to upload the file: the first five findings."""
+    return f"forbidden code in {file}: " + "; ".join(str(f) for f in list(findings)[:5])
+
+
 def check_source(source: bytes | str, extra_allowed_imports: set[str] | None = None) -> list[Finding]:
     """Findings for one kernel file, sorted by position; an empty list means nothing forbidden was found.
 

@@ -25,6 +25,43 @@ def problem(task: str, shape, seed: int, **options):
     return make_inputs(task, shape, options, seed, DEVICE)
 
 
+_COMPILE = """
+import importlib, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+job = json.loads(sys.argv[1])
+sys.path.insert(0, job["path"])
+fn = getattr(importlib.import_module(job["module"]), job["kernel"])
+attrs = {(i,): [["tt.divisibility", 16]] for i in job["aligned"]}
+src = ASTSource(fn, job["signature"], job["constexprs"], attrs)
+kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=job["options"])
+open(job["out"], "w").write(kernel.asm["ptx"])
+"""
+
+
+def compile_ptx(out, module: str, kernel: str, signature: dict, constexprs: dict, aligned: tuple,
+                path=None, **options) -> str:
+    """The PTX the installed Triton emits for sm_90 for ``module.kernel`` (importable from
+    ``path``, default tests/fixtures/compile; pointers and the ``aligned`` arguments
+    16-divisible), written to ``out``. Compiled in a child process without
+    TRITON_INTERPRET, as the compile check does: the suite runs Triton's interpreter."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = path or Path(__file__).parent / "fixtures" / "compile"
+    job = {"path": str(path), "module": module, "kernel": kernel, "signature": signature, "constexprs": constexprs,
+           "aligned": list(aligned), "options": options, "out": str(out)}
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", _COMPILE, json.dumps(job)], env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return Path(out).read_text()
+
+
 def validate_gradescope(results: dict) -> None:
     """Raise jsonschema.ValidationError unless ``results`` uses Gradescope's results.json fields only."""
     import json

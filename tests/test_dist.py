@@ -122,6 +122,29 @@ def test_make_grade_in_the_bundle_gives_zero(bundle):
     assert "not implemented" in report["tasks"][0]["summary"]
 
 
+def test_make_submit_ships_with_the_bundle_and_says_what_it_does(bundle, tmp_path):
+    """make submit is in the bundle, standard library on top of the engine, and documented where a
+    student reads: the bundle's README and the handout name it and say the hidden tests are not run."""
+    assert (bundle / "tools" / "submit.py").is_file()
+    assert not (bundle / "requirements-serve.txt").exists()
+    for doc in ("README.md", "handout.md"):
+        text = " ".join((bundle / doc).read_text().split())
+        assert "make submit SERVER=" in text and "hidden tests are never run" in text, doc
+    env = dict(os.environ, NO_VENV="1", PYTHON=sys.executable)
+    usage = subprocess.run(["make", "-s", "submit"], cwd=bundle, env=env, capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage: make submit SERVER=" in usage.stdout
+    import socket
+    with socket.socket() as s:   # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = subprocess.run(["make", "-s", "submit", f"SERVER=http://127.0.0.1:{port}", "TOKEN=abc123"], cwd=bundle,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert down.returncode != 0
+    assert down.stderr.strip().splitlines()[0] == (f"cannot reach the runner at http://127.0.0.1:{port}: "
+                                                  "[Errno 111] Connection refused"), down.stderr
+    assert "abc123" not in down.stdout + down.stderr       # make does not echo the token
+
+
 def test_gradescope_zip(tmp_path):
     from tools.gradescope_zip import build as build_gradescope
     out = build_gradescope(tmp_path / "gs.zip")
@@ -176,10 +199,10 @@ def _help_targets(cwd: Path) -> list[str]:
 def test_make_help_in_the_bundle_lists_only_what_works_there(bundle):
     # `make grade` is the one target that works there (test_make_grade_in_the_bundle_gives_zero);
     # the others need the project's tests, tools, benchmark or a class of submissions.
-    ta_only = {"test", "batch", "regrade", "gradebook", "merge", "dist", "gradescope", "bench", "calibrate",
-               "docs"}
-    assert set(_help_targets(ROOT)) == {"grade", "hint"} | ta_only  # the project lists them all
-    assert _help_targets(bundle) == ["grade", "hint"]
+    ta_only = {"test", "batch", "regrade", "gradebook", "merge", "serve", "dist", "gradescope", "bench",
+               "calibrate", "docs"}
+    assert set(_help_targets(ROOT)) == {"grade", "hint", "submit"} | ta_only  # the project lists them all
+    assert _help_targets(bundle) == ["grade", "hint", "submit"]
     for missing in ("tests", "tools/dist.py", "tools/gradescope_zip.py", "bench"):
         assert not (bundle / missing).exists(), missing
 
@@ -245,8 +268,8 @@ def test_nothing_a_student_reads_points_outside_the_bundle(bundle):
                            text)
         files = re.findall(r"(?<![\w./-])([A-Za-z_][\w-]*\.(?:md|py|toml|json|txt|sh))\b", text)
         for path in paths:
-            if path.startswith("grade-report/") or path.rsplit("/", 1)[-1] in brought:
-                continue   # the report folder make grade writes; a course script where the student keeps it
+            if path.startswith(("grade-report/", "gpu-report/")) or path.rsplit("/", 1)[-1] in brought:
+                continue   # the report folders make grade and make submit write; a course script
             assert (bundle / path).exists(), f"{f.relative_to(bundle)} names {path}"
         for name in files:
             assert name in names or name in written | brought, f"{f.relative_to(bundle)} names {name}"

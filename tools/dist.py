@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 INCLUDE = ["assignment", "grader", "handout.md", "hints", "Makefile", "requirements.txt", "toolchain.txt",
-           "Dockerfile", ".dockerignore", "tools/__init__.py", "tools/setup_env.sh"]
+           "Dockerfile", ".dockerignore", "tools/__init__.py", "tools/setup_env.sh", "tools/submit.py"]
 RENAME = {"docs/README-student.md": "README.md"}
 SKIP_PARTS = {"__pycache__", ".pytest_cache"}
 

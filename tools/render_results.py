@@ -19,7 +19,10 @@ shown there too. grader/targets.toml is what the CPU run's speed estimate
 (grader/estimate.py) knows of each GPU: the device (``device``), its
 measured copy bandwidth and product peaks (the last `make bench`), and per
 performance test the graded time of fp16 ``torch.matmul`` and of the
-reference (the median over every recorded grade). The estimate's
+reference (the median over the grades recorded with the grader's current
+clock, tools.gpu_session.CLOCK; where a GPU has none yet, over every grade,
+with the copy of each output that the earlier clock also timed taken off:
+tools.gpu_session.kernel_only_ms). The estimate's
 own check against measured times (``estimate``, tools/validate_estimate.py)
 is a table in docs/grading.md.
 """
@@ -31,7 +34,7 @@ import re
 import sys
 from pathlib import Path
 
-from tools.gpu_session import recorded_grades, recorded_ratios, short_gpu_name
+from tools.gpu_session import CLOCK, kernel_only_ms, recorded_grades, recorded_ratios, short_gpu_name
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "grading.md"
@@ -183,20 +186,23 @@ def targets_toml() -> str:
                       if b), None)
         if device is None or bench is None:
             continue
+        b = bench[1]
         base, ref = {}, {}
-        for _, run in runs:
+        timed = [run for _, run in runs if run.get("clock") == CLOCK] or [run for _, run in runs]
+        for run in timed:
             for who in ("reference", "naive"):
                 for g in recorded_grades(run, who):
                     for t in perf:
                         found = g.get("tests", {}).get(t.name, {})
                         if found.get("baseline_ms"):
-                            base.setdefault(shape_key(t.shape), []).append(found["baseline_ms"])
+                            base.setdefault(shape_key(t.shape), []).append(
+                                kernel_only_ms(found["baseline_ms"], t.shape, run, b["copy_gbs"]))
                         if who == "reference" and found.get("kernel_ms"):
-                            ref.setdefault(t.name, []).append(found["kernel_ms"])
+                            ref.setdefault(t.name, []).append(
+                                kernel_only_ms(found["kernel_ms"], t.shape, run, b["copy_gbs"]))
         sources = ", ".join(str(p.relative_to(ROOT)) for p, _ in runs)
         out += ["[[gpu]]", f"name = {json.dumps(gpu)}", f"source = {json.dumps(sources)}"]
         out += [f"{k} = {device[k]!r}" for k in DEVICE_KEYS if k in device]
-        b = bench[1]
         out += [f"copy_gbs = {b['copy_gbs']:.1f}",
                 "tflops = {" + ", ".join(f"{k} = {v:.1f}" for k, v in sorted(b["peaks"].items())) + "}",
                 "baseline_ms = {" + ", ".join(f'"{k}" = {statistics.median(v):.5f}' for k, v in sorted(base.items()))

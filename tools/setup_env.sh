@@ -92,7 +92,8 @@ if [ "${NO_VENV:-0}" = "1" ]; then
   exit 0
 fi
 if [ -f "$STAMP" ] && [ "$STAMP" -nt "$REQUIREMENTS" ] && [ "$STAMP" -nt requirements.txt ] \
-   && [ "$STAMP" -nt "$CONSTRAINTS" ]; then
+   && [ "$STAMP" -nt "$CONSTRAINTS" ] \
+   && { [ ! -f requirements-serve.txt ] || [ "$STAMP" -nt requirements-serve.txt ]; }; then
   exit 0
 fi
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || {

@@ -32,6 +32,11 @@ the predictions for OUT/results.json on a machine whose interpreter works (a
 laptop, CI; no GPU needed), as a student's CPU grade would, and fills in the
 comparison and the summary. Each row keeps what was measured
 (``measurement``), so the predictions can be made again at any time.
+Both clocks are understood: the prediction models the kernels alone, as the
+grader times a call (tools.gpu_session.CLOCK, recorded as ``clock``); rows of
+a file recorded while each timed call also copied its output have that copy
+(grader.estimate.output_copy_ms) taken off both measured times before the
+comparison (``copy_us_taken_off``).
 Copy OUT/results.json into results/ (one file per GPU and date; merge into an
 existing one) and run ``python -m tools.render_results``: the table in
 docs/grading.md and grader/targets.toml follow. The acceptance of the estimate
@@ -53,9 +58,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = {"reference": "solutions", "naive": "calibration/naive", "from_the_handout": "tests/fixtures/from_the_handout",
+           "stub_plan": "calibration/stub_plan", "tuned_student": "tests/fixtures/tuned_student",
            "slow/tiny_tiles": "tests/fixtures/slow/tiny_tiles",
            "slow/weight_per_row": "tests/fixtures/slow/weight_per_row",
-           "slow/grid_order": "tests/fixtures/slow/grid_order", "slow/slow_dds": "tests/fixtures/slow/slow_dds"}
+           "slow/grid_order": "tests/fixtures/slow/grid_order", "slow/slow_dds": "tests/fixtures/slow/slow_dds",
+           "slow/gathered": "tests/fixtures/slow/gathered"}
 FACTOR = 1.5
 SEED = 20261125
 
@@ -92,7 +99,6 @@ def predict(name: str, folder: str, task: str, rubric, target) -> dict:
     """{test: prediction} for one task of one kernel set, as a CPU grade makes it."""
     from grader.estimate import estimate
     from grader.harness import capture
-    from grader.harness.run import case_seed
     from grader.harness.session import Session, WorkerGone
     from grader.runs import TaskRun
     from grader.submission import load_submission
@@ -106,7 +112,7 @@ def predict(name: str, folder: str, task: str, rubric, target) -> dict:
     try:
         if not session.hello["ok"]:
             return {"error": "the kernel file could not be imported"}
-        run.capture = capture.capture(session, task, specs, lambda n: case_seed(SEED, n), 240)
+        run.capture = capture.capture(session, task, specs, 240)
         reply = session.request({"op": "compile", "budget_s": 240, "gpu_only": True})
         run.kernels = reply.get("compile", [])
     except WorkerGone as e:
@@ -162,8 +168,12 @@ def _points(spec, ratio: float | None) -> float | None:
     return spec.points * min(1.0, max(0.0, frac))
 
 
-def compare(kernels: str, spec, pred: dict, meas: dict) -> dict:
-    """One row: the prediction next to the measurement (kept whole as ``measurement``)."""
+def compare(kernels: str, spec, pred: dict, meas: dict, copy_ms: float = 0.0) -> dict:
+    """One row: the prediction next to the measurement (kept whole as ``measurement``).
+    ``copy_ms``: what the clock that measured it added to each call on both sides (a
+    copy of the output, in files recorded before the clock timed the calls alone),
+    taken off both times before they are compared with the prediction, which models
+    the kernels alone."""
     row = {"kernels": kernels, "test": spec.name, "measurement": meas}
     gpu = (pred.get("gpus") or [{}])[0]
     us = gpu.get("us")
@@ -175,19 +185,29 @@ def compare(kernels: str, spec, pred: dict, meas: dict) -> dict:
         row["predicted_us"] = round(us, 2)
         row["bound"] = " + ".join(f"{launch['kernel']}: {launch['bound']}" for launch in gpu.get("launches", []))
     if meas.get("kernel_ms"):
-        row.update(measured_us=round(meas["kernel_ms"] * 1e3, 2), baseline_us=round(meas["baseline_ms"] * 1e3, 2),
-                   measured_ratio=meas["baseline_ms"] / meas["kernel_ms"])
+        kernel_ms = max(meas["kernel_ms"] - copy_ms, meas["kernel_ms"] / 2)
+        baseline_ms = max(meas["baseline_ms"] - copy_ms, meas["baseline_ms"] / 2)
+        row.update(measured_us=round(kernel_ms * 1e3, 2), baseline_us=round(baseline_ms * 1e3, 2),
+                   measured_ratio=baseline_ms / kernel_ms)
+        if copy_ms:
+            row["copy_us_taken_off"] = round(copy_ms * 1e3, 2)
         if "predicted_us" in row:
-            row["predicted_ratio"] = meas["baseline_ms"] * 1e3 / row["predicted_us"]
+            row["predicted_ratio"] = baseline_ms * 1e3 / row["predicted_us"]
     row["predicted_points"] = _points(spec, row.get("predicted_ratio"))
     row["measured_points"] = _points(spec, row.get("measured_ratio"))
     row["points"] = spec.points
     return row
 
 
-def predict_rows(rows: list[dict], rubric, target, jobs: list[tuple], workers: int = 2) -> list[dict]:
+def predict_rows(rows: list[dict], rubric, target, jobs: list[tuple], workers: int = 2,
+                 record: dict | None = None) -> list[dict]:
     """The rows of ``jobs`` (kernel set, task) again, with predictions made on this machine
-    (``workers`` kernel files at once: each prediction is a sandboxed CPU worker)."""
+    (``workers`` kernel files at once: each prediction is a sandboxed CPU worker).
+    ``record``: the results file's head, whose ``clock`` says what its times include."""
+    from grader.estimate import output_copy_ms
+    from tools.gpu_session import CLOCK
+
+    old_clock = (record or {}).get("clock", CLOCK) != CLOCK
     measured = {(r["kernels"], r["test"]): r.get("measurement", {}) for r in rows}
     out = []
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -199,7 +219,9 @@ def predict_rows(rows: list[dict], rubric, target, jobs: list[tuple], workers: i
                 pred = {"error": f"{type(e).__name__}: {e}"}
             for spec in rubric.tests_for(task, "performance"):
                 one = pred.get(spec.name) or ({"error": pred["error"]} if "error" in pred else {})
-                out.append(compare(name, spec, one, measured.get((name, spec.name), {"error": "not measured"})))
+                copy_ms = output_copy_ms(spec.shape, target.copy_gbs) if old_clock else 0.0
+                out.append(compare(name, spec, one, measured.get((name, spec.name), {"error": "not measured"}),
+                                   copy_ms))
                 _print_row(out[-1])
     return out
 
@@ -271,7 +293,7 @@ def main(argv=None) -> int:
             rows.append(compare(name, spec, {"error": "not predicted yet"}, meas.get(spec.name, {})))
             _print_row(rows[-1])
     if not no_predictions:
-        rows = predict_rows(rows, rubric, target, jobs, workers=6)
+        rows = predict_rows(rows, rubric, target, jobs, workers=6, record=record)
     if args.append and results.exists():
         old = json.loads(results.read_text()).get("estimate", {}).get("rows", [])
         rows = [r for r in old if r["kernels"] not in chosen] + rows
@@ -305,7 +327,7 @@ def _predict_recorded(results: Path, rubric, problem: str) -> int:
     task_of = {t.name: t.task for t in rubric.tests}
     jobs = list(dict.fromkeys((r["kernels"], task_of[r["test"]]) for r in rows if r["test"] in task_of))
     print(f"predicting for {target.name} ({len(jobs)} kernel files) ...", flush=True)
-    est["rows"] = predict_rows(rows, rubric, target, jobs)
+    est["rows"] = predict_rows(rows, rubric, target, jobs, record=record)
     est["summary"] = summary(est["rows"])
     est["predicted_on"] = _this_machine()
     results.write_text(json.dumps(record, indent=1) + "\n")

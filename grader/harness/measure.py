@@ -28,8 +28,9 @@ from .session import Session, WorkerGone
 
 # GPU memory one timed batch may hold, both processes together: per call the
 # arena's activations and output slot, the harness's private activations, the
-# baseline's output and the output the worker's call writes.
-MAX_TIMED_BYTES = 12 << 30
+# baseline's output and the output the worker's call writes. At most half the
+# GPU's memory, so that a smaller card still grades (with shorter batches).
+MAX_TIMED_BYTES = 40 << 30
 MAX_CALLS = 1024
 
 
@@ -138,7 +139,8 @@ def _batch_size(task, shape, inputs, batch_ms: float) -> tuple[int, int]:
     est_ms = min(times)
     del graph
     calls = max(sets, min(MAX_CALLS, math.ceil(batch_ms / max(est_ms, 1e-4))))
-    calls = max(1, min(calls, MAX_TIMED_BYTES // max(call_bytes, 1)))
+    budget = min(MAX_TIMED_BYTES, torch.cuda.get_device_properties(0).total_memory // 2)
+    calls = max(1, min(calls, budget // max(call_bytes, 1)))
     return calls, sets
 
 

@@ -300,8 +300,7 @@ def _compile_check(run: TaskRun, session: Session, group: list, log, hidden: boo
     if rows is not None and runs.device == "cpu" and left > capture.MIN_LEFT_S \
             and "launch capture" not in run.checks_off:
         log(f"{run.task}: calling the wrapper at the GPU shapes, launches intercepted ...")
-        found = capture.capture(session, run.task, gpu_specs, lambda name: case_seed(runs.seed, name),
-                                min(capture.BUDGET_S, left / 3))
+        found = capture.capture(session, run.task, gpu_specs, min(capture.BUDGET_S, left / 3))
         _checks_off(run, found.pop("checks_off", None), hidden)
         if not hidden:
             run.capture = found

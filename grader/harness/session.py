@@ -39,8 +39,13 @@ COMPILE_ROW = {"kernel": str, "file": str, "line": int, "status": str, "error": 
                "spills": int, "shared_bytes": int, "launchable": bool, "why_not": str, "warning": str,
                "note": str, "launches": int, "variant": str, "tests": list, "cpu_tests": list, "ids": list,
                "num_warps": int, "num_stages": int, "loop": dict, "key": str, "ok": bool, "checked": bool}
+# What grader/worker/ptx.py read in a variant's PTX ("loop"): counts, counts by name
+# ({"2": 80} loads of 2 bytes), and the heaviest instruction kinds ([[kind, slots], ...]).
 COMPILE_LOOP_KEYS = ("instructions", "serial", "mma", "wgmma", "loads", "async_loads", "load_chain", "loops",
-                     "kernel_instructions", "kernel_serial")
+                     "kernel_instructions", "kernel_serial", "load_bytes", "async_bytes", "tma", "staged",
+                     "shared_stores", "shared_loads", "wavefronts", "kernel_wavefronts", "lanes_known")
+COMPILE_LOOP_MAPS = ("load_widths", "async_widths", "store_widths", "serial_kinds")
+MAX_LOOP_NAMES = 8
 MAX_COMPILE_ROWS = 30
 EVIDENCE_SCHEMA = {"own_launches": int, "foreign_launches": list, "library_matmuls": list,
                    "oversized_ops": list, "torch_elements": int, "torch_sites": list}
@@ -220,10 +225,24 @@ def _compile_row(row) -> dict:
             value = [v[:200] if isinstance(v, str) else v for v in value[:MAX_COMPILE_ROWS * 4]
                      if isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 10 ** 6)]
         elif kind is dict:
-            value = {k: value[k] for k in COMPILE_LOOP_KEYS
-                     if isinstance(value.get(k), (int, float)) and not isinstance(value.get(k), bool)
-                     and 0 <= value[k] <= MAX_COUNT}
+            value = _loop(value)
         out[key] = value[:2000] if isinstance(value, str) else value
+    return out
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= MAX_COUNT
+
+
+def _loop(loop: dict) -> dict:
+    """A row's ``loop`` (COMPILE_LOOP_KEYS, COMPILE_LOOP_MAPS, "top"), others dropped."""
+    out = {k: loop[k] for k in COMPILE_LOOP_KEYS if _is_count(loop.get(k))}
+    for k in COMPILE_LOOP_MAPS:
+        if isinstance(loop.get(k), dict):
+            out[k] = {str(name)[:60]: n for name, n in list(loop[k].items())[:MAX_LOOP_NAMES] if _is_count(n)}
+    if isinstance(loop.get("top"), list):
+        out["top"] = [[str(t[0])[:60], t[1]] for t in loop["top"][:MAX_LOOP_NAMES]
+                      if isinstance(t, list) and len(t) == 2 and isinstance(t[0], str) and _is_count(t[1])]
     return out
 
 

@@ -24,8 +24,11 @@ JITFunctions, nested helpers and ``triton.language`` included), and a
 compiler that crashes or hangs takes only the child with it. Each variant is
 compiled up to PTX first (every compile error, and the shared memory the
 launch needs), then assembled by ptxas (registers, spills) while the time
-budget lasts. On a GPU run ``record`` keeps what the real launches reported
-and ``check`` returns that instead.
+budget lasts. Each variant's PTX is read for the speed estimate (ptx.py: the
+widths of its loads and stores, its asynchronous copies, the instructions of
+one loop trip and what its memory accesses cost a warp). On a GPU run
+``record`` keeps what the real launches reported and ``check`` returns that
+instead.
 
 This file runs in the untrusted worker and depends on torch and triton only.
 Nothing here raises into the caller: failures become a variant's error.
@@ -45,6 +48,13 @@ import sys
 import tempfile
 import time
 import traceback
+
+if __package__:
+    from . import ptx as ptx_reader
+else:   # run as a script (a child started without its package): ptx.py sits beside it, on sys.path
+    import importlib
+
+    ptx_reader = importlib.import_module("ptx")
 
 MAX_VARIANTS = 30      # variants compiled (and rows returned) per check
 MAX_TEXT = 2000        # characters per string in a row
@@ -747,7 +757,7 @@ def _child_main(jobfile: str, outfile: str) -> None:
             ready.append((job, *res))
             shared = res[2].get("shared") if isinstance(res[2], dict) else None
             emit(event="result", id=job["id"], status="ok", shared_bytes=shared,
-                 num_warps=getattr(res[3], "num_warps", None), note="", loop=loop_stats(res[1]))
+                 num_warps=getattr(res[3], "num_warps", None), note="", loop=ptx_reader.read(res[1]))
         else:
             emit(event="result", id=job["id"], final=True, **res)
     nv.CUDABackend.make_cubin = original
@@ -863,95 +873,6 @@ def _front_end(job: dict, triton):
     return _from_cubin(kernel)
 
 
-# PTX instructions that ptxas expands into many machine instructions (about as
-# many issue slots as listed); everything else takes one. The "serial" ones are
-# also a long dependent chain with a branch to a slow path.
-_PTX_ISSUE = (("div.rn.", 12), ("div.full.", 2), ("div.approx.", 2), ("rcp.rn.", 10), ("sqrt.rn.", 12),
-              ("div.s", 20), ("div.u", 20), ("rem.", 20), ("ex2.", 2), ("lg2.", 2), ("sin.", 2), ("cos.", 2),
-              ("rsqrt.", 2), ("rcp.approx", 2))
-_PTX_SERIAL = ("div.rn.", "rcp.rn.", "sqrt.rn.", "div.s", "div.u", "rem.")
-_PTX_FREE = ("mov.", "bar.", "fence.", "cp.async.commit", "cp.async.wait", "wgmma.fence", "wgmma.commit",
-             "wgmma.wait", "mbarrier.", "prefetch.", "@", "{", "}", "ret", "bra", "//")
-_PTX_LOAD = re.compile(r"^(ld\.global|ld\.volatile\.global|ld\.relaxed\.gpu\.global|ld\.acquire\.gpu\.global|atom\.global)")
-_PTX_ASYNC = re.compile(r"^(cp\.async\.(cg|ca)\.shared|cp\.async\.bulk)")
-_PTX_REG = re.compile(r"%[a-z]+\d+")
-
-
-def loop_stats(ptx: str) -> dict:
-    """Per thread, what one trip of the kernel's busiest innermost loop executes, read from
-    its PTX (the compiler's own code for the target, before register allocation):
-
-    instructions    issue slots (an instruction ptxas expands into many counts as that
-                    many: see _PTX_ISSUE)
-    serial          instructions that run as a long chain of their own with a branch to a
-                    slow path (a correctly rounded division or square root, an integer
-                    division): a warp waits through each one
-    mma, wgmma      tensor-core instructions (wgmma: Hopper's warp-group ones)
-    loads           synchronous global loads; async_loads: copies the software pipeline
-                    issues trips ahead (cp.async, TMA)
-    load_chain      the longest chain of synchronous loads whose address needs the data of
-                    another load of the same trip (a gather through an index loaded in the loop)
-
-    and ``kernel_instructions``, ``kernel_serial``: the same counts over the whole kernel.
-    A loop is a backward branch; {} but the kernel's counts when there is none."""
-    try:
-        lines = ptx.splitlines()
-        labels = {}
-        for i, line in enumerate(lines):
-            m = re.match(r"^(\$L__BB\d+_\d+):", line)
-            if m:
-                labels[m.group(1)] = i
-        loops = {}
-        for i, line in enumerate(lines):
-            m = re.search(r"bra(?:\.uni)?\s+(\$L__BB\d+_\d+);", line)
-            if m and m.group(1) in labels and labels[m.group(1)] < i:
-                loops[labels[m.group(1)]] = i          # the last backward branch closes the loop
-        spans = sorted(loops.items())
-        inner = [(a, b) for a, b in spans if not any(a < a2 and b2 <= b for a2, b2 in spans if (a2, b2) != (a, b))]
-        stats = [_body_stats(lines[a:b + 1]) for a, b in inner]
-        out = max(stats, key=lambda st: st["instructions"], default={})
-        whole = _body_stats(lines)
-        if out:
-            out["loops"] = len(spans)
-        out["kernel_instructions"] = whole["instructions"]
-        out["kernel_serial"] = whole["serial"]
-        return out
-    except Exception:  # noqa: BLE001 - statistics are feedback; a PTX they cannot read gives none
-        return {}
-
-
-def _body_stats(lines: list[str]) -> dict:
-    instr = serial = mma = wgmma = loads = asyncs = 0
-    chain_of: dict[str, int] = {}   # register -> synchronous loads its value waited for, in order
-    longest = 0
-    for line in lines:
-        t = line.strip()
-        if not t or t.startswith(("$L", ".", "//")):
-            continue
-        t = re.sub(r"^@!?%p\d+\s+", "", t)
-        op = t.split(None, 1)[0].rstrip(";")
-        if op.startswith(_PTX_FREE):
-            continue
-        instr += next((w for prefix, w in _PTX_ISSUE if op.startswith(prefix)), 1)
-        serial += op.startswith(_PTX_SERIAL)
-        if op.startswith(("wgmma.mma_async", "mma.sync", "wmma.mma")):
-            mma += 1
-            wgmma += op.startswith("wgmma")
-        regs = _PTX_REG.findall(t)
-        dest, srcs = (regs[0], regs[1:]) if regs else (None, [])
-        depth = max((chain_of.get(r, 0) for r in srcs), default=0)
-        if _PTX_LOAD.match(op):
-            loads += 1
-            depth += 1
-            longest = max(longest, depth)
-        elif _PTX_ASYNC.match(op):
-            asyncs += 1
-        if dest is not None:
-            chain_of[dest] = depth
-    return {"instructions": instr, "serial": serial, "mma": mma, "wgmma": wgmma, "loads": loads,
-            "async_loads": asyncs, "load_chain": longest}
-
-
 def _from_cubin(kernel) -> dict:
     md = kernel.metadata
     regs = None
@@ -966,10 +887,10 @@ def _from_cubin(kernel) -> dict:
         regs = int(m.group(1)) if m else None
     except Exception:  # noqa: BLE001
         pass
-    ptx = kernel.asm.get("ptx", "") if hasattr(kernel, "asm") else ""
+    text = kernel.asm.get("ptx", "") if hasattr(kernel, "asm") else ""
     return {"status": "ok", "shared_bytes": getattr(md, "shared", None), "registers": regs, "spills": None,
             "num_warps": getattr(md, "num_warps", None), "note": "",
-            "loop": loop_stats(ptx.decode() if isinstance(ptx, bytes) else ptx)}
+            "loop": ptx_reader.read(text.decode() if isinstance(text, bytes) else text)}
 
 
 def _assemble(backend, ptx, metadata, opt, capability, make_cubin) -> dict:

@@ -1,0 +1,128 @@
+"""The queue as students see it: places, running jobs, ETAs; and the leaderboard.
+
+The order itself is the store's (store._FAIR_ORDER): a job given back by a
+dead worker first, then round-robin by student (whoever was served least
+recently), then the oldest upload. With one queued job per student (a new
+upload replaces it) no student can push others back by uploading often.
+
+ETAs come from how long the last graded jobs took (their median), or
+``DEFAULT_JOB_S`` before there are any: each queued job, in order, starts
+when the first of the workers frees up, and ends one job's time later.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass
+
+from .store import Store
+
+DEFAULT_JOB_S = {"cuda": 90.0, "cpu": 60.0}   # a grade's wall time before any was measured here
+
+
+@dataclass(frozen=True)
+class Place:
+    job: str
+    student: str
+    position: int       # 1: next to start
+    eta_s: float        # until its report, from now
+
+
+@dataclass(frozen=True)
+class Running:
+    job: str
+    student: str
+    slot: str
+    elapsed_s: float
+    eta_s: float        # until its report, from now
+
+
+def job_seconds(store: Store, device: str) -> float:
+    durations = [d for d in store.durations() if d is not None and d > 0]
+    return statistics.median(durations) if durations else DEFAULT_JOB_S.get(device, 60.0)
+
+
+def snapshot(store: Store, workers: int, device: str, now: float | None = None) -> tuple[list[Place], list[Running]]:
+    """(the queue in order, the running jobs), each with its ETA."""
+    now = time.time() if now is None else now
+    per_job = job_seconds(store, device)
+    slots = {w["job"]: w["slot"] for w in store.workers() if w["job"]}
+    running = []
+    free = []
+    for job in store.running():
+        elapsed = max(0.0, now - (job.started or now))
+        left = max(per_job - elapsed, 0.1 * per_job)   # past its usual time: soon, not "now"
+        running.append(Running(job.id, job.student, slots.get(job.id, "?"), elapsed, left))
+        free.append(left)
+    free = sorted(free)[:max(workers, 0)]
+    free += [0.0] * max(0, workers - len(free))
+    heapq.heapify(free)
+    places = []
+    for i, job in enumerate(store.queue(), 1):
+        start = heapq.heappop(free) if free else math.inf
+        places.append(Place(job.id, job.student, i, start + per_job))
+        heapq.heappush(free, start + per_job)
+    return places, running
+
+
+# ----------------------------------------------------------------------------- the leaderboard
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def board_numbers(report: dict) -> tuple[dict[str, float], dict[str, float]]:
+    """({task: performance points}, {performance test: kernel ms}) of one report. A test's time
+    counts only when its task ran clean (no flag, every correctness test passed) and its timed
+    outputs were right: a fast wrong kernel is no record."""
+    tests = [t for t in report.get("tests", []) if isinstance(t, dict)]
+    tasks = {t.get("task"): t for t in report.get("tasks", []) if isinstance(t, dict)}
+    points: dict[str, float] = {}
+    times: dict[str, float] = {}
+    for t in tests:
+        if t.get("kind") != "performance" or not _finite(t.get("score")) or t.get("status") == "not_run":
+            continue
+        task = t.get("task")
+        points[task] = points.get(task, 0.0) + t["score"]
+        clean = tasks.get(task, {}).get("status") == "ok" and all(
+            c.get("status") == "passed" for c in tests if c.get("task") == task and c.get("kind") == "correctness")
+        ms = (t.get("details") or {}).get("kernel_ms")
+        if clean and _finite(ms) and ms > 0 and "wrong" not in str(t.get("message", "")):
+            times[t["name"]] = float(ms)
+    return points, times
+
+
+@dataclass
+class BoardRow:
+    name: str
+    points: dict          # task -> best performance points
+    times: dict           # performance test -> best kernel ms
+    total: float
+
+
+def leaderboard(store: Store) -> list[BoardRow]:
+    """One row per student who opted in: their latest display name, per task the best performance
+    points and per test the best kernel time of their opted-in reports; best total first."""
+    import json
+    rows: dict[str, BoardRow] = {}
+    for student, name, _, text in store.board_jobs():
+        try:
+            report = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(report, dict) or "grader_error" in report:
+            continue
+        points, times = board_numbers(report)
+        row = rows.setdefault(student, BoardRow(name, {}, {}, 0.0))
+        row.name = name   # the latest choice (jobs come oldest first)
+        for k, v in points.items():
+            row.points[k] = max(v, row.points.get(k, v))
+        for k, v in times.items():
+            row.times[k] = min(v, row.times.get(k, v))
+    for row in rows.values():
+        row.total = sum(row.points.values())
+    return sorted(rows.values(), key=lambda r: (-r.total, sum(r.times.values()) if r.times else math.inf, r.name))
