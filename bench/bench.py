@@ -138,16 +138,20 @@ def main(argv=None) -> int:
     print(f"{gpu}, torch {torch.__version__}, triton {triton.__version__}: copy {bw:.0f} GB/s, "
           f"fp16 {peaks['fp16']:.0f} TFLOP/s, int8 {peaks['int8']:.0f} TOP/s", flush=True)
     records = []
+
+    def save():   # after every row: a run cut short keeps what it measured
+        with open(args.json, "w") as f:
+            json.dump(dict(gpu=gpu, torch=torch.__version__, triton=triton.__version__, copy_gbs=bw,
+                           peaks=peaks, results=records), f, indent=1)
     for task in TASKS.values():
         for shape, options, quick in task.bench_cases:
             if quick or not args.quick:
                 records.append(bench_case(task, shape, options, peaks, bw))
                 print(*row(records[-1]), flush=True)
+                save()
+    save()
     print()
     print(table(records))
-    with open(args.json, "w") as f:
-        json.dump(dict(gpu=gpu, torch=torch.__version__, triton=triton.__version__, copy_gbs=bw,
-                       peaks=peaks, results=records), f, indent=1)
     return 0
 
 

@@ -2,37 +2,25 @@
 
     y[m, 32i + r] = sum over stored blocks (i, j) of  x[m, 32j : 32j+32] . W_ij[r, :]
 
-Block row i of W holds output channels 32i..32i+31. The simplest kernel
-(_dds_kernel) computes the [BLOCK_M, 32] tile of y of one block row per
-program: it walks that row's stored blocks (crow_indices[i] ..
-crow_indices[i+1]) and for each one gathers the 32 matching columns of x.
-Zero blocks cost nothing, an empty block row writes zeros. Programs are
-ordered block-row fastest, so all block rows for one tile of x run at about
-the same time and read it from L2, not from memory.
+Block row i of W holds output channels 32i..32i+31. Three kernels, and the
+configs after them say which one each shape gets:
 
-That kernel reads each column of x from L2 once per block row that stores
-it: at 25 % density, 8 times x for N = 1024, which is more traffic than a
-dense GEMM moves, so it is no faster than dense. The union-walk kernel
-(_dds_rows_kernel) gives a program G block rows ([BLOCK_M, 32 G] of y): it
-walks the union of their block columns, loads each column of x once for all
-G rows and multiplies it by the G rows' blocks in one dot of width 32 G,
-zeros where a row stores no block (at 25 %, G = 2 reads x 7 times instead of
-8 and multiplies 1.75 x the stored blocks; G = 4: 5.5 times, 2.7 x). The
-rows' stored blocks are tracked with one 32-bit mask per row and chunk of 32
-block columns, built from crow_indices and col_indices in the same call: the
-loop runs on bit arithmetic, with no index load that the pipeliner would
-have to wait for. On an H100 it is the fastest kernel from M = 1024 up
-except for dense weights at M >= 16384 (figures at CONFIGS).
+- ``_dds_kernel``, one block row per program: it walks that row's stored
+  blocks (crow_indices[i] .. crow_indices[i+1]) and gathers the 32 matching
+  columns of x for each. Zero blocks cost nothing, an empty block row writes
+  zeros. Programs run block-row fastest, so all block rows of one tile of x
+  run together and read it from L2. Best at small M (more programs).
+- ``_dds_rows_kernel``, the union walk: G block rows per program, each column
+  of x loaded once for all G rows. The one-row kernel reads each column of x
+  once per block row that stores it: at 25 % density 8 times x for
+  N = 1024, more traffic than a dense GEMM moves; G = 2 reads it 7 times.
+- ``_densify_kernel`` then ``_grouped_kernel``: the union walk as a GEMM over
+  a densified copy of the weight (two launches); dense weights at large M.
 
-The third path (_densify_kernel, then _grouped_kernel) is that GEMM over a
-densified copy of the weight written by a first pass: two launches.
+docs/performance.md has the measurements behind every choice.
 """
 
 from __future__ import annotations
-
-import dataclasses
-import functools
-import os
 
 import torch
 import triton
@@ -40,85 +28,7 @@ import triton.language as tl
 
 from .utils import BSR_BLOCK, check_dds_inputs
 
-
-def _interpreting() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-# The launch-plan helpers of w8a8.py and w4a16.py, copied (tests/test_api.py compares them).
-
-# Launch plans. What a call decides from its problem (the inputs' shapes,
-# strides, dtypes, devices and address alignment, and the current GPU) is
-# worked out once per problem and kept: the input checks (they read nothing
-# else), the config, the grids and launch options, and the kernel Triton
-# compiled for each launch. Only decisions are kept, never data: every call
-# reads the tensors it is given.
-_PLANS: dict = {}
-_MAX_PLANS = 4096  # problems remembered; past that the table starts afresh
-
-# When False, every call checks its inputs, picks its config and launches
-# through kernel[grid](...), as in the interpreter: bench/eager.py times both.
-REUSE_PLANS = True
-
-
-@dataclasses.dataclass
-class _Launch:
-    """One kernel launch of a plan: grid (three dimensions), constexprs, launch
-    options (num_warps, ...), and once bound the kernel Triton compiled for it."""
-    grid: tuple
-    meta: dict
-    options: dict
-    compiled: object = None
-
-    def launch(self, args: tuple, bind: bool, plain) -> None:
-        """Launch the kernel on ``args``, its arguments before the constexprs.
-
-        ``plain()`` is the ``kernel[grid](...)`` launch. Triton then binds and
-        specializes every argument and hashes the result to find the compiled
-        kernel, on the host, at every launch (``python -m bench.eager`` shows
-        what that costs): the plan's first launch does it once, and with
-        ``bind`` (a GPU, every pointer 16-byte aligned, as when it compiled)
-        later calls launch the kernel it returned directly. That launcher takes
-        every parameter in order and skips the constexprs (compiled in), whose
-        places the meta values fill: each kernel here declares its constexprs
-        last.
-        """
-        if bind and self.compiled is not None:
-            self.compiled[self.grid](*args, *self.meta.values())
-            return
-        compiled = plain()
-        if bind:
-            self.compiled = compiled
-
-
-def _tensor_key(t: torch.Tensor) -> tuple:
-    """What a launch depends on of one tensor (Triton specializes a pointer on its dtype and
-    on whether its address is a multiple of 16)."""
-    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
-
-
-def _current_gpu(t: torch.Tensor):
-    """The GPU Triton launches on (the current one, whatever t's device), or None off the GPU."""
-    return torch.cuda.current_device() if t.is_cuda else None
-
-
-def _remember(key: tuple, plan: dict) -> None:
-    if len(_PLANS) >= _MAX_PLANS:
-        _PLANS.clear()
-    _PLANS[key] = plan
-
-
-def _aligned(*tensors: torch.Tensor) -> bool:
-    return all(t.data_ptr() % 16 == 0 for t in tensors)
-
-
-def _bindable(*tensors: torch.Tensor) -> bool:
-    """Whether a plan for these inputs may launch its compiled kernels directly:
-    on a GPU, not in the interpreter, every input 16-byte aligned (the outputs are
-    checked per call)."""
-    return tensors[0].is_cuda and not _interpreting() and _aligned(*tensors)
-
+# ----------------------------------------------------------------------------- kernels
 
 @triton.jit
 def _dds_kernel(
@@ -174,50 +84,31 @@ def _pop_low_bit(bits):
 
 @triton.jit
 def _dds_rows_kernel(
-    x_ptr, values_ptr, crow_ptr, col_ptr, y_ptr, M, N, NB, KB, num_tile_programs,
+    x_ptr, values_ptr, crow_ptr, col_ptr, y_ptr, M, N, NB, KB,
     stride_xm, stride_xk, stride_ym, stride_yn,
-    BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, G: tl.constexpr, UNROLL: tl.constexpr, CTAS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, G: tl.constexpr,
 ):
-    """[BLOCK_M, G * BLOCK] tiles of y: block rows of group pid_g, row tiles pid_t, pid_t + num_tile_programs, ...
+    """[BLOCK_M, G * BLOCK] tile of y: block rows of group pid_g, row tile pid_m.
 
-    The program walks the union of its G block rows' columns and loads each
-    union column of x once for all G rows (the one-row kernel gathers it once
-    per row that stores it). At each union column one dot of width G * BLOCK
-    multiplies the rows' blocks, zeros for the rows that store none there:
-    the union densified, with no branch in the loop (see the note on branches
-    below). G = 1 walks one row's own blocks: no zero block at all.
+    The program walks the union of its G block rows' columns and loads each union column of
+    x once for all G rows; one dot of width G * BLOCK multiplies the rows' blocks there,
+    zeros for the rows that store none (the union densified, no branch: see below). Which
+    row stores which column is derived from crow_indices and col_indices in this call, 32
+    block columns at a time: one bit mask per row. BSR keeps a row's columns sorted (torch's
+    invariant), so a row's next block is at w_offs, which advances at each union column the
+    row stores; the loop runs on bit arithmetic, with no index load for the pipeliner to
+    wait on. Element offsets into values are int32 (the wrapper keeps this kernel to weights
+    under 2**31 elements).
 
-    Which row stores which column is derived from crow_indices and col_indices
-    in this call, 32 block columns at a time: one bit mask per row. BSR keeps
-    a row's columns sorted (torch's invariant), so the row's blocks are
-    consumed in order: its next block is at w_offs, which advances at each
-    union column the row stores. The loop itself runs on bit arithmetic (no
-    index load in it), so the pipeliner can issue its loads ahead.
-
-    CTAS > 0: a persistent grid (about CTAS programs per SM), where a program
-    takes several row tiles of the same group, one after the other; CTAS = 0:
-    one row tile per program. UNROLL union columns per loop iteration share
-    its overhead. Neither pays on an H100 (no config uses them): CTAS = 2 gave
-    19.8 vs 19.5 us at 4096 @ 25 % and 263.2 vs 267.2 at 65536 @ 50 % (G = 4),
-    UNROLL = 2 22.1 vs 19.9 us at 4096 @ 25 % and 129.6 vs 102.3 at 65536 @ 5 %
-    (G = 1).
-    Element offsets into values are int32 (the launcher keeps this kernel to
-    weights under 2**31 elements).
-
-    No branch around the dot: a version with one accumulator per row and its
-    dot under `if the row stores this column` (no multiply on zero blocks)
-    was miscompiled on the GPU (Triton 3.6, whose bundled ptxas is CUDA
-    12.8): with 4 warps, the wgmma descriptors of x that the first row's
-    branch computed were reused by the later rows' branches, which that
-    branch does not dominate; when the first row skipped a column the other
-    rows multiplied stale shared memory (wrong values) or an address outside
-    it (illegal memory access). With 8 warps it was right, and slower than
-    this branch-free loop in every case timed (docs/performance.md).
+    No branch around the dot: one accumulator per row with its dot under "if the row stores
+    this column" was miscompiled on the GPU (Triton 3.6, ptxas 12.8, 4 warps: the wgmma
+    descriptors of x computed in the first row's branch were reused by later rows' branches,
+    giving stale shared memory or an illegal address; docs/performance.md).
     """
     pid = tl.program_id(0)
     num_groups = tl.cdiv(NB, G)
     pid_g = pid % num_groups
-    pid_t = pid // num_groups
+    pid_m = pid // num_groups
     GB: tl.constexpr = G * BLOCK
     CHUNK: tl.constexpr = 32   # block columns per mask: the bits of an int32
 
@@ -229,63 +120,58 @@ def _dds_rows_kernel(
     # (K-major, as the dot wants it).
     w_tile = (offs_n % BLOCK)[None, :] * BLOCK + offs_k[:, None]
     row_of_n = offs_n // BLOCK
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    x_rows = x_ptr + (offs_m % M)[:, None] * stride_xm + offs_k[None, :] * stride_xk
 
-    for pid_m in range(pid_t, tl.cdiv(M, BLOCK_M) if CTAS > 0 else pid_t + 1, num_tile_programs):
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        x_rows = x_ptr + (offs_m % M)[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    # Per block row, scalars in tuples of G: its next stored block (index,
+    # and offset of its elements in values), the end of its blocks.
+    nexts = ()
+    ends = ()
+    w_offs = ()
+    for r in tl.static_range(G):
+        row = pid_g * G + r
+        start = tl.load(crow_ptr + row, mask=row < NB, other=0).to(tl.int32)
+        nexts = nexts + (start,)
+        ends = ends + (tl.load(crow_ptr + row + 1, mask=row < NB, other=0).to(tl.int32),)
+        w_offs = w_offs + (start * (BLOCK * BLOCK),)
+    acc = tl.zeros((BLOCK_M, GB), dtype=tl.float32)
 
-        # Per block row, scalars in tuples of G: its next stored block (index,
-        # and offset of its elements in values), the end of its blocks.
-        nexts = ()
-        ends = ()
-        w_offs = ()
+    for c0 in range(0, KB, CHUNK):
+        # Bit t of a row's mask: the row stores the block at column c0 + t.
+        # With sorted columns, the chunk's blocks of a row are its next ones.
+        bitss = ()
+        union = tl.zeros((), dtype=tl.int32)
         for r in tl.static_range(G):
-            row = pid_g * G + r
-            start = tl.load(crow_ptr + row, mask=row < NB, other=0).to(tl.int32)
-            nexts = nexts + (start,)
-            ends = ends + (tl.load(crow_ptr + row + 1, mask=row < NB, other=0).to(tl.int32),)
-            w_offs = w_offs + (start * (BLOCK * BLOCK),)
-        acc = tl.zeros((BLOCK_M, GB), dtype=tl.float32)
+            nxt = nexts[r] + offs_c
+            rel = tl.load(col_ptr + nxt, mask=nxt < ends[r], other=-1).to(tl.int32) - c0
+            inside = (rel >= 0) & (rel < CHUNK)
+            bits = tl.sum(tl.where(inside, 1 << tl.where(inside, rel, 0), 0), axis=0)   # distinct: sum = or
+            nexts = nexts[:r] + (nexts[r] + tl.sum(inside.to(tl.int32), axis=0),) + nexts[r + 1:]
+            bitss = bitss + (bits,)
+            union = union | bits
+        count = tl.sum((union >> offs_c) & 1, axis=0)
 
-        for c0 in range(0, KB, CHUNK):
-            # Bit t of a row's mask: the row stores the block at column c0 + t.
-            # With sorted columns, the chunk's blocks of a row are its next ones.
-            bitss = ()
-            union = tl.zeros((), dtype=tl.int32)
+        rem = union
+        for _ in range(count):
+            j, low, rem = _pop_low_bit(rem)
+            a = tl.load(x_rows + (c0 + j) * BLOCK * stride_xk)   # x[:, this column]
+            # Per output column of the tile: the offset of its row's next block,
+            # and 1 if that row stores this column (mask bit test).
+            w_off = tl.zeros((GB,), dtype=tl.int32)
+            has = tl.zeros((GB,), dtype=tl.int32)
+            new_offs = ()
             for r in tl.static_range(G):
-                nxt = nexts[r] + offs_c
-                rel = tl.load(col_ptr + nxt, mask=nxt < ends[r], other=-1).to(tl.int32) - c0
-                inside = (rel >= 0) & (rel < CHUNK)
-                bits = tl.sum(tl.where(inside, 1 << tl.where(inside, rel, 0), 0), axis=0)   # distinct: sum = or
-                nexts = nexts[:r] + (nexts[r] + tl.sum(inside.to(tl.int32), axis=0),) + nexts[r + 1:]
-                bitss = bitss + (bits,)
-                union = union | bits
-            count = tl.sum((union >> offs_c) & 1, axis=0)
+                stored = ((bitss[r] & low) != 0).to(tl.int32)
+                w_off = tl.where(row_of_n == r, w_offs[r], w_off)
+                has = tl.where(row_of_n == r, stored, has)
+                new_offs = new_offs + (w_offs[r] + stored * (BLOCK * BLOCK),)
+            w = tl.load(values_ptr + (w_off[None, :] + w_tile), mask=has[None, :] != 0, other=0.0)
+            acc = tl.dot(a, w, acc)
+            w_offs = new_offs
 
-            rem = union
-            for _ in range(0, count, UNROLL):
-                for _u in tl.static_range(UNROLL):
-                    # Past the last union column (odd count, UNROLL = 2): low = 0, so no row
-                    # stores it and its weight tile is zeros; x is read at column c0 (in bounds).
-                    j, low, rem = _pop_low_bit(rem)
-                    a = tl.load(x_rows + (c0 + tl.maximum(j, 0)) * BLOCK * stride_xk)   # x[:, this column]
-                    # Per output column of the tile: the offset of its row's next block,
-                    # and 1 if that row stores this column (mask bit test).
-                    w_off = tl.zeros((GB,), dtype=tl.int32)
-                    has = tl.zeros((GB,), dtype=tl.int32)
-                    new_offs = ()
-                    for r in tl.static_range(G):
-                        stored = ((bitss[r] & low) != 0).to(tl.int32)
-                        w_off = tl.where(row_of_n == r, w_offs[r], w_off)
-                        has = tl.where(row_of_n == r, stored, has)
-                        new_offs = new_offs + (w_offs[r] + stored * (BLOCK * BLOCK),)
-                    w = tl.load(values_ptr + (w_off[None, :] + w_tile), mask=has[None, :] != 0, other=0.0)
-                    acc = tl.dot(a, w, acc)
-                    w_offs = new_offs
-
-        offs_y = pid_g * GB + offs_n
-        tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_y[None, :] * stride_yn, acc.to(tl.float16),
-                 mask=(offs_m[:, None] < M) & (offs_y[None, :] < N))
+    offs_y = pid_g * GB + offs_n
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_y[None, :] * stride_yn, acc.to(tl.float16),
+             mask=(offs_m[:, None] < M) & (offs_y[None, :] < N))
 
 
 @triton.jit
@@ -379,18 +265,14 @@ def _grouped_kernel(
     tl.store(y_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-# The tile choices, as data: each config holds one kernel's constexprs plus
-# num_warps and num_stages, and the constexprs say which kernel runs:
-# BLOCKS_PER_STEP: _dds_kernel (one block row per program); CTAS:
-# _dds_rows_kernel (G block rows per program); STEPS: _densify_kernel then
-# _grouped_kernel. Names read BLOCK_M, then blocks per step (bps), or the group
-# (g) and union columns per step (u, when not 1), or union columns per step of
-# the grouped kernel (steps); warps (w, when not 4), stages (s), persistent
-# programs per SM (p). _select_config picks one per problem; `python -m
-# bench.sweep dds` times them all (MAINTAINING.md, "Retuning a kernel"). The
-# figures below are device times on an H100 (2026-11-25, Triton 3.6,
-# N = K = 1024, bench.sweep's clock), fp16 torch.matmul in brackets. Kept:
-# the selected configs and a few that came within a few percent of them.
+# ----------------------------------------------------------------------------- configs
+
+# Each config holds one kernel's constexprs plus num_warps and num_stages; the constexprs say
+# which kernel runs (_kernel_of). Names: BLOCK_M, then blocks per step (bps) of _dds_kernel, or
+# the group (g) of _dds_rows_kernel, or union columns per step (steps) of _grouped_kernel; warps
+# (w, when not 4), stages (s). Figures: device times on an H100 (`python -m bench.sweep dds`,
+# 2026-11-25, N = K = 1024), fp16 torch.matmul in brackets; those that came close are in
+# docs/performance.md ("What did not work").
 CONFIGS = {
     # _dds_kernel. Small M: 1 or 2 row tiles, so few programs and each one's
     # time is its chain of dependent loads (crow, col, then x and W); more
@@ -411,16 +293,13 @@ CONFIGS = {
     # the bit walk): M = 1024, 8.1 / 10.2 / 12.3 / 15.1 us at 5-100 % [9.4-9.5],
     # the one-row kernel 8.9 / 12.6 / 15.8 / 19.7; with 64 rows the fastest at
     # 16384 @ 5 % (30.5 us, G = 2 31.0).
-    "rows_m128_g1_s4": triton.Config(dict(BLOCK_M=128, G=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
-    "rows_m64_g1_s3": triton.Config(dict(BLOCK_M=64, G=1, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
+    "rows_m128_g1_s4": triton.Config(dict(BLOCK_M=128, G=1), num_warps=4, num_stages=4),
     # G = 2, up to 25 %: 4096 @ 25 % 17.7 us [18.1], 65536 @ 25 % 179.6 [184.9],
     # 65536 @ 5 % 97.9 [183.8]; 8 warps with 256 rows: 2-7 % slower there.
-    "rows_m128_g2_s3": triton.Config(dict(BLOCK_M=128, G=2, UNROLL=1, CTAS=0), num_warps=4, num_stages=3),
-    "rows_m256_g2_w8_s3": triton.Config(dict(BLOCK_M=256, G=2, UNROLL=1, CTAS=0), num_warps=8, num_stages=3),
+    "rows_m128_g2_s3": triton.Config(dict(BLOCK_M=128, G=2), num_warps=4, num_stages=3),
     # G = 4 from 50 %: 4096 @ 50 % 21.1 us [18.4], 65536 @ 50 % 248.1 [191.3];
     # 4 stages instead of 3: 4-7 % faster; 5 stages: the same as 4.
-    "rows_m128_g4_s4": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=4),
-    "rows_m128_g4_s5": triton.Config(dict(BLOCK_M=128, G=4, UNROLL=1, CTAS=0), num_warps=4, num_stages=5),
+    "rows_m128_g4_s4": triton.Config(dict(BLOCK_M=128, G=4), num_warps=4, num_stages=4),
     # _densify_kernel + _grouped_kernel: the union as a GEMM over a densified copy
     # of the weight (two launches); dense weights at M >= 16384: 259.2 us at
     # 65536 [200.3], the union walk (G = 4) 281.5.
@@ -452,90 +331,14 @@ def _select_config(M: int, N: int, K: int, nnz_blocks: int) -> str:
     return "rows_m128_g4_s4"
 
 
-@functools.lru_cache(maxsize=None)
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 2   # the interpreter: few programs, each taking several row tiles
-    return torch.cuda.get_device_properties(device).multi_processor_count
+def _kernel_of(cfg: triton.Config) -> str:
+    """Which kernel a config is for, by its constexprs: one_row, rows (the union walk) or grouped."""
+    if "BLOCKS_PER_STEP" in cfg.kwargs:
+        return "one_row"
+    return "grouped" if "STEPS" in cfg.kwargs else "rows"
 
 
-def _plan(x, values, crow, col, M: int, N: int, K: int, cfg: triton.Config) -> dict:
-    """What a call of this problem decides (``_plan_key``): the kernels, their grids."""
-    plan = dict(M=M, N=N, K=K, bind=_bindable(x, values, crow, col), grouped=None, dds=None, rows=None)
-    num_block_rows = N // BSR_BLOCK
-    if "CTAS" in cfg.kwargs:
-        if values.numel() < 2**31:   # (int32 offsets into values)
-            meta = cfg.kwargs
-            tiles, groups = triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(num_block_rows, meta["G"])
-            # CTAS > 0: persistent, about CTAS programs per SM in all, each taking its group's row tiles in turn.
-            tile_programs = (min(tiles, triton.cdiv(meta["CTAS"] * _num_sms(x.device), groups)) if meta["CTAS"]
-                             else tiles)
-            plan["tile_programs"] = tile_programs
-            plan["rows"] = _Launch((tile_programs * groups, 1, 1), dict(BLOCK=BSR_BLOCK, **meta),
-                                   dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
-            return plan
-        cfg = CONFIGS[_ONE_ROW_FALLBACK]   # a weight of 2**31 elements or more: the one-row kernel
-    if "G" in cfg.kwargs:
-        NB, KB = N // BSR_BLOCK, K // BSR_BLOCK
-        G, chunk = cfg.kwargs["G"], 4
-        groups = triton.cdiv(NB, G)
-        plan["groups"] = groups
-        plan["densify"] = _Launch(
-            (NB, triton.cdiv(KB, chunk), 1),
-            dict(G=G, BLOCK=BSR_BLOCK, CHUNK=chunk, ROW_CAP=triton.next_power_of_2(KB), UNION_CHUNK=32), {})
-        plan["grouped"] = _Launch(
-            (triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * groups, 1, 1),
-            dict(BLOCK=BSR_BLOCK, LIST_CAP=triton.next_power_of_2(KB), **cfg.kwargs),
-            dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
-    else:
-        plan["num_block_rows"] = num_block_rows
-        plan["dds"] = _Launch(
-            (triton.cdiv(M, cfg.kwargs["BLOCK_M"]) * num_block_rows, 1, 1), dict(BLOCK=BSR_BLOCK, **cfg.kwargs),
-            dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
-    return plan
-
-
-def _plan_key(x, weight_bsr, values, crow, col) -> tuple:
-    return (_tensor_key(x), weight_bsr.layout, weight_bsr.dtype, weight_bsr.shape, _tensor_key(values),
-            _tensor_key(crow), _tensor_key(col), _current_gpu(x))
-
-
-def _launch(plan: dict, x, values, crow, col) -> torch.Tensor:
-    M, N = plan["M"], plan["N"]
-    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
-    if plan["grouped"]:
-        _launch_grouped(plan, x, values, crow, col, y)
-        return y
-    rows = plan["rows"]
-    if rows:
-        args = (x, values, crow, col, y, M, N, N // BSR_BLOCK, plan["K"] // BSR_BLOCK, plan["tile_programs"],
-                x.stride(0), x.stride(1), y.stride(0), y.stride(1))
-        rows.launch(args, plan["bind"] and _aligned(y),
-                    lambda: _dds_rows_kernel[rows.grid](*args, **rows.meta, **rows.options))
-        return y
-    dds = plan["dds"]
-    args = (x, values, crow, col, y, M, plan["num_block_rows"], x.stride(0), x.stride(1), y.stride(0), y.stride(1))
-    dds.launch(args, plan["bind"] and _aligned(y), lambda: _dds_kernel[dds.grid](*args, **dds.meta, **dds.options))
-    return y
-
-
-def _launch_grouped(plan: dict, x, values, crow, col, y) -> None:
-    M, N, K = plan["M"], plan["N"], plan["K"]
-    KB = K // BSR_BLOCK
-    groups = plan["groups"]
-    w = torch.empty((N, K), device=x.device, dtype=torch.float16)
-    union_cols = torch.empty((groups, KB), device=x.device, dtype=torch.int32)
-    union_len = torch.empty((groups,), device=x.device, dtype=torch.int32)
-    bind = plan["bind"] and _aligned(y, w, union_cols, union_len)
-    densify, grouped = plan["densify"], plan["grouped"]
-    densify_args = (values, crow, col, w, union_cols, union_len, N // BSR_BLOCK, KB, K)
-    densify.launch(densify_args, bind,
-                   lambda: _densify_kernel[densify.grid](*densify_args, **densify.meta, **densify.options))
-    grouped_args = (x, w, union_cols, union_len, y, M, N, K, KB, groups,
-                    x.stride(0), x.stride(1), y.stride(0), y.stride(1))
-    grouped.launch(grouped_args, bind,
-                   lambda: _grouped_kernel[grouped.grid](*grouped_args, **grouped.meta, **grouped.options))
-
+# ----------------------------------------------------------------------------- wrapper
 
 def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:
     """Dense x BSR-sparse matrix multiply: y = x @ W^T, skipping zero blocks.
@@ -552,26 +355,37 @@ def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: wrong dtype, rank, layout, blocksize or K mismatch.
     """
-    plan = key = None
-    if FORCE_CONFIG is None and REUSE_PLANS:
-        try:  # the problem as the kernels see it; what is not a BSR tensor is for the checks to refuse
-            x, values = x.contiguous(), weight_bsr.values().contiguous()
-            crow, col = weight_bsr.crow_indices(), weight_bsr.col_indices()
-            key = _plan_key(x, weight_bsr, values, crow, col)
-            plan = _PLANS.get(key)
-        except Exception:  # noqa: BLE001
-            key = None
-    if plan is None:
-        M, N, K = check_dds_inputs(x, weight_bsr)
-        if M == 0:  # no rows: an empty result, as nn.Linear gives
-            return torch.empty((0, N), device=x.device, dtype=torch.float16)
-        if N == 0:
-            return torch.empty((M, 0), device=x.device, dtype=torch.float16)
-        x, values = x.contiguous(), weight_bsr.values().contiguous()
-        crow, col = weight_bsr.crow_indices(), weight_bsr.col_indices()
-        nnz_blocks = values.shape[0]
-        cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K, nnz_blocks)]
-        plan = _plan(x, values, crow, col, M, N, K, cfg)
-        if key is not None:
-            _remember(key, plan)
-    return _launch(plan, x, values, crow, col)
+    M, N, K = check_dds_inputs(x, weight_bsr)
+    if M == 0:  # no rows: an empty result, as nn.Linear gives
+        return torch.empty((0, N), device=x.device, dtype=torch.float16)
+    if N == 0:
+        return torch.empty((M, 0), device=x.device, dtype=torch.float16)
+    x, values = x.contiguous(), weight_bsr.values().contiguous()
+    crow, col = weight_bsr.crow_indices(), weight_bsr.col_indices()
+    cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K, values.shape[0])]
+    if _kernel_of(cfg) == "rows" and values.numel() >= 2**31:   # int32 offsets into values
+        cfg = CONFIGS[_ONE_ROW_FALLBACK]
+    meta, options = cfg.kwargs, dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    NB, KB = N // BSR_BLOCK, K // BSR_BLOCK
+    tiles = triton.cdiv(M, meta["BLOCK_M"])
+
+    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
+    if _kernel_of(cfg) == "one_row":
+        _dds_kernel[(tiles * NB, 1, 1)](x, values, crow, col, y, M, NB, x.stride(0), x.stride(1),
+                                         y.stride(0), y.stride(1), BLOCK=BSR_BLOCK, **meta, **options)
+    elif _kernel_of(cfg) == "rows":
+        groups = triton.cdiv(NB, meta["G"])
+        _dds_rows_kernel[(tiles * groups, 1, 1)](x, values, crow, col, y, M, N, NB, KB, x.stride(0), x.stride(1),
+                                                  y.stride(0), y.stride(1), BLOCK=BSR_BLOCK, **meta, **options)
+    else:   # densify, then the GEMM over the union columns of each group of G block rows
+        groups = triton.cdiv(NB, meta["G"])
+        w = torch.empty((N, K), device=x.device, dtype=torch.float16)
+        union_cols = torch.empty((groups, KB), device=x.device, dtype=torch.int32)
+        union_len = torch.empty((groups,), device=x.device, dtype=torch.int32)
+        _densify_kernel[(NB, triton.cdiv(KB, 4), 1)](values, crow, col, w, union_cols, union_len, NB, KB, K,
+                                                      G=meta["G"], BLOCK=BSR_BLOCK, CHUNK=4,
+                                                      ROW_CAP=triton.next_power_of_2(KB), UNION_CHUNK=32)
+        _grouped_kernel[(tiles * groups, 1, 1)](x, w, union_cols, union_len, y, M, N, K, KB, groups,
+                                                 x.stride(0), x.stride(1), y.stride(0), y.stride(1), BLOCK=BSR_BLOCK,
+                                                 LIST_CAP=triton.next_power_of_2(KB), **meta, **options)
+    return y

@@ -4,157 +4,31 @@ quantized per output channel, int8 x int8 -> int32 on the tensor cores.
     y[m, n] = s_x[m] * s_w[n] * sum_k q_x[m, k] * q_w[n, k]
     q_x[m, k] = clamp(round_half_even(x[m, k] / s_x[m]), -128, 127)
 
-One cheap pass quantizes x to int8 first: quantizing inside the GEMM would
-redo the same division for every N tile. Both dot operands are then int8 and
-K-major (the weight stays [N, K]; its transpose is read as a view), the layout
-the int8 tensor-core instructions want.
-
-Small M (decode) is a GEMV in disguise: the weight is the only large operand,
-and what limits the kernel is how fast each program streams its rows of it.
-Long K tiles (512 bytes of each weight row per load) beat more, shorter ones:
-at 4096 x 4096 one program per 64 output channels and no split-K measured
-faster than split-K 4 with 256-wide tiles (docs/performance.md). The GEMM is
-launched with programmatic dependent launch so that it is already resident
-when the quantize pass ends. Up to M = 64 the weight is still most of the
-traffic: where N <= 8192 the same 512-byte runs serve, 32 output channels per
-program. From M = 65 to 512, split-K
-(where K is long or the tiles few) gives each program a slice of K and an
-int32 partial sum; the last program of each tile to finish (an atomic tile
-counter) adds the partials up and dequantizes, so no separate reduction kernel
-is launched. Large M uses grouped tile order so that neighbouring programs
-share weight tiles in L2, and TMA loads of both operands.
+Two kernels. ``_quantize_rows_kernel`` quantizes x to int8 once (quantizing
+inside the GEMM would redo the same division for every N tile);
+``_w8a8_gemm_kernel`` multiplies q_x by the weight, both int8 and K-major (the
+weight stays [N, K]: ``qweight_t`` is read as the view it is), and
+dequantizes. The configs, after the kernels, say which tiles each M gets: a
+weight stream at small M, split-K in between, grouped tiles through TMA at
+large M. docs/performance.md has the measurements behind every choice.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # programmatic dependent launch
+from triton.tools.tensor_descriptor import TensorDescriptor  # TMA, described on the host
 
 from .utils import check_w8a8_inputs
 
-# Helpers shared by w8a8.py and w4a16.py, copied: the grader stages one file per task, so each is self-contained.
+# ----------------------------------------------------------------------------- kernels
 
-try:  # programmatic dependent launch (Hopper+) needs a Triton that has both halves of it
-    from triton.backends.nvidia.compiler import CUDAOptions
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-    _HAS_PDL = "launch_pdl" in {f.name for f in dataclasses.fields(CUDAOptions)}
-except ImportError:  # pragma: no cover - older Triton: _dependent_launch() is False
-    _HAS_PDL = False
-
-_COUNTERS: dict = {}
-
-
-def _tile_counters(device: torch.device, n: int) -> torch.Tensor:
-    """A zeroed int32 buffer of at least ``n`` split-K tile counters, reused by
-    every call on ``device``: the kernel resets each counter it uses, so the
-    buffer is zero again when the kernel ends (calls on one stream only)."""
-    buf = _COUNTERS.get(device)
-    if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-        _COUNTERS[device] = buf
-    return buf
-
-
-def _split_k_workspace(y: torch.Tensor, split_k: int, tiles: int, dtype: torch.dtype):
-    """(ws, counters) for ``_split_k_reduce``: ws [split_k, M, N] of the partial
-    sums' dtype (y itself, unused, when split_k == 1) and the tile counters."""
-    ws = torch.empty((split_k, *y.shape), device=y.device, dtype=dtype) if split_k > 1 else y
-    return ws, _tile_counters(y.device, tiles)
-
-
-def _interpreting() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def _hopper_or_newer(t: torch.Tensor) -> bool:
-    return t.is_cuda and torch.cuda.get_device_capability(t.device)[0] >= 9
-
-
-def _dependent_launch(t: torch.Tensor) -> bool:
-    """Whether the second of two kernels on ``t``'s device may be launched with
-    ``launch_pdl=True`` (programmatic dependent launch: Hopper or newer, not in
-    the interpreter). It then starts while the first is still running, which
-    hides a launch, and must call ``_wait_for_previous_kernel`` before it reads
-    anything the first one wrote."""
-    return _HAS_PDL and not _interpreting() and _hopper_or_newer(t)
-
-
-# Launch plans. What a call decides from its problem (the inputs' shapes,
-# strides, dtypes, devices and address alignment, and the current GPU) is
-# worked out once per problem and kept: the input checks (they read nothing
-# else), the config, the grids and launch options, and the kernel Triton
-# compiled for each launch. Only decisions are kept, never data: every call
-# reads the tensors it is given.
-_PLANS: dict = {}
-_MAX_PLANS = 4096  # problems remembered; past that the table starts afresh
-
-# When False, every call checks its inputs, picks its config and launches
-# through kernel[grid](...), as in the interpreter: bench/eager.py times both.
-REUSE_PLANS = True
-
-
-@dataclasses.dataclass
-class _Launch:
-    """One kernel launch of a plan: grid (three dimensions), constexprs, launch
-    options (num_warps, ...), and once bound the kernel Triton compiled for it."""
-    grid: tuple
-    meta: dict
-    options: dict
-    compiled: object = None
-
-    def launch(self, args: tuple, bind: bool, plain) -> None:
-        """Launch the kernel on ``args``, its arguments before the constexprs.
-
-        ``plain()`` is the ``kernel[grid](...)`` launch. Triton then binds and
-        specializes every argument and hashes the result to find the compiled
-        kernel, on the host, at every launch (``python -m bench.eager`` shows
-        what that costs): the plan's first launch does it once, and with
-        ``bind`` (a GPU, every pointer 16-byte aligned, as when it compiled)
-        later calls launch the kernel it returned directly. That launcher takes
-        every parameter in order and skips the constexprs (compiled in), whose
-        places the meta values fill: each kernel here declares its constexprs
-        last.
-        """
-        if bind and self.compiled is not None:
-            self.compiled[self.grid](*args, *self.meta.values())
-            return
-        compiled = plain()
-        if bind:
-            self.compiled = compiled
-
-
-def _tensor_key(t: torch.Tensor) -> tuple:
-    """What a launch depends on of one tensor (Triton specializes a pointer on its dtype and
-    on whether its address is a multiple of 16)."""
-    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
-
-
-def _current_gpu(t: torch.Tensor):
-    """The GPU Triton launches on (the current one, whatever t's device), or None off the GPU."""
-    return torch.cuda.current_device() if t.is_cuda else None
-
-
-def _remember(key: tuple, plan: dict) -> None:
-    if len(_PLANS) >= _MAX_PLANS:
-        _PLANS.clear()
-    _PLANS[key] = plan
-
-
-def _aligned(*tensors: torch.Tensor) -> bool:
-    return all(t.data_ptr() % 16 == 0 for t in tensors)
-
-
-def _bindable(*tensors: torch.Tensor) -> bool:
-    """Whether a plan for these inputs may launch its compiled kernels directly:
-    on a GPU, not in the interpreter, every input 16-byte aligned (the outputs are
-    checked per call)."""
-    return tensors[0].is_cuda and not _interpreting() and _aligned(*tensors)
-
+# Helpers shared by w8a8.py and w4a16.py, copied (the grader stages one file per task;
+# tests/test_api.py checks that the copies agree).
 
 @triton.jit
 def _release_next_kernel(PDL: tl.constexpr):
@@ -170,29 +44,10 @@ def _wait_for_previous_kernel(PDL: tl.constexpr):
         gdc_wait()
 
 
-try:  # TMA tensor descriptors, created on the host (Triton >= 3.4)
-    from triton.tools.tensor_descriptor import TensorDescriptor
-    _HAS_TMA = True
-except ImportError:  # pragma: no cover - older Triton: _tma_ready() is False
-    _HAS_TMA = False
-
-
-def _tma_ready(*tensors: torch.Tensor) -> bool:
-    """Whether tiles of these 2-D tensors can be loaded through TMA tensor
-    descriptors (``TensorDescriptor.from_tensor``): Hopper or newer, or the
-    interpreter; contiguous rows; base address and row stride 16-byte aligned.
-    A descriptor load reads zeros outside the tensor, so it needs no mask."""
-    if not _HAS_TMA or not (_interpreting() or _hopper_or_newer(tensors[0])):
-        return False
-    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
-               for t in tensors)
-
-
 @triton.jit
 def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """(pid_m, pid_n) of program ``pid`` in grouped order: GROUP_M consecutive
-    row tiles run next to each other and share every column tile in L2
-    (Triton tutorial 03, "L2 cache optimizations")."""
+    """(pid_m, pid_n) of program ``pid`` in grouped order: GROUP_M consecutive row tiles
+    share each column tile in L2 (Triton tutorial 03, "L2 cache optimizations")."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     group = GROUP_M * num_pid_n
@@ -212,16 +67,10 @@ def _split_k_range(pid_k, K, SPLIT_K: tl.constexpr, BLOCK_K: tl.constexpr):
 @triton.jit
 def _split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m, pid_n, pid_k, offs_m, offs_n, M, N,
                     BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):
-    """Add up the SPLIT_K partial sums of the tile (pid_m, pid_n) without a second kernel.
-
-    Returns (acc, store): whether this program holds the tile's final sum and
-    must store it. With SPLIT_K == 1 that is (acc, True). Otherwise each
-    program stores its partial ``acc`` (rows offs_m, columns offs_n) in
-    ws[pid_k, M, N] (see ``_split_k_workspace``) and bumps the tile's counter;
-    the last one to arrive reads all partials (in a fixed order, so the result
-    does not depend on who was last), resets the counter and gets (sum, True);
-    the others get (acc, False).
-    """
+    """(acc, store): the SPLIT_K partial sums of tile (pid_m, pid_n) added up without a second
+    kernel. Each program stores its partial in ws[pid_k] and bumps the tile's counter; the
+    last to arrive adds all partials in a fixed order (a deterministic sum), resets the
+    counter and stores the tile; the others store nothing."""
     last = True
     if SPLIT_K > 1:
         tile = pid_m * tl.cdiv(N, BLOCK_N) + pid_n
@@ -278,16 +127,10 @@ def _w8a8_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     TMA: tl.constexpr = False,
 ):
-    """y[BLOCK_M, BLOCK_N] tile of dequant(A_q @ W_q). With SPLIT_K > 1 each
-    program writes its int32 partial sum to ws[pid_k, M, N]; the last of the
-    tile's programs to finish (tile counter in cnt) adds them up and stores y.
-
-    A is q_x ([M, K] int8); W is the [K, N] K-major view of the int8 weight.
-    With TMA, A and the [N, K] weight itself are read through the tensor
-    descriptors a_desc ([BLOCK_M, BLOCK_K] tiles) and w_desc ([BLOCK_N,
-    BLOCK_K]): the copy engine fetches whole tiles, zero-filled past the edges,
-    so the threads compute no addresses and no masks.
-    """
+    """One [BLOCK_M, BLOCK_N] tile of y = dequant(A @ W), A = q_x [M, K], W the [K, N] K-major
+    view of the int8 weight; SPLIT_K programs per tile, reduced by _split_k_reduce. With TMA,
+    A and the [N, K] weight come through tensor descriptors (whole tiles, zero past the edges:
+    no addresses or masks in the threads)."""
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)  # each of the SPLIT_K programs of a tile sums its own slice of K
     k_start, k_end = _split_k_range(pid_k, K, SPLIT_K, BLOCK_K)
@@ -328,18 +171,12 @@ def _w8a8_gemm_kernel(
         tl.store(y_ptrs, y.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-# The GEMM's tile choices, as data: each config holds the kernel's constexprs
-# plus num_warps and num_stages, and its name is made from them by _config:
-# BLOCK_M x BLOCK_N x BLOCK_K, then split-K (sk), warps (w, when not 4),
-# stages (s) and the flags: pdl (launched with programmatic dependent launch
-# where the GPU allows it, see _dependent_launch), tma (q_x and the weight
-# through tensor descriptors where the GPU and the tensors allow it,
-# _tma_ready; pointers otherwise). _select_config picks one per problem;
-# `python -m bench.sweep w8a8` times them all on given shapes (MAINTAINING.md,
-# "Retuning a kernel"). Times below: H100, sweep of 2026-11-25.
+# ----------------------------------------------------------------------------- configs
+
 def _config(block_m: int, block_n: int, block_k: int, split_k: int = 1, warps: int = 4, stages: int = 3,
             group_m: int = 8, pdl: bool = False, tma: bool = False) -> tuple[str, triton.Config]:
-    """(name, config) of one tile choice."""
+    """(name, config) of one GEMM tile choice: BLOCK_MxBLOCK_NxBLOCK_K, split-K (sk), warps (w),
+    group (g), stages (s), and the flags pdl and tma (each used where the GPU allows it)."""
     name = (f"{block_m}x{block_n}x{block_k}" + ("" if split_k == 1 else f"_sk{split_k}")
             + ("" if warps == 4 else f"_w{warps}") + ("" if group_m <= 8 else f"_g{group_m}") + f"_s{stages}"
             + "_pdl" * pdl + "_tma" * tma)
@@ -347,35 +184,32 @@ def _config(block_m: int, block_n: int, block_k: int, split_k: int = 1, warps: i
                                     GROUP_M=group_m, PDL=pdl, TMA=tma), num_warps=warps, num_stages=stages)
 
 
+# Times: H100, `python -m bench.sweep w8a8` of 2026-11-25 (MAINTAINING.md, "Retuning a kernel").
 CONFIGS = dict([
-    # M <= 16 (decode): the weight streamed once, 512-byte runs of each weight row per load, one
-    # program per 64 output channels, no split-K; 5 stages: 15.28-15.52 us at 4096^2, 29.74 at
-    # N = 11008, 28.59 at K = 11008 (4 stages: 15.97-16.03, 30.90, 29.50).
+    # M <= 16 (decode) is a GEMV in disguise, bound by how fast each program streams its
+    # weight rows: 512-byte runs of each row per load, one program per 64 output channels,
+    # no split-K, 5 stages: 15.28-15.52 us at 4096^2 (split-K 4 with 256-wide tiles: 16.0-18.4).
+    # PDL: the GEMM is resident, waiting, while the quantize pass runs: 0.7-1.3 us per call.
     _config(16, 64, 512, stages=5, group_m=1, pdl=True),
-    # M = 17-512
+    # M = 65-512: split-K where K is long or the tiles few; the last program of each tile
+    # reduces the int32 partials (an atomic tile counter), so no second kernel.
     _config(64, 128, 128, 2, stages=4),
     _config(128, 64, 128, 2, stages=4),
     _config(128, 64, 128),
     _config(64, 64, 128, stages=4),
     _config(64, 128, 128, stages=4),
-    #   M = 17-64 with N <= 8192, as at decode: 512-byte runs, 32 output channels per program
-    #   (18.08 us at 64 x 4096^2 and 33.74 at K = 11008, against 22.72 and 44.11 for
-    #   64x128x128 with split-K 2); for N > 8192, 64x64x128 (32.18 vs 37.95 us).
+    # M = 17-64, N <= 8192: still a weight stream, 512-byte runs, 32 channels per program:
+    # 18.08 us at 64 x 4096^2 (64x128x128 split-K 2: 22.72).
     _config(64, 32, 512, stages=4, group_m=1),
-    # M > 512: int8 wgmma tiles through TMA (128x128x128: 138.7 / 328.9 / 347.3 us at 4096 x 4096^2
-    # / N = 11008 / K = 11008, 2-4 % faster than the same tiles by pointers). Triton makes a dot
-    # asynchronous (the next tile's loads and wgmma overlap this one) only with an fp32
-    # accumulator: an int8 dot waits for its wgmma every iteration (sm_90 SASS: WARPGROUP.DEPBAR
-    # 0 after each K tile); with 96 KB of shared memory these tiles run two CTAs per SM, one
-    # computing while the other waits.
+    # M > 512: grouped tile order (L2 reuse of weight tiles) and TMA loads, 2-4 % faster than
+    # the same tiles by pointers (138.7 vs 143.7 us at 4096^3). An int8 dot waits for its wgmma
+    # every K tile (Triton 3.6 pipelines only fp32 accumulators); with 96 KB of shared memory
+    # two CTAs share an SM, one computing while the other waits.
     _config(128, 128, 128, tma=True),
-    # Candidates to re-sweep, selected for no shape: decode through TMA (15.38 vs 15.52 us at
-    # 1 x 4096^2, up to 3 % slower elsewhere); M = 64 with split-K 2 through TMA (within 2 % at
-    # 4096^2 and K = 11008, 16 % slower at N = 11008); 128 x 256 tiles, two warpgroups, for
-    # long K (337.2 vs 347.3 us at 4096 x 4096 x 11008, 3-7 % slower at the other shapes).
-    _config(16, 64, 512, stages=4, group_m=1, pdl=True, tma=True),
-    _config(64, 32, 256, 2, stages=4, group_m=1, tma=True),
-    _config(128, 256, 128, warps=8, stages=4, tma=True),
+    # Candidates, not measured: decode at 35-53 % of the copy rate runs 64 programs on 132 SMs
+    # (4096^2); the same 512-byte runs over twice the programs, by split-K or narrower tiles.
+    _config(16, 64, 512, 2, stages=5, group_m=1, pdl=True),
+    _config(16, 32, 512, stages=5, group_m=1, pdl=True),
 ])
 
 # When set, every call runs this config whatever the shape: the tests force each
@@ -385,7 +219,7 @@ FORCE_CONFIG: triton.Config | None = None
 
 def _select_config(M: int, N: int, K: int) -> str:
     """The name of the config for one problem; measured on H200 and H100 (docs/performance.md)."""
-    if M <= 16:  # long runs of each weight row per load beat more programs
+    if M <= 16:
         return "16x64x512_s5_pdl"
     if M <= 64:
         return "64x64x128_s4" if N > 8192 else "64x32x512_s4"
@@ -402,59 +236,45 @@ def _select_config(M: int, N: int, K: int) -> str:
     return "128x128x128_s3_tma"
 
 
-def _plan(x, qweight_t, input_scale, weight_scale, M: int, N: int, K: int, cfg: triton.Config) -> dict:
-    """What a call of this problem decides (``_plan_key``): config, grids, PDL."""
-    meta = cfg.kwargs
-    split_k = meta["SPLIT_K"]
-    pdl = meta["PDL"] and _dependent_launch(x)
-    # Few rows per tile: rows past M would still pay for their divisions.
-    qm, qk = (1, 256) if M <= 16 else (4, 512)
-    tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
-    w_rows = qweight_t.t()  # the [N, K] weight itself (a view)
-    # TMA for the quantized x (a fresh contiguous [M, K] int8 tensor each call: its
-    # rows are 16-byte aligned when K is) and the weight rows.
-    tma = meta["TMA"] and K % 16 == 0 and _tma_ready(w_rows)
-    return dict(
-        M=M, N=N, K=K, split_k=split_k, tiles=tiles, bind=_bindable(x, qweight_t, input_scale, weight_scale),
-        a_block=[meta["BLOCK_M"], meta["BLOCK_K"]] if tma else None,
-        w_block=[meta["BLOCK_N"], meta["BLOCK_K"]] if tma else None,
-        quantize=_Launch((triton.cdiv(M, qm), triton.cdiv(K, qk), 1), dict(BLOCK_M=qm, BLOCK_K=qk, PDL=pdl),
-                         dict(num_warps=4)),
-        gemm=_Launch((tiles, split_k, 1),
-                     dict(EVEN_K=(K % (meta["BLOCK_K"] * split_k) == 0), **{**meta, "PDL": pdl, "TMA": tma}),
-                     dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}))),
-    )
+# ----------------------------------------------------------------------------- wrapper
+
+# Host helpers shared by w8a8.py and w4a16.py, copied like the kernels' above.
+
+def _interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _as_fp32(scale: torch.Tensor) -> torch.Tensor:
-    """A scale as the kernels read it: float32, contiguous (the same tensor when it already is)."""
-    return scale.to(torch.float32).contiguous()
+def _hopper_or_newer(t: torch.Tensor) -> bool:
+    return t.is_cuda and torch.cuda.get_device_capability(t.device)[0] >= 9   # sm_90: PDL and TMA
 
 
-def _plan_key(x, qweight_t, input_scale, weight_scale) -> tuple:
-    return (_tensor_key(x), _tensor_key(qweight_t), _tensor_key(input_scale), _tensor_key(weight_scale),
-            _current_gpu(x))
+def _dependent_launch(t: torch.Tensor) -> bool:
+    """Whether a second kernel may be launched with ``launch_pdl=True`` (Hopper, not the interpreter)."""
+    return not _interpreting() and _hopper_or_newer(t)
 
 
-def _launch(plan: dict, x, qweight_t, input_scale, weight_scale) -> torch.Tensor:
-    M, N, K = plan["M"], plan["N"], plan["K"]
-    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
-    a = torch.empty((M, K), device=x.device, dtype=torch.int8)
-    ws, counters = _split_k_workspace(y, plan["split_k"], plan["tiles"], torch.int32)
-    bind = plan["bind"] and _aligned(y, a, ws, counters)
-    quantize, gemm = plan["quantize"], plan["gemm"]
-    quantize_args = (x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1))
-    quantize.launch(quantize_args, bind,
-                    lambda: _quantize_rows_kernel[quantize.grid](*quantize_args, **quantize.meta, **quantize.options))
-    if plan["a_block"]:
-        a_desc = TensorDescriptor.from_tensor(a, plan["a_block"])
-        w_desc = TensorDescriptor.from_tensor(qweight_t.t(), plan["w_block"])
-    else:
-        a_desc = w_desc = None
-    gemm_args = (a, qweight_t, a_desc, w_desc, input_scale, weight_scale, y, ws, counters, M, N, K,
-                 a.stride(0), a.stride(1), qweight_t.stride(0), qweight_t.stride(1), y.stride(0), y.stride(1))
-    gemm.launch(gemm_args, bind, lambda: _w8a8_gemm_kernel[gemm.grid](*gemm_args, **gemm.meta, **gemm.options))
-    return y
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether these 2-D tensors can be read through TMA descriptors: Hopper or the
+    interpreter, contiguous rows, base address and row stride 16-byte aligned."""
+    if not (_interpreting() or _hopper_or_newer(tensors[0])):
+        return False
+    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+               for t in tensors)
+
+
+_COUNTERS: dict = {}
+
+
+def _split_k_workspace(y: torch.Tensor, split_k: int, tiles: int, dtype: torch.dtype):
+    """(ws, counters) for ``_split_k_reduce``: ws [split_k, M, N] (y itself, unused, without
+    split-K) and at least ``tiles`` zeroed int32 tile counters, kept per device (the kernel
+    leaves each counter it used at zero; calls on one stream only)."""
+    ws = torch.empty((split_k, *y.shape), device=y.device, dtype=dtype) if split_k > 1 else y
+    counters = _COUNTERS.get(y.device)
+    if counters is None or counters.numel() < tiles:
+        counters = _COUNTERS[y.device] = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=y.device)
+    return ws, counters
 
 
 def w8a8_mm(
@@ -483,22 +303,36 @@ def w8a8_mm(
     Raises:
         ValueError: wrong dtype, rank or shape of any input.
     """
-    plan = key = None
-    if FORCE_CONFIG is None and REUSE_PLANS:
-        try:  # the problem as given, dtypes included; what is not a tensor is for the checks to refuse
-            key = _plan_key(x, qweight_t, input_scale, weight_scale)
-            plan = _PLANS.get(key)
-        except Exception:  # noqa: BLE001
-            key = None
-    if plan is None:
-        M, N, K = check_w8a8_inputs(x, qweight_t, input_scale, weight_scale)
-        if M == 0:  # no rows: an empty result, as nn.Linear gives
-            return torch.empty((0, N), device=x.device, dtype=torch.float16)
-    # The kernels read float32 scales: fp16 ones (the course's layers) are converted once, here.
-    x, input_scale, weight_scale = x.contiguous(), _as_fp32(input_scale), _as_fp32(weight_scale)
-    if plan is None:
-        cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K)]
-        plan = _plan(x, qweight_t, input_scale, weight_scale, M, N, K, cfg)
-        if key is not None:
-            _remember(key, plan)
-    return _launch(plan, x, qweight_t, input_scale, weight_scale)
+    M, N, K = check_w8a8_inputs(x, qweight_t, input_scale, weight_scale)
+    if M == 0:  # no rows: an empty result, as nn.Linear gives
+        return torch.empty((0, N), device=x.device, dtype=torch.float16)
+    x = x.contiguous()
+    input_scale = input_scale.to(torch.float32).contiguous()   # the kernels read float32 scales
+    weight_scale = weight_scale.to(torch.float32).contiguous()
+    cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K)]
+    meta = dict(cfg.kwargs)
+    meta["PDL"] = meta["PDL"] and _dependent_launch(x)
+    # TMA for q_x (a fresh contiguous [M, K] tensor: its rows are 16-byte aligned when K is)
+    # and for the rows of the [N, K] weight that qweight_t views.
+    meta["TMA"] = meta["TMA"] and K % 16 == 0 and _tma_ready(qweight_t.t())
+    meta["EVEN_K"] = K % (meta["BLOCK_K"] * meta["SPLIT_K"]) == 0
+
+    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
+    a = torch.empty((M, K), device=x.device, dtype=torch.int8)
+    tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
+    ws, counters = _split_k_workspace(y, meta["SPLIT_K"], tiles, torch.int32)
+    if meta["TMA"]:
+        a_desc = TensorDescriptor.from_tensor(a, [meta["BLOCK_M"], meta["BLOCK_K"]])
+        w_desc = TensorDescriptor.from_tensor(qweight_t.t(), [meta["BLOCK_N"], meta["BLOCK_K"]])
+    else:
+        a_desc = w_desc = None
+
+    qm, qk = (1, 256) if M <= 16 else (4, 512)   # few rows per tile: rows past M still pay for their divisions
+    _quantize_rows_kernel[(triton.cdiv(M, qm), triton.cdiv(K, qk), 1)](
+        x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1),
+        BLOCK_M=qm, BLOCK_K=qk, PDL=meta["PDL"], num_warps=4)
+    _w8a8_gemm_kernel[(tiles, meta["SPLIT_K"], 1)](
+        a, qweight_t, a_desc, w_desc, input_scale, weight_scale, y, ws, counters, M, N, K,
+        a.stride(0), a.stride(1), qweight_t.stride(0), qweight_t.stride(1), y.stride(0), y.stride(1),
+        **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if meta["PDL"] else {}))
+    return y

@@ -109,16 +109,18 @@ def test_the_clock_stops_before_the_outputs_are_collected():
     assert max(timing.kernel_ms) * CALLS < 250, timing.kernel_ms   # ms per batch: the 500 ms collect is not in it
 
 
-ONE_BUFFER = torch.zeros(M, N)   # kept and returned by every call
+def _one_buffer():
+    y = torch.zeros(M, N)
+    return lambda x, w: y.copy_(x @ w)
 
 
-@pytest.mark.parametrize("fn, says", [
-    (lambda x, w, _y=ONE_BUFFER: _y.copy_(x @ w), "share memory"),                  # one buffer for every call
-    (lambda x, w: (x @ w)[:1].expand(M, N), "share memory"),                         # an expanded view
-    (lambda x, w: (x @ w).to(torch.float16), "dtype"),
+@pytest.mark.parametrize("make, says", [
+    (_one_buffer, "share memory"),                                            # one buffer for every call
+    (lambda: lambda x, w: (x @ w)[:1].expand(M, N), "share memory"),          # an expanded view
+    (lambda: lambda x, w: (x @ w).to(torch.float16), "dtype"),
 ])
-def test_outputs_without_memory_of_their_own_make_the_timed_calls_wrong(fn, says):
-    arena, worker, calls, xs, w = _batch("cpu", fn)
+def test_outputs_without_memory_of_their_own_make_the_timed_calls_wrong(make, says):
+    arena, worker, calls, xs, w = _batch("cpu", make())
     session = Session(worker)
     timing = timed_rounds(session, Timing(calls=CALLS), 1, refresh=lambda r: None, time_baseline=lambda: 1e-3,
                           check=lambda: "")

@@ -30,16 +30,13 @@ def launches():
     """A LaunchRecorder installed as the worker installs it; Triton's classes restored after."""
     import triton.runtime.interpreter as interpreter
     import triton.runtime.jit as jit
-    from triton.compiler.compiler import CompiledKernel
 
     saved = {cls: cls.run for cls in (jit.JITFunction, interpreter.InterpretedFunction)}
-    getitem = CompiledKernel.__getitem__
     rec = LaunchRecorder(own_prefix="")
     rec.install()
     yield rec
     for cls, run in saved.items():
         cls.run = run
-    CompiledKernel.__getitem__ = getitem
 
 
 def _stage(root: Path, package: str, files: dict) -> Path:

@@ -19,9 +19,9 @@ from tools.dist import build, public_rubric
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION_FILES = sorted((ROOT / "solutions").glob("*.py"))
 # Helpers that only the reference kernels define (solutions/w8a8.py, w4a16.py).
-REFERENCE_HELPERS = ["split_k_reduce", "split_k_workspace", "split_k_range", "tile_counters",
+REFERENCE_HELPERS = ["split_k_reduce", "split_k_workspace", "split_k_range", "_COUNTERS",
                      "release_next_kernel", "wait_for_previous_kernel", "dependent_launch", "tma_ready",
-                     "grouped_tile", "hopper_or_newer", "_HAS_PDL"]
+                     "grouped_tile", "hopper_or_newer"]
 
 
 @pytest.fixture(scope="module")

@@ -195,10 +195,11 @@ def test_w8a8_pdl_only_where_the_gpu_has_it(force, launches):
 # ------------------------------------------------------------------ W4A16
 
 def _w4a16_config(split_k=1, block_m=16, block_n=32, block_k=64, tma=False, dequantized=False, pdl=False,
-                  tiny=False):
+                  tiny=False, swap=False):
     """A small config of the W4A16 kernel: a code path at interpreter speed."""
     return triton.Config(dict(SPLIT_K=split_k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=2,
-                              TMA=tma, DEQUANTIZED=dequantized, PDL=pdl, TINY_Q=tiny), num_warps=4, num_stages=2)
+                              TMA=tma, DEQUANTIZED=dequantized, PDL=pdl, TINY_Q=tiny, SWAP=swap),
+                         num_warps=4, num_stages=2)
 
 
 W4A16_PATHS = {
@@ -208,6 +209,9 @@ W4A16_PATHS = {
     # q * 2**-24 in the tile (fp16 subnormals), s * 2**24 on the result; group-wise scales ignore it.
     "tiny-split-k": _w4a16_config(split_k=3, tiny=True),
     "tiny-tma": _w4a16_config(block_m=32, tma=True, tiny=True),
+    # The unpacked weight as the dot's first operand (y^T = w^T x^T), with split-K and TMA for x.
+    "swap-split-k": _w4a16_config(split_k=3, block_n=64, swap=True),
+    "swap-tiny-tma": _w4a16_config(block_m=32, block_n=64, tma=True, tiny=True, swap=True),
 }
 
 
@@ -238,6 +242,15 @@ def test_w4a16_split_k(shape, force, launches):
     seen = launches(w4a16_solution._w4a16_kernel)
     _run("w4a16", shape)
     assert seen[0]["SPLIT_K"] == 3 and not seen[0]["TMA"]
+
+
+@pytest.mark.parametrize("group_size", [None, 32])
+def test_w4a16_swapped_operands(group_size, force, launches):
+    # y^T tile = w^T x^T, the weight unpacked as [BLOCK_N, BLOCK_K]: ragged N, K and M, split-K.
+    force("w4a16", W4A16_PATHS["swap-split-k"])
+    seen = launches(w4a16_solution._w4a16_kernel)
+    _run("w4a16", (19, 72, 224 if group_size else 200), group_size=group_size)
+    assert seen[0]["SWAP"] and seen[0]["SPLIT_K"] == 3
 
 
 @pytest.mark.parametrize("group_size", [None, 32, 128])
@@ -302,7 +315,7 @@ def test_split_k_reduction_is_deterministic_and_resets_its_counters(task, shape,
     fn = w8a8_mm if task == "w8a8" else w4a16_mm
     for _ in range(3):
         assert torch.equal(fn(*args), first)
-    assert int(MODULES[task]._tile_counters(first.device, 1).abs().sum()) == 0  # each file has its own
+    assert int(MODULES[task]._COUNTERS[first.device].abs().sum()) == 0  # each file has its own
 
 
 # ------------------------------------------------------------------ DDS
@@ -346,26 +359,25 @@ def test_dds_grouped_kernel(G, steps, force, launches):
     assert (out == 0).all() and len(seen) == 4
 
 
-@pytest.mark.parametrize("G,unroll,ctas", [(1, 1, 0), (1, 2, 0), (2, 1, 0), (4, 1, 0), (4, 2, 1), (8, 2, 1)])
-def test_dds_rows_kernel(G, unroll, ctas, force, launches):
+@pytest.mark.parametrize("G", [1, 2, 4, 8])
+def test_dds_rows_kernel(G, force, launches):
     # The union walk with G block rows per program: a partial last group (5
     # block rows), empty rows, K of 33-34 block columns (two chunks of the
     # per-row bit masks, the second short), bit 31 of a mask (full rows), odd
-    # union lengths with 2 columns per step, int32 indices, an all-empty
-    # weight; ctas > 0: a persistent grid, each program taking several row tiles.
-    force("dds", triton.Config(dict(BLOCK_M=16, G=G, UNROLL=unroll, CTAS=ctas), num_warps=4, num_stages=2))
+    # union lengths, int32 indices, an all-empty weight.
+    force("dds", triton.Config(dict(BLOCK_M=16, G=G), num_warps=4, num_stages=2))
     seen = launches(dds_solution._dds_rows_kernel)
     _run("dds", (35, 32 * 5, 32 * 34), density=0.3, empty_rows=1)
     _run("dds", (17, 32 * 3, 32 * 33), density=1.0, index_dtype="int32")
     _run("dds", (33, 32 * 3, 32 * 7), density=0.6)
     _, out = _run("dds", (5, 64, 64), density=0.0)
     assert (out == 0).all() and len(seen) == 4 and all(k["G"] == G for k in seen)
-    groups, sms = -(-5 // G), dds_solution._num_sms(torch.device(DEVICE))   # (the interpreter counts 2 SMs)
-    assert seen[0]["grid"] == ((min(3, -(-sms * ctas // groups)) if ctas else 3) * groups, 1, 1)   # 3 row tiles of 16
+    assert seen[0]["grid"] == (3 * -(-5 // G), 1, 1)   # 3 row tiles of 16 rows, one program per group each
 
 
 @pytest.mark.filterwarnings("ignore:Sparse BSR tensor support is in beta")
-@pytest.mark.parametrize("name", sorted(n for n, c in dds_solution.CONFIGS.items() if "CTAS" in c.kwargs))
+@pytest.mark.parametrize("name", sorted(n for n, c in dds_solution.CONFIGS.items()
+                                         if dds_solution._kernel_of(c) == "rows"))
 def test_dds_rows_configs_where_a_groups_first_row_skips_columns(name, force):
     # Each group's first block row stores one or no block while the others store
     # many: a column walk must not tie the later rows' multiplies to the first

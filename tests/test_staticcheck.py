@@ -46,6 +46,8 @@ def test_honest_student_file_gives_no_findings():
 
 
 OK_SNIPPETS = {
+    "launches as statements, or returned": "@triton.jit\ndef k(x):\n    pass\ndef f(x):\n    k[(1,)](x)\n"
+                                           "    return k[(1,)](x, num_warps=4)",
     "imports": "import math\nfrom functools import lru_cache\nfrom .utils import check_dds_inputs, BSR_BLOCK\n"
                "from . import utils\nx = utils.BSR_BLOCK\nfrom triton.language.extra import libdevice",
     "env read": "if os.environ.get('TRITON_INTERPRET') == '1' or os.getenv('X'):\n    pass",
@@ -217,6 +219,8 @@ MORE_BYPASSES = {
     "calling a kernel alias": ("@triton.jit\ndef k(x, w):\n    return x @ w\nf = k if x else k\ny = f(x, w)",
                                "jit-call"),
     "kernel.fn": ("@triton.jit\ndef k(x, w):\n    return x @ w\ny = k.fn(x, w)", "attribute"),
+    "keeping a launch's compiled kernel": ("@triton.jit\ndef k(x):\n    pass\nc = k[(1,)](x)\nc[(1,)](x)", "jit-call"),
+    "a launch kept through a lambda": ("@triton.jit\ndef k(x):\n    pass\nplain = lambda: k[(1,)](x)", "jit-call"),
     "decorator that gets the kernel": ("class L:\n    def __init__(self, k):\n        self.k = k\n"
                                        "    def __getitem__(self, grid):\n        return self.k\n"
                                        "@L\n@triton.jit\ndef k(x, w):\n    return x @ w\ny = k[1](x, w)", "jit-call"),

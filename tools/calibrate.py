@@ -65,8 +65,8 @@ _clock = time.monotonic   # --budget-s's clock (tests replace it)
 
 # ----------------------------------------------------------------------------- the placement rule
 
-MARGIN = 0.8   # full_ratio: this share of the reference's lowest ratio ...
-BAND = 0.05    # ... give or take this much of that ratio after rounding
+MARGIN = 0.85  # full_ratio: at least this share of the reference's lowest ratio ...
+BAND = 0.05    # ... and at most MARGIN + BAND of it after rounding up
 STEP = 0.05    # thresholds are multiples of STEP (of STEP / 5, / 25, ... where STEP would leave the band)
 HALF = 0.5     # zero_ratio at most this share of full_ratio: a real ramp below full credit ...
 FLOOR = 0.1    # ... and at least this share: a kernel ten times slower than full credit earns nothing
@@ -98,10 +98,11 @@ def place(reference, naive, old: tuple[float, float], lesson: float | None = Non
     kernel time) of every run of the reference and of the tutorial-style
     kernels; a ratio that is None (not timed), zero or not finite is left out.
 
-    - full_ratio: MARGIN times the reference's lowest ratio, rounded to the
-      nearest multiple of the step. The step is STEP, or STEP / 5, STEP / 25, ...
-      where a coarser one would put full_ratio outside MARGIN +- BAND of that
-      ratio (a reference that is slow on this GPU).
+    - full_ratio: MARGIN times the reference's lowest ratio, rounded up to a
+      multiple of the step, so that full credit needs at least MARGIN of the
+      reference's ratio on every GPU and run. The step is STEP, or STEP / 5,
+      STEP / 25, ... where a coarser one would put full_ratio above
+      MARGIN + BAND of that ratio (a reference that is slow on this GPU).
     - zero_ratio: the multiple of the step just below the tutorial-style
       kernels' lowest ratio, so that they earn partial credit; at most HALF of
       full_ratio (rounded down), so that a kernel as fast as the reference on
@@ -126,8 +127,8 @@ def place(reference, naive, old: tuple[float, float], lesson: float | None = Non
         notes.append(f"reference timed in {timed} of {len(reference)} runs")
     step = STEP
     while True:
-        full = _clean(_nearest(MARGIN * ref / step) * step)
-        if full > 0 and abs(full / ref - MARGIN) <= BAND + 1e-9:
+        full = _clean(math.ceil(MARGIN * ref / step - 1e-9) * step)
+        if full > 0 and full / ref <= MARGIN + BAND + 1e-9:
             break
         step /= 5
     if step < STEP:

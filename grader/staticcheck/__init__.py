@@ -89,7 +89,9 @@ chosen through a plain alias (``k = _a if small else _b``), nothing else: not
 called, returned, passed, stored, aliased in a class, or wrapped by any
 decorator but ``triton.jit``/``autotune``/``heuristics``, and it is defined at
 the top level; the Triton interpreter (the CPU grader) runs a direct call as
-plain Python on PyTorch tensors.
+plain Python on PyTorch tensors. What a launch returns (Triton's compiled
+kernel) is dropped or returned, never kept: launched again as
+``compiled[grid](...)`` it would bypass the launch record.
 
 **Rebinding** a name that the file imports (``tl = torch``, ``def jit``, a
 parameter called ``tl``) is refused, so that every name keeps the meaning the

@@ -75,6 +75,7 @@ class _Checker:
         self.own_methods: set[str] = set()   # names of their instance methods (__init__ included)
         self._class_ok: set[int] = set()     # ids of Name nodes where an own class may appear
         self._unbound_ok: set[int] = set()   # ids of Base.method attributes called with the own self
+        self._discarded: set[int] = set()    # ids of calls whose value is dropped or returned
 
     # -- reporting
     def flag(self, node: ast.AST | None, rule: str, detail: str) -> None:
@@ -89,6 +90,7 @@ class _Checker:
     # -- first pass: imports, kernels, the file's own attributes
     def collect(self) -> None:
         nodes = list(ast.walk(self.tree))
+        self._discarded = {id(n.value) for n in nodes if isinstance(n, (ast.Expr, ast.Return))}
         for node in nodes:
             if isinstance(node, SCOPE_NODES):
                 self.defined |= _bound_in(node) | ({node.name} if hasattr(node, "name") else set())
@@ -592,6 +594,12 @@ class _Checker:
 
     def visit_Call(self, node, in_kernel, scope, level, push, stack):
         func = node.func
+        if (not in_kernel and isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name)
+                and self._is_kernel_name(func.value.id, scope) and id(node) not in self._discarded):
+            self.flag(node, "jit-call", f"keeps what the launch {func.value.id}[grid](...) returns, Triton's "
+                                        "compiled kernel: launched again (compiled[grid](...)) it runs outside "
+                                        "the launches the grader records; launch with "
+                                        f"{func.value.id}[grid](...) on every call, as a statement of its own")
         local = scope is not None and isinstance(func, ast.Name) and scope.binds(func.id)
         if (isinstance(func, ast.Attribute) and node.args and isinstance(node.args[0], ast.Name)
                 and scope is not None and scope.self_name and scope.cls_name is None

@@ -184,7 +184,9 @@ TASK = Task(
     # Skipping three blocks in four must beat computing them all: at 50 % or less a
     # kernel no faster than dense fp16 gets at most half of a performance test.
     lesson_ratio=lambda options: 1.0 if options.get("density", 0.25) <= 0.5 else None,
+    # 10 % from M = 4096 on: where a sparse kernel must beat dense (a candidate rubric test).
     bench_cases=tuple(((M, 1024, 1024), {"density": d}, M == 4096 and d == 0.25)
-                      for d in (0.05, 0.25, 0.5, 1.0) for M in (16, 256, 4096, 16384, 65536)),
+                      for d in (0.05, 0.1, 0.25, 0.5, 1.0) for M in (16, 256, 4096, 16384, 65536)
+                      if d != 0.1 or M >= 4096),
     anchors={"torch_bsr": _torch_bsr},
 )

@@ -150,7 +150,6 @@ class LaunchRecorder:
     def install(self) -> None:
         import triton.runtime.interpreter as interpreter
         import triton.runtime.jit as jit
-        from triton.compiler.compiler import CompiledKernel
 
         recorder = self
         for cls in (jit.JITFunction, interpreter.InterpretedFunction):
@@ -173,25 +172,6 @@ class LaunchRecorder:
                             pass
 
             cls.run = run
-
-        # A kernel compiled by an earlier launch (what ``kernel[grid](...)``
-        # returns) can be launched again as ``compiled[grid](...)``, which the
-        # allowlist permits and which skips JITFunction.run: the reference
-        # launches its kernels that way once their problem has been seen. As
-        # in run(), the op record stays on: a launch hook runs in there too.
-        original_getitem = CompiledKernel.__getitem__
-
-        def getitem(self, grid, _original=original_getitem):
-            runner = _original(self, grid)
-            fn = getattr(getattr(getattr(self, "src", None), "fn", None), "fn", None)
-            compiled = self
-
-            def counted(*args, **kwargs):
-                recorder._own_kernel(recorder._count(fn), compiled)
-                return runner(*args, **kwargs)
-            return counted
-
-        CompiledKernel.__getitem__ = getitem
 
     def _count(self, fn) -> str:
         """One launch of the Python function ``fn`` behind a kernel (None: unknown); its key."""
