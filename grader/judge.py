@@ -56,15 +56,14 @@ def not_run(why: str) -> Verdict:
 
 # ----------------------------------------------------------------------------- whole tasks
 
-# What a student reads when a hidden test's call voids the task: fixed text, one per kind,
-# with nothing (sizes, counts, names, shapes, printed output) that came from that call.
-HIDDEN_DETAIL = {
-    "library_matmul": "library matmul: a hidden test computed outside Triton",
-    "no_triton_kernel": "no Triton kernel: a hidden test launched no Triton kernel of the submission",
-    "no_triton_compute": "no Triton kernel computed the output: a hidden test computed outside Triton",
-    "computed_outside_triton": "computed outside Triton: a hidden test computed outside Triton",
-    "inputs_modified": "inputs modified: a hidden test's call wrote into its inputs",
-}
+# What a student reads when a hidden test's call voids the task: one finding, in fixed words,
+# whatever the call did (a library matmul, inputs written, no kernel of its own, ...) and however
+# many kinds of problem it showed. Which sentences appeared would otherwise tell a student, run
+# after run, a few bits about the hidden shapes. The kinds stay in the hidden tests' own messages
+# (shown after the due date) and in the runs file (--runs-out), for the TA.
+HIDDEN_KIND = "hidden_call"
+HIDDEN_DETAIL = ("a hidden test broke the rules: its call did something that section 10 of the handout "
+                 "forbids (which, the hidden tests' own messages say after the due date)")
 RULE = "the product must be computed by the Triton kernel (handout, section 10, rule 1)"
 # The submission's kernels must do at least this share of the product's FLOPs. An honest
 # kernel does all of them or more (padded tiles, split K, masked tails, tiny M: tl.dot on
@@ -140,23 +139,35 @@ def task_flags(calls: list[tuple[str, CallResult]], off=()) -> list[dict]:
 
     The worker could hide such evidence, never invent points with it: these
     flags can only take points away (docs/integrity.md). ``off``: the checks
-    that did not run (fence.py), whose evidence is not asked for. A hidden
-    test's call is described by fixed text (HIDDEN_DETAIL): what it did, its
-    sizes and its names stay out of every report.
+    that did not run (fence.py), whose evidence is not asked for. Whatever the
+    hidden tests' calls did, they add one finding in fixed words (HIDDEN_KIND,
+    HIDDEN_DETAIL): what they did, their sizes and names stay out of every
+    report a student reads before the due date.
     """
-    flags = []
+    flags, hidden = [], False
     for name, r in calls:
         found = _call_flags(name, r, off)
         if name == HIDDEN_CALL:
-            found = [problem(f["kind"], HIDDEN_DETAIL.get(f["kind"], "a hidden test computed outside Triton"))
-                     for f in found]
-        flags += found
+            hidden = hidden or bool(found)
+        else:
+            flags += found
     seen, unique = set(), []
-    for f in flags:  # one line per kind of problem is enough (visible calls come first)
+    for f in flags:  # one line per kind of problem is enough
         if f["kind"] not in seen:
             seen.add(f["kind"])
             unique.append(f)
+    if hidden:
+        unique.append(problem(HIDDEN_KIND, HIDDEN_DETAIL))
     return unique
+
+
+def hidden_kinds(calls: list[tuple[str, CallResult]], off=()) -> list[str]:
+    """The kinds of problem the hidden tests' calls showed (for those tests' own messages)."""
+    kinds = []
+    for name, r in calls:
+        if name == HIDDEN_CALL:
+            kinds += [f["kind"] for f in _call_flags(name, r, off) if f["kind"] not in kinds]
+    return kinds
 
 
 def task_problems(run: TaskRun, file: str) -> list[dict]:
@@ -303,8 +314,10 @@ def verdict(spec: TestSpec, runs: Runs, rubric: Rubric) -> Verdict:
         return v
     found = task_problems(run, rubric.tasks[spec.task].file)
     if found:
-        return Verdict(False, "no points for this task: " + "; ".join(f["detail"] for f in found), 0.0,
-                       v.details)
+        message = "no points for this task: " + "; ".join(f["detail"] for f in found)
+        if spec.hidden and any(f["kind"] == HIDDEN_KIND for f in found):   # shown after the due date only
+            message += f" (the hidden tests' calls: {', '.join(hidden_kinds(run.calls, run.checks_off))})"
+        return Verdict(False, message, 0.0, v.details)
     return v
 
 

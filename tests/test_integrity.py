@@ -611,7 +611,7 @@ def test_hidden_call_evidence_voids_the_task_in_fixed_words_only(tmp_path):
     and no output a student or TA reads (report.md, report.json, results.json,
     class.csv, summary.md, the terminal) holds a number made from the hidden call."""
     from classroom import batch
-    from grader.judge import HIDDEN_DETAIL
+    from grader.judge import HIDDEN_DETAIL, HIDDEN_KIND
     from grader.report import terminal_table, write_reports
     from tests.fakes import rubric_dict
     public = [t["cpu_shape"] for t in rubric_dict(tasks=("w8a8",))["tests"] if t["kind"] == "correctness"]
@@ -622,7 +622,7 @@ def test_hidden_call_evidence_voids_the_task_in_fixed_words_only(tmp_path):
     result = grade(sub, _hidden_rubric([("w8a8/odd_shape", hidden)]), seed=8, tasks=["w8a8"], log=lambda *_: None)
     task = _task(result)
     assert task.score == 0 and correctness(result) == 0
-    assert {"kind": "computed_outside_triton", "detail": HIDDEN_DETAIL["computed_outside_triton"]} in task.flags
+    assert {"kind": HIDDEN_KIND, "detail": HIDDEN_DETAIL} in task.flags
     out = tmp_path / "batch"
     write_reports(result, out / "students" / "alice")
     batch.write_class_files(out, [batch.Entry("alice", sub, "alice")], ["w8a8"])
@@ -636,7 +636,7 @@ def test_hidden_call_evidence_voids_the_task_in_fixed_words_only(tmp_path):
     for name, text in texts.items():
         for secret in spelled:
             assert secret not in text, f"{secret!r} from the hidden call is in {name}"
-    assert "a hidden test computed outside Triton" in texts["report.md"] + texts["results.json"]
+    assert "a hidden test broke the rules" in texts["report.md"] + texts["results.json"]
 
 
 @pytest.mark.gpu
@@ -798,3 +798,42 @@ def test_the_kernel_trace_of_honest_kernels_shows_their_kernels_only(tmp_path):
             for name, r in checked:
                 t = r.evidence.get("trace")
                 assert t and t["own"] >= 1 and t["torch_ops"] == [] and t["foreign"] == [], (folder, name, t)
+
+
+# ---- One grade everywhere (issue 32): hidden evidence, settings, silent checks, who wrote the answer.
+
+def _student_view(result) -> str:
+    """All a student reads before the due date, task flags and states included (as data).
+    The compile rows' "key" (a hash of the kernel's source, which differs between the
+    fixture's variants) is left out: no report shows it."""
+    import dataclasses
+    import json
+    result = dataclasses.replace(result, tasks=[dataclasses.replace(t, kernels=[
+        {k: v for k, v in row.items() if k != "key"} for row in t.kernels]) for t in result.tasks])
+    tasks = [(t.task, t.status, t.summary, t.flags, t.checks_off, t.score) for t in result.tasks]
+    return _visible_text(result) + "\n" + json.dumps(tasks, sort_keys=True)
+
+
+def test_every_hidden_call_finding_reads_the_same_words(tmp_path):
+    """A file that on the hidden test's shape writes into its inputs, or launches its
+    kernel on no rows and returns zeros, or both: before, the visible reports said which
+    ("inputs modified", "no Triton kernel computed the output", or both), so a student
+    steering the behaviour by M, N and K learnt bits of the hidden shape per submission.
+    Now every behaviour gives byte-identical visible reports, and the task gets nothing."""
+    from grader.judge import HIDDEN_DETAIL, HIDDEN_KIND
+    from tests.fakes import rubric_dict
+    public = [t["cpu_shape"] for t in rubric_dict(tasks=("w8a8",))["tests"] if t["kind"] == "correctness"]
+    seen = {}
+    for how in ("inputs", "no_compute", "both"):
+        sub = tmp_path / how
+        sub.mkdir()
+        (sub / "w8a8.py").write_text(submission("w8a8_hidden_call_misbehaves", public=public, how=how))
+        result = grade(sub, _hidden_rubric([("w8a8/odd", [7, 32, 72])]), seed=8, tasks=["w8a8"],
+                       log=lambda *_: None)
+        task = _task(result)
+        assert task.score == 0 and task.flags == [{"kind": HIDDEN_KIND, "detail": HIDDEN_DETAIL}], task.flags
+        hidden = by_name(result)["w8a8/odd"].message   # the TA's (after the due date) says which
+        assert {"inputs": "inputs_modified", "no_compute": "no_triton_compute"}.get(how, "inputs_modified") \
+            in hidden, hidden
+        seen[how] = _student_view(result)
+    assert seen["inputs"] == seen["no_compute"] == seen["both"]
