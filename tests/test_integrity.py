@@ -837,3 +837,24 @@ def test_every_hidden_call_finding_reads_the_same_words(tmp_path):
             in hidden, hidden
         seen[how] = _student_view(result)
     assert seen["inputs"] == seen["no_compute"] == seen["both"]
+
+
+def test_the_settings_a_kernel_file_reads_are_the_ones_the_handout_names(tmp_path, monkeypatch):
+    """The handout lets a kernel file read the environment with os.environ.get/os.getenv
+    and names what it holds when graded: TRITON_INTERPRET, "1" on a CPU; no variable of the
+    student's shell. A file that reads a setting of its own, set where the grader runs,
+    and TRITON_INTERPRET sees exactly that: the setting unset, the interpreter on."""
+    import re
+    row = next(line for line in (ROOT / "handout.md").read_text().splitlines()
+               if line.startswith("| Python |") and "os.getenv" in line)
+    promise = row[row.index("os.getenv"):]
+    assert re.findall(r"`([A-Z][A-Z0-9_]+)`", promise) == ["TRITON_INTERPRET"], promise
+    assert '`"1"` when graded on a CPU' in promise and "no variable you set in your shell reaches it" in promise
+    monkeypatch.setenv("W8A8_BLOCK_M", "32")   # the student's own setting, in the grader's environment
+    src = NAIVE_W8A8 + ("\nimport os\n\nprint(\"SETTINGS\", os.environ.get(\"W8A8_BLOCK_M\"), "
+                        "os.getenv(\"TRITON_INTERPRET\"))\n")
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
+    task = _task(result)
+    assert correctness(result) == 4 and not task.flags, (task.flags, [t.message for t in result.tests])
+    expected = "SETTINGS None None" if HAS_CUDA else "SETTINGS None 1"
+    assert expected in task.log_tail, task.log_tail
