@@ -65,6 +65,10 @@ HIDDEN_KIND = "hidden_call"
 HIDDEN_DETAIL = ("a hidden test broke the rules: its call did something that section 10 of the handout "
                  "forbids (which, the hidden tests' own messages say after the due date)")
 RULE = "the product must be computed by the Triton kernel (handout, section 10, rule 1)"
+# Values a checked call's wrapper may read from tensors into Python numbers, besides one per
+# row and per column of the output (harness/run.py sets each call's limit): a count, a size,
+# a block row's bounds. A product computed in Python reads every element of x and the weight.
+HOST_READS = 64
 # The submission's kernels must do at least this share of the product's FLOPs. An honest
 # kernel does all of them or more (padded tiles, split K, masked tails, tiny M: tl.dot on
 # whole tiles); a kernel that leaves the product to PyTorch or Python does next to none.
@@ -100,12 +104,44 @@ def _call_flags(name: str, r: CallResult, off) -> list[dict]:
         flags.append(problem("computed_outside_triton", f"computed outside Triton: in {name} PyTorch ops "
                              f"computed {ev['torch_elements']} elements, more than the activations and the "
                              f"output hold ({r.work_limit}){where}: {RULE}"))
+    if r.read_limit and ev.get("host_reads", 0) > r.read_limit:
+        flags.append(problem("computed_outside_triton", f"computed outside Triton: in {name} the wrapper read "
+                             f"{ev['host_reads']} values of tensors into Python numbers (.item(), float(t), "
+                             f"int(t), a tensor in an if), more than the {r.read_limit} a wrapper may read (a "
+                             f"count, a size, not the data): {RULE}"))
+    if r.status == "ok" and r.provenance and "output provenance" not in off:
+        flags += _provenance_flags(name, ev.get("provenance"))
     if r.traced and "kernel trace" not in off:
         flags += _trace_flags(name, r, ev.get("trace"))
     if r.inputs_modified:
         flags.append(problem("inputs_modified", f"inputs modified: {name} wrote into input(s) "
                              f"{r.inputs_modified}"))
     return flags
+
+
+def _provenance_flags(name: str, facts: dict | None) -> list[dict]:
+    """What the interpreter's record of who wrote the output says against a call
+    (grader/worker/provenance.py): every element must be stored by the submission's
+    kernels during the call, from values computed from the call's inputs."""
+    what = "output not computed by the kernels"
+    if facts is None:
+        return [problem("output_not_from_kernels", f"{what}: for {name} the interpreter's record of who wrote "
+                        "the output did not come back")]
+    n, found = facts.get("elements", 0), []
+    if facts.get("unwritten"):
+        found.append(f"{facts['unwritten']} of the {n} output elements were not stored by the submission's "
+                     "Triton kernels during the call (the output, or these elements, were built or changed on "
+                     "the host: from Python numbers, say)")
+    if facts.get("foreign"):
+        found.append(f"{facts['foreign']} of the {n} output elements were stored from data that is neither the "
+                     "call's inputs nor computed from them by its kernels (a tensor built on the host, or kept "
+                     "from before the call)")
+    if facts.get("inputless"):
+        found.append(f"{facts['inputless']} of the {n} output elements were stored as nonzero values computed "
+                     "from no input at all (constants)")
+    if not found:
+        return []
+    return [problem("output_not_from_kernels", f"{what}: in {name} " + "; ".join(found) + f": {RULE}")]
 
 
 def _trace_flags(name: str, r: CallResult, trace: dict | None) -> list[dict]:
@@ -206,13 +242,21 @@ def task_state(run: TaskRun, problems: list[dict]) -> tuple[str, str]:
 
 # ----------------------------------------------------------------------------- one test
 
+def _outside_of(outside: dict) -> str:
+    """Where the bounds check's lanes were: past the tensor their pointer came from, by name."""
+    tensor = outside.get("tensor")
+    if tensor:
+        return f"outside {tensor}, the tensor its pointer was derived from"
+    return "outside every tensor it was given"
+
+
 def _draw_verdict(d: Draw) -> Verdict:
     if d.status == "error":
         # The first line (the report's table) names the exception; the frame follows.
         message = f"raised {final_exception(d.message)}\n" + explain_error(d.message)
         if d.outside:
-            message += f"\n(before that, kernel {d.outside['kernel']} {outside_words(d.outside)} outside " \
-                       "every tensor it was given: a load or store without its mask?)"
+            message += f"\n(before that, kernel {d.outside['kernel']} {outside_words(d.outside)} " \
+                       f"{_outside_of(d.outside)}: a load or store without its mask?)"
         return Verdict(False, message)
     if d.status == "gone" and d.kind == "crashed":
         return Verdict(False, f"{d.message}: a load or store outside its tensors (a missing mask?) can crash "
@@ -227,9 +271,9 @@ def _draw_verdict(d: Draw) -> Verdict:
         return Verdict(False, "wrote outside its output tensor (a store with a missing mask?)", details=details)
     if d.outside:
         return Verdict(False, f"the output is right, but kernel {d.outside['kernel']} {outside_words(d.outside)} "
-                              "outside every tensor it was given (the interpreter masked those lanes off; on a GPU "
-                              "they read or write another tensor's memory, or fault): a load or store without "
-                              "its mask on a ragged edge?", details=details)
+                              f"{_outside_of(d.outside)} (the interpreter masked those lanes off; on a GPU they "
+                              "read or write another tensor's memory, or fault): a load or store without its "
+                              "mask on a ragged edge?", details=details)
     if d.sanity is None or not d.sanity.passed:
         return Verdict(False, d.sanity.message if d.sanity else "no sanity check", details=details)
     return Verdict(True, f"{c.message}; {d.sanity.message}", 1.0, details)

@@ -20,7 +20,7 @@ import torch
 from ..compare import check_sanity, check_task_output
 from ..diagnose import likely_cause, out_of_bounds
 from ..estimate import estimate
-from ..judge import task_flags
+from ..judge import HOST_READS, task_flags
 from ..rubric import Rubric, TestSpec
 from ..runs import HIDDEN_CALL, CaseRun, Draw, Runs, TaskRun, TimedRun, problem
 from ..staticcheck import check_source
@@ -248,6 +248,9 @@ def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs) -> 
         if runs.device == "cpu" and "arithmetic count" not in run.checks_off:
             result.flops_needed = task.product_flops(shape, spec.options, args)
         result.traced = runs.device == "cuda" and "kernel trace" not in run.checks_off
+        result.provenance = runs.device == "cpu" and "output provenance" not in run.checks_off
+        # A wrapper may read a few values into Python (a count, a block row's bounds), never the data.
+        result.read_limit = HOST_READS + shape[0] + shape[1]
         if result.status == "gone":
             _stop(run, result.kind, result.message, spec.hidden)
         d = _draw(run.task, result, args, extras)
@@ -264,7 +267,7 @@ def _draw(task: str, result: CallResult, args: tuple, extras: dict) -> Draw:
     d = Draw(result.status, result.message, result.kind, stray_write=result.stray_write)
     outside = result.evidence.get("outside") or {}
     if outside.get("loads") or outside.get("stores"):
-        d.outside = outside
+        d.outside = {**outside, "tensor": argument_name(task, outside.get("tensor", ""))}
     if result.status != "ok":
         return d
     ref_slack = get(task).reference_and_slack(args)   # computed once: the check and the diagnosis share it
@@ -276,6 +279,19 @@ def _draw(task: str, result: CallResult, args: tuple, extras: dict) -> Draw:
         return d
     d.sanity = check_sanity(result.output, args[0], extras["weight"], task)
     return d
+
+
+def argument_name(task: str, key: str) -> str:
+    """The name of the argument a bounds-check key stands for ("0" -> "x", "1.values" ->
+    "weight_bsr.values()", "scratch" -> "a tensor the wrapper made"); "" when not known."""
+    if key == "scratch":
+        return "a tensor the wrapper made"
+    head, _, part = key.partition(".")
+    names = get(task).arg_names
+    if not head.isdigit() or int(head) >= len(names):
+        return ""
+    parts = {"crow": "crow_indices()", "col": "col_indices()", "values": "values()"}
+    return names[int(head)] + (f".{parts.get(part, part)}" if part else "")
 
 
 def _compile_check(run: TaskRun, session: Session, group: list, log, hidden: bool, gpu_specs: list,

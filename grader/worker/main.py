@@ -69,6 +69,7 @@ from .evidence import WRAPPER_OPS, LaunchRecorder, OpRecorder
 from .graphs import capture
 from .layout import build, view
 from .movement import Movement, tensor_range
+from .provenance import Provenance
 
 MAX_ERROR_CHARS = 12000  # the harness looks for the submission's frame in it
 
@@ -120,7 +121,9 @@ class Worker:
         args, out = self._call(self.arenas[msg["arena"]], msg)
         self.launches.reset()
         ops = OpRecorder()
+        prov = self._provenance(args, msg["args"])    # first: the bounds check reads its pointer tags
         counter = self._counter(args, msg["args"])
+        facts = None
         window = trace.Window() if self.device == "cuda" and "kernel trace" not in self.off else None
         # Deterministic mode fills fresh allocations (torch.empty) with NaN, so
         # output the kernel never stores shows up as NaN, not as stale memory.
@@ -131,11 +134,13 @@ class Worker:
         try:
             # The recorders stay on until the output is in the arena: code that runs late
             # (a __del__ the garbage collector calls) is still inside the call.
-            with window or contextlib.nullcontext():
+            with window or contextlib.nullcontext(), values_unprinted():
                 with ops:
                     y = self.fn(*args)
                     problem = _unusable(y, out)
                     if not problem:
+                        if prov is not None:   # who wrote y, before it leaves the call
+                            facts = prov.report(y)
                         out.copy_(y)
                 self.sync()
         except BaseException:  # sys.exit() in one case loses that case only
@@ -146,10 +151,27 @@ class Worker:
             torch.use_deterministic_algorithms(deterministic)
             if counter is not None:
                 counter.restore()
+            if prov is not None:
+                prov.restore()
         if problem:
             return {"ok": False, "returned": problem,
                     "evidence": self._evidence(ops, args, out, counter, window)}
-        return {"ok": True, "evidence": self._evidence(ops, args, out, counter, window)}
+        return {"ok": True, "evidence": self._evidence(ops, args, out, counter, window, facts)}
+
+    def _provenance(self, args, specs):
+        """The interpreter's record of who wrote each value of one call (CPU), installed;
+        None on a GPU or where it is off."""
+        if self.device != "cpu" or "output provenance" in self.off:
+            return None
+        prov = Provenance(_named(args, specs), own_prefix=self.own_prefix)
+        try:
+            prov.install()
+        except Exception as e:  # noqa: BLE001 - said so in the evidence, never silently off
+            prov.restore()
+            self.failed["output provenance"] = f"the interpreter could not be instrumented: " \
+                                               f"{type(e).__name__}: {e}"[:300]
+            return None
+        return prov
 
     def _counter(self, args, specs):
         """The interpreter's bounds check and arithmetic count for one call (CPU),
@@ -170,12 +192,15 @@ class Worker:
             return None
         return counter
 
-    def _evidence(self, ops: OpRecorder, args, out, counter=None, window=None) -> dict:
+    def _evidence(self, ops: OpRecorder, args, out, counter=None, window=None, provenance=None) -> dict:
         sizes = [a.numel() for a in args if isinstance(a, torch.Tensor) and a.layout == torch.strided]
         limit = 2 * max(sizes + [out.numel()])
         evidence = {"own_launches": self.launches.own(), "foreign_launches": self.launches.foreign()[:10],
                     "library_matmuls": ops.library_matmuls()[:10], "oversized_ops": ops.oversized(limit)[:10],
-                    "torch_elements": ops.computed, "torch_sites": ops.top_sites()}
+                    "torch_elements": ops.computed, "torch_sites": ops.top_sites(),
+                    "host_reads": ops.host_reads()}
+        if provenance is not None:
+            evidence["provenance"] = provenance
         if counter is not None:
             if counter.confine:
                 evidence["outside"] = counter.outside()
@@ -312,6 +337,31 @@ class Worker:
             batch()
         self.sync()
         return {"ok": True}
+
+
+@contextlib.contextmanager
+def values_unprinted():
+    """During a checked call a tensor prints as its shape and dtype, not its values.
+
+    Printing is the one way from a tensor's values to Python that runs no PyTorch op
+    the op record sees (repr and format run with the dispatch modes off): a wrapper
+    could read x and the weight as text, compute the product in Python and pass
+    the numbers to its kernels, past the count of values read into Python
+    (``.item()``, judge.py). A print in a wrapper still shows what it is."""
+    saved = torch.Tensor.__repr__, torch.Tensor.__format__
+
+    def described(t, *_):
+        return f"tensor(shape={list(t.shape)}, dtype={t.dtype}, device={t.device.type}: values are not printed " \
+               "during a graded call)"
+
+    def formatted(t, spec):   # a 0-d tensor formats through .item(), which the op record counts
+        return saved[1](t, spec) if t.dim() == 0 and spec else described(t)
+
+    torch.Tensor.__repr__, torch.Tensor.__format__ = described, formatted
+    try:
+        yield
+    finally:
+        torch.Tensor.__repr__, torch.Tensor.__format__ = saved
 
 
 def _named(args, specs) -> list[tuple[str, int, int]]:
