@@ -25,15 +25,18 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /grader
-COPY requirements.txt .
-# PyTorch and Triton come with the base image; pip keeps them (requirements are ranges).
-RUN pip install --no-cache-dir -r requirements.txt
+COPY requirements.txt toolchain.txt ./
+# The grading toolchain (toolchain.txt: torch, triton, numpy pinned as constraints): pip keeps
+# the base image's PyTorch and Triton when they are the pinned ones and replaces them otherwise;
+# the image is not built when its versions still differ.
+RUN pip install --no-cache-dir -r requirements.txt -c toolchain.txt
 
 COPY assignment/ assignment/
 COPY grader/ grader/
 COPY classroom/ classroom/
 COPY tools/ tools/
 COPY Makefile handout.md ./
+RUN python -m grader.toolchain --check
 # grader: owns the grader's files, read-only even to itself, and nobody else may read them
 # (rubric, references); it is in the student group to clean the worker's scratch folders.
 # student: runs submissions; owns nothing here.

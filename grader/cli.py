@@ -60,14 +60,22 @@ def main(argv=None) -> int:
     if not os.path.exists(args.submission):
         print(f"no such submission: {escape_name(args.submission)}", file=sys.stderr)
         return 2
+    # Before anything imports triton: a CPU run gets the grading Triton (grader/toolchain.py).
+    import torch
+
+    from . import toolchain
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    toolchain.activate(device)
     try:
         rubric = load_rubric(args.rubric or DEFAULT_RUBRIC)
     except RubricError as e:
         print(f"rubric error: {e}", file=sys.stderr)
         return 2
 
-    from .grade import grade
-    from .report import DIR_MODE, remove_reports, terminal_table, write_reports
+    from .grade import grade, toolchain_warnings
+    from .report import DIR_MODE, one_line, remove_reports, terminal_table, write_reports
+    for line in toolchain_warnings(device, rubric):   # the first lines a student reads, as in every report
+        print(f"toolchain: {one_line(line, 1000)}", flush=True)
     tasks = args.tasks.split(",") if args.tasks else None
     unknown = set(tasks or []) - set(rubric.tasks)
     if unknown:
@@ -84,12 +92,12 @@ def main(argv=None) -> int:
               "needs write access to it", file=sys.stderr)
         return 2
     try:
-        result = grade(args.submission, rubric, seed=args.seed, device=args.device, tasks=tasks,
+        result = grade(args.submission, rubric, seed=args.seed, device=device, tasks=tasks,
                        sanitize=args.sanitize, budget_s=args.budget_s, runs_out=args.runs_out)
     except Exception as e:  # the grader's own failure: still a report, with the reason
         import traceback
 
-        from .report import error_result, one_line
+        from .report import error_result
         traceback.print_exc()
         reason = one_line(f"{type(e).__name__}: {e}", 500)
         write_reports(error_result(rubric, args.submission, reason, tasks), args.report_dir, error=reason)

@@ -15,9 +15,11 @@ import secrets
 import time
 from pathlib import Path
 
+import numpy
 import torch
 import triton
 
+from . import toolchain
 from .harness import sandbox
 from .harness.run import run_tasks
 from .judge import judge
@@ -125,10 +127,22 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
     if runs_out is not None:
         save_runs(runs, runs_out)
     judgment = judge(runs, rubric)
-    return score(judgment, runs, rubric, submission=str(submission),
-                 started=dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds"),
-                 seconds=round(time.time() - started, 1), device=device,
-                 gpu=gpu,
-                 versions={"sandbox": _sandbox_summary(device), "python": platform.python_version(),
-                           "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda},
-                 notes=notes + runs.notes)
+    result = score(judgment, runs, rubric, submission=str(submission),
+                   started=dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds"),
+                   seconds=round(time.time() - started, 1), device=device,
+                   gpu=gpu,
+                   versions={"sandbox": _sandbox_summary(device), "python": platform.python_version(),
+                             "torch": torch.__version__, "triton": triton.__version__,
+                             "numpy": numpy.__version__, "cuda": torch.version.cuda,
+                             "toolchain": toolchain.summary()},
+                   notes=notes + runs.notes)
+    result.toolchain_warnings = toolchain_warnings(device, rubric)
+    return result
+
+
+def toolchain_warnings(device: str, rubric: Rubric) -> list[str]:
+    """The reports' first lines: how this run's torch, Triton and numpy differ from the grading
+    toolchain (toolchain.txt; on a GPU also from the rubric's calibration), or []."""
+    return toolchain.report_lines(
+        device, {"torch": torch.__version__, "triton": triton.__version__, "numpy": numpy.__version__},
+        rubric.settings.toolchain)

@@ -140,11 +140,12 @@ def merge(reports: list[dict], lost: list[tuple[TaskResult, list[TestResult]]], 
     """One GradeResult of the tasks' reports and the lost tasks: tests and tasks
     side by side, the total scored as one grade's (bonus capped at the maximum
     of the tests that ran when the rubric says so)."""
-    tasks, tests, notes = [], [], []
+    tasks, tests, notes, toolchain = [], [], [], []
     for r in reports:
         tasks += [TaskResult(**t) for t in r["tasks"]]
         tests += [TestResult(**t) for t in r["tests"]]
         notes += [n for n in r.get("notes", []) if n not in notes]
+        toolchain += [n for n in r.get("toolchain_warnings", []) if isinstance(n, str) and n not in toolchain]
     for task, results in lost:
         tasks.append(task)
         tests += results
@@ -164,7 +165,7 @@ def merge(reports: list[dict], lost: list[tuple[TaskResult, list[TestResult]]], 
         notes=notes, tasks=tasks, tests=tests, hidden_points=sum(r.get("hidden_points", 0) for r in reports),
         rubric_hash=first.get("rubric_hash", ""),
         gradescope_performance=first.get("gradescope_performance", "omit"),
-        calibrated_on=first.get("calibrated_on", []))
+        calibrated_on=first.get("calibrated_on", []), toolchain_warnings=toolchain)
 
 
 def grade_command(root: Path, report_dir: Path, rubric: Path, seed: int, share: float,

@@ -116,11 +116,18 @@ def _first_line(msg: str, width: int = 90) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
+def toolchain_lines(result: GradeResult) -> list[str]:
+    """The toolchain warnings as the terminal's first lines (grader/toolchain.py), or none."""
+    return [f"toolchain: {one_line(w, 1000)}" for w in result.toolchain_warnings[:5]] + \
+        ([""] if result.toolchain_warnings else [])
+
+
 def terminal_table(result: GradeResult) -> str:
+    """The terminal's summary, the toolchain warnings first (toolchain_lines)."""
     rows = [(one_line(t.name, 60), t.kind, f"{_fmt(t.score)}/{_fmt(t.max_score)}" + (" (bonus)" if t.bonus else ""),
              t.status, _first_line(t.message)) for t in result.tests]
     table = tabulate(rows, headers=["test", "kind", "points", "status", "detail"], tablefmt="simple")
-    lines = [table, ""]
+    lines = [*toolchain_lines(result), table, ""]
     causes = [(t.name, line) for t in result.tests if t.status in ("failed", "partial")
               for line in clean_text(t.message).splitlines() if line.startswith("likely cause:")]
     for name, line in causes:   # the line that names the bug, whole (the table cuts the detail)
@@ -144,6 +151,8 @@ def markdown(result: GradeResult, error: str | None = None, plots: dict | None =
     """The human report. ``error``: the grader itself failed on this submission;
     ``plots``: each task's roofline plot file beside the report, or why there is none."""
     md = [f"# Grade report: {_fmt(result.score)} / {_fmt(result.max_score)}", ""]
+    md += [f"> **Toolchain.** {md_inline(w, 1000)}" for w in result.toolchain_warnings[:5]]
+    md += [""] if result.toolchain_warnings else []
     if error:
         md += [f"> **Grader error.** This submission could not be graded: {md_inline(error, 1000)}. "
                "The score is 0 until a TA regrades it.", ""]
@@ -386,7 +395,7 @@ def gradescope(result: GradeResult, error: str | None = None, report_dir: Path |
             del entry["status"]
         tests.append(entry)
     reproduce = f"make grade SUBMISSION=<your folder> SEED={result.seed}"
-    lines = []
+    lines = [f"Toolchain: {one_line(w, 1000)}" for w in result.toolchain_warnings[:5]]
     if error:
         lines.append(f"Grader error: {one_line(error, 1000)}. The score is 0 until a TA regrades this "
                      "submission.")
@@ -437,6 +446,8 @@ def write_reports(result: GradeResult, report_dir: str | Path, error: str | None
         report_dir.mkdir(parents=True, mode=DIR_MODE)
         os.chmod(report_dir, DIR_MODE)   # grades are personal: the owner's group (course staff) only
     data = dataclasses.asdict(result)
+    # The toolchain warnings lead the file as they lead the other reports.
+    data = {"toolchain_warnings": data.pop("toolchain_warnings"), **data}
     if error:
         data["grader_error"] = one_line(error, 1000)
     for old in report_dir.glob(REPORT_PLOTS):   # plots of an earlier grade

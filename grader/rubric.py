@@ -113,6 +113,7 @@ class Settings:
     borderline_margin: float
     borderline_rounds: int
     calibrated_on: tuple
+    toolchain: dict   # {"torch", "triton"[, "numpy"]: version} the thresholds were calibrated with
 
 
 @dataclass(frozen=True)
@@ -149,8 +150,11 @@ SETTINGS_SCHEMA = {  # [settings] key -> (kind, lowest, lowest excluded) | ("cho
     "borderline_margin": ("number", 0, False),
     "borderline_rounds": ("int", 0, False),
     "calibrated_on": ("calibration", None, False),
+    "toolchain": ("toolchain", None, False),
 }
 CALIBRATION = re.compile(r"(?P<gpu>\S.*?), (?P<date>\d{4}-\d{2}-\d{2})")  # one calibrated_on entry
+TOOLCHAIN_KEYS = ("torch", "triton", "numpy")   # [settings] toolchain: torch and triton required
+VERSION = re.compile(r"\d+(\.\d+)*[0-9A-Za-z.+!-]*")   # a package version as pip reports it
 # [tasks.<name>] keys. ``file`` and ``entry`` belong to the registry; a rubric
 # may repeat them (older rubrics did) but not change them.
 TASK_KEYS = ("title", "movement_shape", "hidden_points", "file", "entry")
@@ -203,6 +207,10 @@ def _problem(value, kind: str, low=None, low_open=False, high=None) -> str | Non
     elif kind == "calibration":
         ok = isinstance(value, list) and all(isinstance(v, str) and CALIBRATION.fullmatch(v) for v in value)
         want = 'a list of "GPU name, YYYY-MM-DD" texts'
+    elif kind == "toolchain":
+        ok = (isinstance(value, dict) and {"torch", "triton"} <= set(value) <= set(TOOLCHAIN_KEYS)
+              and all(isinstance(v, str) and VERSION.fullmatch(v) for v in value.values()))
+        want = 'a table { torch = "X", triton = "Y" } with numpy = "Z" optional (versions as pip reports them)'
     else:  # pragma: no cover
         raise AssertionError(kind)
     if ok:
@@ -321,6 +329,7 @@ def _settings(c: _Checker, raw: dict) -> Settings:
     merged = {**default_settings_raw(), **raw}
     for key in ("extra_allowed_imports", "calibrated_on"):
         merged[key] = tuple(merged[key])
+    merged["toolchain"] = dict(merged["toolchain"])
     return Settings(**merged)
 
 
@@ -458,6 +467,8 @@ def _toml_value(value) -> str:
         return json.dumps(value)   # ASCII with \uXXXX escapes: a TOML basic string too
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):   # an inline table; its keys are bare words
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
     raise TypeError(f"no TOML form for {type(value).__name__}")
 
 

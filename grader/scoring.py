@@ -86,6 +86,8 @@ class GradeResult:
     rubric_hash: str = ""        # sha256 of the rubric file, first 12 hex digits: reports of another rubric stand out
     gradescope_performance: str = "omit"   # results.json: "omit" or "informational" performance tests not run
     calibrated_on: list = field(default_factory=list)   # the rubric's: GPUs its thresholds were placed on
+    # How this run's toolchain differs from the grading one (grader/toolchain.py): every report's first lines.
+    toolchain_warnings: list = field(default_factory=list)
 
 
 def points_lines(result: GradeResult) -> list[str]:

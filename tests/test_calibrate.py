@@ -1,5 +1,6 @@
 """make calibrate: the placement rule on synthetic ratios, the rubric it writes
-(only thresholds and calibrated_on change; it loads strictly), the GPU path with
+(only thresholds, calibrated_on and toolchain change; it loads strictly), the
+toolchain it records (one per calibration), the GPU path with
 a fake grader (partial results, resume, budget), --from on the recorded runs,
 one-line errors, the results entry the docs render, and the report's warning
 on a GPU the rubric was not calibrated on."""
@@ -120,8 +121,9 @@ PLACED = {"w8a8/perf_m1": [0.9, 0.1], "w8a8/perf_m16": [0.95, 0.1], "w8a8/perf_m
 
 
 def test_the_recorded_runs_give_the_placed_thresholds():
-    reference, naive, places = calibrate.from_files([str(p) for p in RECORDED])
+    reference, naive, places, toolchain = calibrate.from_files([str(p) for p in RECORDED])
     assert places == ["NVIDIA H100 80GB HBM3, 2026-11-22", "NVIDIA H200, 2026-11-22"]
+    assert toolchain == {"torch": "2.11.0+cu130", "triton": "3.6.0"}   # numpy: not recorded then
     rubric = load_rubric()
     records = calibrate.rows(rubric, reference, naive)
     assert len(records) == sum(t.kind == "performance" for t in rubric.tests)
@@ -143,19 +145,22 @@ def _changed(old: str, new: str) -> list[tuple[str, str]]:
     return out
 
 
-def test_the_calibrated_rubric_changes_only_thresholds_and_calibrated_on(tmp_path):
+def test_the_calibrated_rubric_changes_only_thresholds_calibrated_on_and_toolchain(tmp_path):
     text = DEFAULT_RUBRIC.read_text()
     rubric = load_rubric()
     records = calibrate.rows(rubric, {t.name: [t.full_ratio] for t in rubric.tests if t.kind == "performance"},
                              {t.name: [0.5 * t.full_ratio] for t in rubric.tests if t.kind == "performance"})
-    new = calibrate.calibrated_rubric(text, rubric, records, ["NVIDIA A100-SXM4-80GB, 2026-12-01"])
+    toolchain = {"torch": "2.12.0+cu130", "triton": "3.7.0", "numpy": "2.3.5"}
+    new = calibrate.calibrated_rubric(text, rubric, records, ["NVIDIA A100-SXM4-80GB, 2026-12-01"], toolchain)
     changes = _changed(text, new)
     assert changes and all(a.split("=")[0] == b.split("=")[0] for a, b in changes)
-    assert {a.split("=")[0].strip() for a, _ in changes} <= {"full_ratio", "zero_ratio", "calibrated_on"}
+    assert {a.split("=")[0].strip() for a, _ in changes} <= {"full_ratio", "zero_ratio", "calibrated_on",
+                                                             "toolchain"}
     path = tmp_path / "rubric.toml"
     path.write_text(new)
     loaded = load_rubric(path)
     assert loaded.settings.calibrated_on == ("NVIDIA A100-SXM4-80GB, 2026-12-01",)
+    assert loaded.settings.toolchain == toolchain
     got = {t.name: [t.full_ratio, t.zero_ratio] for t in loaded.tests if t.kind == "performance"}
     assert got == {r["test"]: r["new"] for r in records}
     assert [t.name for t in loaded.tests] == [t.name for t in rubric.tests]
@@ -235,7 +240,8 @@ class FakeGPU:
         self.done, self.now = done, 0.0   # grades already on disk; a clock that grades advance
         monkeypatch.setattr("torch.cuda.is_available", lambda: True)
         monkeypatch.setattr(gpu_session, "session_record", lambda: {
-            "date": "2026-12-01", "gpu": "NVIDIA FakeGPU 9000", "versions": {}, "sandbox": "fake"})
+            "date": "2026-12-01", "gpu": "NVIDIA FakeGPU 9000", "sandbox": "fake",
+            "versions": {"torch": "2.11.0+cu130", "triton": "3.6.0", "numpy": "2.3.5", "cuda": "13.0"}})
         monkeypatch.setattr(gpu_session, "grade_submission", self.grade)
 
     def grade(self, name, path, out, env=None, args=()):
@@ -275,6 +281,9 @@ def test_calibrating_on_a_gpu_records_each_grade_and_the_thresholds(tmp_path, mo
     assert len(row["reference"]) == 2 and row["new"][0] == place(row["reference"], row["naive"], OLD).full_ratio
     loaded = load_rubric(out)
     assert loaded.settings.calibrated_on == ("NVIDIA FakeGPU 9000, 2026-12-01",)
+    # The toolchain the grades ran with, in the rubric and in the results file's calibration entry.
+    assert loaded.settings.toolchain == cal["toolchain"] == {"torch": "2.11.0+cu130", "triton": "3.6.0",
+                                                             "numpy": "2.3.5"}
     printed = capsys.readouterr().out
     assert "graded on NVIDIA FakeGPU 9000: 2 reference and 2 tutorial-style runs of 2 asked" in printed
     assert "old full / zero" in printed and f"recorded in {results}" in printed
@@ -434,3 +443,33 @@ def test_grade_submission_records_the_report_or_the_error(tmp_path):
     assert gpu_session.recorded_ratios({"grades": {"reference": g}}, "reference") == {"dds/perf": [None]}
     bad = gpu_session.grade_submission("naive-0", str(tmp_path / "nowhere"), tmp_path)
     assert bad["tests"] == {} and bad["error"].startswith("grader exited 2: no such submission")
+
+
+def test_runs_of_two_toolchains_are_not_calibrated_together(tmp_path, capsys):
+    """Thresholds placed from the runs of two compilers fit neither: --from refuses them, and a
+    results file of another toolchain is not continued on this machine."""
+    other = json.loads(RECORDED[1].read_text())
+    other["versions"]["triton"] = "3.9.0"
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(other))
+    assert calibrate.main(["--from", str(RECORDED[0]), str(path), "--out", str(tmp_path / "r.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "ran triton 3.9.0" in err and "calibrate from the runs of one toolchain" in err
+    assert not (tmp_path / "r.toml").exists()
+    del other["versions"]
+    path.write_text(json.dumps(other))
+    assert calibrate.main(["--from", str(path), "--out", str(tmp_path / "r.toml")]) == 2
+    assert "records no torch and triton versions" in capsys.readouterr().err
+
+
+def test_a_results_file_of_another_toolchain_is_not_continued(tmp_path, monkeypatch, capsys):
+    results = tmp_path / "res.json"
+    FakeGPU(monkeypatch, results, fail_at=1)
+    with pytest.raises(KeyboardInterrupt):
+        calibrate.main(["--results", str(results), "--out", str(tmp_path / "r.toml")])
+    record = json.loads(results.read_text())
+    record["versions"]["triton"] = "3.9.0"
+    results.write_text(json.dumps(record))
+    again = FakeGPU(monkeypatch, results)
+    assert calibrate.main(["--results", str(results), "--out", str(tmp_path / "r.toml")]) == 2
+    assert again.calls == [] and "this machine runs torch 2.11.0+cu130, triton 3.6.0" in capsys.readouterr().err

@@ -32,7 +32,7 @@ def _snapshot() -> dict:
 
 
 def _listed() -> set[str]:
-    return {path for _, _, _, path, _ in fence.PRIVATE} | {path for _, path, _ in fence.OPTIONAL}
+    return {path for _, _, _, path, _ in fence.PRIVATE} | {path for _, _, path, _ in fence.OPTIONAL}
 
 
 def test_this_triton_has_every_hook_the_worker_uses():

@@ -858,3 +858,49 @@ def test_the_settings_a_kernel_file_reads_are_the_ones_the_handout_names(tmp_pat
     assert correctness(result) == 4 and not task.flags, (task.flags, [t.message for t in result.tests])
     expected = "SETTINGS None None" if HAS_CUDA else "SETTINGS None 1"
     assert expected in task.log_tail, task.log_tail
+
+
+def _with_fp16_scales():
+    """The small W8A8 rubric, with a test whose scales are fp16 (as the rubric's w8a8/fp16_scales)."""
+    from tests.fakes import rubric_dict
+    data = rubric_dict(tasks=("w8a8",))
+    data["tests"].insert(2, dict(name="w8a8/fp16_scales", task="w8a8", kind="correctness", points=1,
+                                 shape=[5, 2048, 1024], cpu_shape=[5, 64, 96], scale_dtype="float16"))
+    return parse_rubric(data)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the compile check of a CPU run")
+def test_a_specialization_that_does_not_compile_fails_only_the_tests_that_launch_it(tmp_path):
+    """A W8A8 file whose fp16-scales specialization alone does not compile for sm_90: on the GPU
+    only the fp16-scales test fails, so on the CPU only that test fails (the compile table knows
+    which tests each variant serves), not every correctness test of the task."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "w8a8.py").write_text(submission("w8a8_fp16_scales_do_not_compile"))
+    result = grade(sub, _with_fp16_scales(), seed=5, tasks=["w8a8"], log=lambda *_: None)
+    tests = by_name(result)
+    assert tests["w8a8/fp16_scales"].score == 0
+    assert "compile error for the GPU" in tests["w8a8/fp16_scales"].message
+    assert "Cannot access global variable _HALF_TO_FLOAT" in tests["w8a8/fp16_scales"].message
+    assert tests["w8a8/c0"].score == tests["w8a8/c0"].max_score > 0
+    assert tests["w8a8/c1"].score == tests["w8a8/c1"].max_score > 0
+    rows = _task(result).kernels
+    failing = [k for k in rows if k.get("status") == "error"]
+    assert failing and all(k["tests"] == ["w8a8/fp16_scales"] for k in failing)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the compile check of a CPU run")
+def test_a_wrapper_that_sabotages_the_gpu_shape_capture_still_has_its_cpu_launches_compiled(tmp_path):
+    """8x8 tl.dot tiles (no sm_90 compile) and a wrapper that launches on the grid (-1, 1) when
+    called at a GPU shape inside the interpreter, which only the launch capture does: the
+    capture's reply is malformed and its worker ends, but what the CPU shapes launched was
+    compiled first, and every correctness test fails as on the GPU."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "w8a8.py").write_text(submission("w8a8_dot8_sabotages_capture"))
+    result = grade(sub, _with_fp16_scales(), seed=5, tasks=["w8a8"], log=lambda *_: None)
+    assert correctness(result) == 0
+    for test in result.tests:
+        if test.kind == "correctness":
+            assert "compile error for the GPU" in test.message and "tl.dot" in test.message, test.message
+    assert any(k.get("status") == "error" and "BLOCK_M=8" in k.get("variant", "") for k in _task(result).kernels)

@@ -74,6 +74,12 @@ MISTAKES = [  # (old, new, words the error must hold, text on the line it must n
     ("schema_version = 1", 'schema_version = "1"', 'schema_version must be 1, got "1"', "schema_version"),
     ("[settings]", '[settings]\ncalibrated_on = ["NVIDIA H200"]',
      'calibrated_on must be a list of "GPU name, YYYY-MM-DD" texts, got ["NVIDIA H200"]', "calibrated_on"),
+    ("[settings]", '[settings]\ntoolchain = { triton = "3.6.0" }',
+     'toolchain must be a table { torch = "X", triton = "Y" } with numpy = "Z" optional', "toolchain"),
+    ("[settings]", '[settings]\ntoolchain = { torch = "2.11.0", triton = 3.6 }', "toolchain must be a table",
+     "toolchain"),
+    ("[settings]", '[settings]\ntoolchain = { torch = "2.11.0", triton = "3.6.0", cuda = "13.0" }',
+     "toolchain must be a table", "toolchain"),
 ]
 
 

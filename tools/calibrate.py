@@ -14,8 +14,10 @@ instead and needs no GPU.
 
 Then ``place`` sets each performance test's full_ratio and zero_ratio from the
 lowest ratios of those runs (docs/grading.md states the rule), a copy of the
-rubric is written with only those two keys and ``calibrated_on`` changed
-(comments and layout kept; it must load under the strict rubric checks), and
+rubric is written with only those two keys, ``calibrated_on`` and ``toolchain``
+(the torch, Triton and numpy versions the grades ran with, from the results
+files: they must agree) changed (comments and layout kept; it must load under
+the strict rubric checks), and
 a table shows the old and the new thresholds next to what the reference and
 the tutorial-style kernels score under each. The same table, rendered from
 the results file, goes into docs/grading.md (tools/render_results.py).
@@ -41,8 +43,8 @@ from pathlib import Path
 from tabulate import tabulate
 
 from grader.judge import ratio_fraction
-from grader.rubric import (CALIBRATION, DEFAULT_RUBRIC, Rubric, RubricError, load_rubric, parse_rubric,
-                           rubric_hash, set_values, tomllib)
+from grader.rubric import (CALIBRATION, DEFAULT_RUBRIC, TOOLCHAIN_KEYS, Rubric, RubricError, load_rubric,
+                           parse_rubric, rubric_hash, set_values, tomllib)
 from grader.scoring import round_to_step
 from tools import gpu_session
 
@@ -206,12 +208,13 @@ def table(records: list[dict], fmt: str = "simple") -> str:
 
 # ----------------------------------------------------------------------------- the rubric
 
-def calibrated_rubric(text: str, rubric: Rubric, records: list[dict], calibrated_on: list[str]) -> str:
-    """``text`` (the rubric ``rubric`` was loaded from) with the new thresholds
-    and ``calibrated_on``; every other byte kept. Raises RubricError if the
+def calibrated_rubric(text: str, rubric: Rubric, records: list[dict], calibrated_on: list[str],
+                      toolchain: dict) -> str:
+    """``text`` (the rubric ``rubric`` was loaded from) with the new thresholds,
+    ``calibrated_on`` and ``toolchain``; every other byte kept. Raises RubricError if the
     result would not load."""
     index = {t.name: i for i, t in enumerate(rubric.tests)}
-    values = {(("settings",), "calibrated_on"): calibrated_on}
+    values = {(("settings",), "calibrated_on"): calibrated_on, (("settings",), "toolchain"): toolchain}
     for r in records:
         for key, old, new in zip(("full_ratio", "zero_ratio"), r["old"], r["new"]):
             if not math.isclose(old, new):
@@ -274,11 +277,38 @@ def _sources(folder: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def from_files(paths: list[str]) -> tuple[dict, dict, list[str]]:
+def toolchain_of(record: dict, path) -> dict:
+    """The torch, Triton (and numpy, where recorded) versions a results file's grades ran with."""
+    versions = record.get("versions")
+    versions = versions if isinstance(versions, dict) else {}
+    out = {k: versions[k] for k in TOOLCHAIN_KEYS if isinstance(versions.get(k), str)}
+    if not {"torch", "triton"} <= set(out):
+        raise InputError(f"{path}: records no torch and triton versions (\"versions\"): the rubric must say "
+                         "which toolchain its thresholds were placed with")
+    return out
+
+
+def one_toolchain(toolchains: list[tuple[str, dict]]) -> dict:
+    """The one toolchain of several results files (numpy only where every file records it);
+    InputError when they ran different ones: thresholds placed from both would fit neither."""
+    first_path, first = toolchains[0]
+    for path, other in toolchains[1:]:
+        for k in ("torch", "triton"):
+            if other[k] != first[k]:
+                raise InputError(f"{path} ran {k} {other[k]}, {first_path} ran {first[k]}: calibrate from the "
+                                 "runs of one toolchain")
+    out = dict(first)
+    if not all("numpy" in t for _, t in toolchains) or len({t.get("numpy") for _, t in toolchains}) > 1:
+        out.pop("numpy", None)
+    return out
+
+
+def from_files(paths: list[str]) -> tuple[dict, dict, list[str], dict]:
     """Ratios ({test: [ratio per run]}) of the reference and the tutorial-style
-    kernels over every grade the files hold, and a calibrated_on entry per file."""
+    kernels over every grade the files hold, a calibrated_on entry per file, and
+    the toolchain they ran with."""
     ratios = {who: {} for who in WHO}
-    places = []
+    places, toolchains = [], []
     for path in paths:
         record = read_results(path)
         found = {who: gpu_session.recorded_ratios(record, who) for who in WHO}
@@ -289,7 +319,8 @@ def from_files(paths: list[str]) -> tuple[dict, dict, list[str]]:
             for test, rs in found[who].items():
                 ratios[who].setdefault(test, []).extend(rs)
         places.append(f"{record['gpu']}, {record['date']}")
-    return ratios["reference"], ratios["naive"], list(dict.fromkeys(places))
+        toolchains.append((path, toolchain_of(record, path)))
+    return ratios["reference"], ratios["naive"], list(dict.fromkeys(places)), one_toolchain(toolchains)
 
 
 def grade_here(args, rubric: Rubric, rubric_path: Path, log=print) -> tuple[dict, Path]:
@@ -303,6 +334,10 @@ def grade_here(args, rubric: Rubric, rubric_path: Path, log=print) -> tuple[dict
     if record["gpu"] != head["gpu"]:
         raise InputError(f"{path}: holds runs of {record['gpu']}, not of this GPU ({head['gpu']}); "
                          "pass --results FILE")
+    if toolchain_of(record, path) != toolchain_of(head, "this machine"):
+        raise InputError(f"{path}: holds runs of torch {record['versions'].get('torch')}, triton "
+                         f"{record['versions'].get('triton')}; this machine runs torch {head['versions']['torch']}, "
+                         f"triton {head['versions']['triton']}: pass --results FILE")
     fingerprint = {"timing_key": _timing_key(rubric),
                    "sources": {who: _sources(ROOT / gpu_session.SUBMISSIONS[who]) for who in WHO}}
     old = record.get("calibration", {})
@@ -378,7 +413,7 @@ def main(argv=None, log=print) -> int:
         rubric_path = Path(args.rubric)
         rubric = load_rubric(rubric_path)
         if args.from_files:
-            reference, naive, places = from_files(args.from_files)
+            reference, naive, places, toolchain = from_files(args.from_files)
             record = path = None
             heading = f"placed from {', '.join(args.from_files)}"
         else:
@@ -391,6 +426,7 @@ def main(argv=None, log=print) -> int:
             runs = {who: gpu_session.recorded_ratios({"calibration": record["calibration"]}, who) for who in WHO}
             reference, naive = runs["reference"], runs["naive"]
             places = [f"{record['gpu']}, {record['date']}"]
+            toolchain = toolchain_of(record, path)
             n = {who: len(record["calibration"]["grades"][who]) for who in WHO}
             heading = (f"graded on {record['gpu']}: {n['reference']} reference and {n['naive']} tutorial-style "
                        f"runs of {args.runs} asked")
@@ -403,14 +439,16 @@ def main(argv=None, log=print) -> int:
         return 1
     records = rows(rubric, reference, naive)
     target = rubric_path if args.write else Path(args.out)
-    text = calibrated_rubric(rubric_path.read_text(), rubric, records, places)
+    text = calibrated_rubric(rubric_path.read_text(), rubric, records, places, toolchain)
     _write(target, text)
     changed = sum(not math.isclose(o, n) for r in records for o, n in zip(r["old"], r["new"]))
     log(heading)
     log(table(records))
-    log(f"wrote {target}: {changed} of {2 * len(records)} thresholds changed, calibrated_on = {places}")
+    log(f"wrote {target}: {changed} of {2 * len(records)} thresholds changed, calibrated_on = {places}, "
+        f"toolchain = {toolchain}")
     if record is not None:
-        record["calibration"] |= {"calibrated_on": places[0], "rule": RULE, "thresholds": records,
+        record["calibration"] |= {"calibrated_on": places[0], "toolchain": toolchain, "rule": RULE,
+                                  "thresholds": records,
                                   "rubric_written": {"path": _shown_path(target), "hash": rubric_hash(text)}}
         _write(path, json.dumps(record, indent=1) + "\n")
         log(f"recorded in {path} (its calibration entry); python -m tools.render_results shows it in "

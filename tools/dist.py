@@ -2,8 +2,8 @@
 
 OUT_DIR/student-bundle/ and OUT_DIR/student-bundle.zip hold the stubs, the
 grader with the public tests only (hidden rubric entries removed), the handout,
-Makefile, requirements, Dockerfile, a student README and its hints (one file
-each, printed by ``make hint``, never inline). Never solutions/, the project's
+Makefile, requirements, the grading toolchain's pins (toolchain.txt), Dockerfile,
+a student README and its hints (one file each, printed by ``make hint``, never inline). Never solutions/, the project's
 tests, the benchmark, TA docs or the TA's classroom/ (the bundle's Dockerfile
 builds an image of the engine alone).
 
@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-INCLUDE = ["assignment", "grader", "handout.md", "hints", "Makefile", "requirements.txt", "Dockerfile",
-           ".dockerignore", "tools/__init__.py", "tools/setup_env.sh"]
+INCLUDE = ["assignment", "grader", "handout.md", "hints", "Makefile", "requirements.txt", "toolchain.txt",
+           "Dockerfile", ".dockerignore", "tools/__init__.py", "tools/setup_env.sh"]
 RENAME = {"docs/README-student.md": "README.md"}
 SKIP_PARTS = {"__pycache__", ".pytest_cache"}
 

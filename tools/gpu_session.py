@@ -37,11 +37,12 @@ def short_gpu_name(gpu: str) -> str:
 
 def session_record() -> dict:
     """The head of a results file: date, GPU, versions and sandbox of this machine."""
+    import numpy
     import torch
     import triton
 
     return {"date": dt.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
-            "versions": {"torch": torch.__version__, "triton": triton.__version__,
+            "versions": {"torch": torch.__version__, "triton": triton.__version__, "numpy": numpy.__version__,
                          "cuda": torch.version.cuda, "python": sys.version.split()[0]},
             "sandbox": subprocess.run([sys.executable, "-c", "from grader.grade import _sandbox_summary;"
                                        "print(_sandbox_summary('cuda'))"], cwd=ROOT,

@@ -29,8 +29,10 @@ SETUP = """#!/usr/bin/env bash
 set -euo pipefail
 apt-get update && apt-get install -y python3 python3-pip python3-venv make util-linux
 cd /autograder/source
-python3 -m pip install --index-url https://download.pytorch.org/whl/cpu torch
-python3 -m pip install -r requirements.txt
+# The grading toolchain (toolchain.txt): the CPU build of the pinned PyTorch, then the rest.
+python3 -m pip install --index-url https://download.pytorch.org/whl/cpu -c toolchain.txt torch
+python3 -m pip install -r requirements.txt -c toolchain.txt
+python3 -m grader.toolchain --check
 id -u student >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin student
 chmod -R go= /autograder/source
 """
@@ -41,7 +43,8 @@ chmod -R go= "$ROOT/source" "$ROOT/results" 2>/dev/null
 cd "$ROOT/source" || exit 1
 exec python3 -m grader.gradescope --root "$ROOT"
 """
-FILES = ["assignment", "grader", "requirements.txt", "Makefile", "tools/__init__.py", "tools/setup_env.sh"]
+FILES = ["assignment", "grader", "requirements.txt", "toolchain.txt", "Makefile", "tools/__init__.py",
+         "tools/setup_env.sh"]
 
 
 def build(out: Path, rubric_path: Path | None = None) -> Path:

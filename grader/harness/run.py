@@ -296,67 +296,118 @@ def argument_name(task: str, key: str) -> str:
 
 def _compile_check(run: TaskRun, session: Session, group: list, log, hidden: bool, gpu_specs: list,
                    runs: Runs, compiled: dict) -> None:
-    """Compile for the target GPU what the worker launched: the CPU shapes' calls, and
-    what the wrapper launches at the GPU shapes of ``gpu_specs`` (captured first, on
-    a CPU run). A kernel that would not compile or launch there fails the tests that
-    launch it, as it would on the GPU: every case of the group when a CPU shape
-    launched it, the named tests when only their GPU shapes do. The report's table
-    shows the visible worker's kernels only. When every GPU shape was captured, only
-    what they launch is compiled. ``compiled``: results by variant key, filled by the
-    visible worker's check and reused by the hidden one's (never the other way)."""
+    """Compile for the target GPU what the worker launched, in two passes: first what the CPU
+    shapes' calls launched, so that a capture that fails, or ends the worker, leaves them
+    compiled; then (a CPU run) what the wrapper launches at the GPU shapes of ``gpu_specs``,
+    captured in between. A kernel that would not compile or launch there fails exactly the
+    tests whose launches it serves, as on the GPU (``_compile_verdicts``). The report's table
+    shows the visible worker's kernels only. ``compiled``: results by variant key, filled by
+    the visible worker's check and reused by the hidden one's (never the other way)."""
     if _stopped(run, hidden) or not any(r.status == "ok" for _, r in run.calls) \
             or "compile check" in run.checks_off:
         return
     left = session.deadline - time.monotonic()
     if left < 15:
         return
-    gpu_only = False
-    if runs.device == "cpu" and left > capture.MIN_LEFT_S and "launch capture" not in run.checks_off:
+    log(f"{run.task}: compiling the launched kernels for the GPU (sm_90) ...")
+    rows = _compile(run, session, hidden, compiled, left, gpu_only=False)
+    captured: set[str] = set()   # the tests whose GPU shape was captured whole
+    left = session.deadline - time.monotonic()
+    if rows is not None and runs.device == "cpu" and left > capture.MIN_LEFT_S \
+            and "launch capture" not in run.checks_off:
         log(f"{run.task}: calling the wrapper at the GPU shapes, launches intercepted ...")
         found = capture.capture(session, run.task, gpu_specs, lambda name: case_seed(runs.seed, name),
                                 min(capture.BUDGET_S, left / 3))
         _checks_off(run, found.pop("checks_off", None), hidden)
         if not hidden:
             run.capture = found
-        if "gone" in found:   # the worker ended while the wrapper ran on uninitialised inputs
-            return
-        cases = found.get("cases", {})
-        gpu_only = bool(cases) and len(cases) == len([s for s in gpu_specs if s.shape]) and \
-            not any(c.get("error") for c in cases.values())
-        left = session.deadline - time.monotonic()
-    log(f"{run.task}: compiling the launched kernels for the GPU (sm_90) ...")
-    try:
-        reply = session.request({"op": "compile", "budget_s": min(90.0, left - 10), "gpu_only": gpu_only,
-                                 "known": compiled if hidden else {}})
-    except WorkerGone as e:
-        _stop(run, e.kind, str(e), hidden)
+        cases = found.get("cases", {}) if "gone" not in found else {}
+        captured = {name for name, c in cases.items() if not c.get("error")}
+        if cases:
+            left = session.deadline - time.monotonic()
+            log(f"{run.task}: compiling what the GPU shapes launch ...")
+            more = _compile(run, session, hidden, compiled, left, gpu_only=True) if left >= 15 else None
+            if more is None:
+                captured = set()   # nothing of the GPU shapes compiled: the CPU shapes' launches decide
+            else:
+                rows = _merged(rows, more)
+    if rows is None:
         return
-    rows = reply.get("compile", [])
     if not hidden:
         run.kernels.extend(rows)
+    _compile_verdicts(run, rows, group, captured, hidden)
+
+
+def _compile(run: TaskRun, session: Session, hidden: bool, compiled: dict, left: float, gpu_only: bool):
+    """One compile request: the worker's rows, or None when the worker is gone. What the visible
+    worker compiled goes into ``compiled``, for the hidden one's next requests and its own."""
+    try:
+        reply = session.request({"op": "compile", "budget_s": min(90.0, left - 10), "gpu_only": gpu_only,
+                                 "known": dict(compiled)})
+    except WorkerGone as e:
+        _stop(run, e.kind, str(e), hidden)
+        return None
+    rows = reply.get("compile", [])
+    if not hidden:
         compiled.update({r["key"]: {k: r.get(k) for k in ("status", "registers", "spills", "shared_bytes", "error",
                                                           "loop", "num_warps")}
                          for r in rows if r.get("key") and r.get("checked") and r.get("status") in ("ok", "error")})
-    bad = [r for r in rows if r.get("status") == "error" or r.get("launchable") is False]
+    return rows
+
+
+def _merged(cpu_rows: list[dict], gpu_rows: list[dict]) -> list[dict]:
+    """The second pass's rows (what the GPU shapes launch, with the CPU shapes' launches of the
+    same kernel and arguments merged in), then the first pass's variants that only the CPU
+    shapes launched, then the notes of both."""
+    merged_ids = {i for r in gpu_rows for i in r.get("ids") or []}
+    variants = [r for r in gpu_rows if r.get("ids")]
+    for r in cpu_rows:
+        if r.get("ids") and not set(r["ids"]) & merged_ids:
+            r["note"] = "; ".join(n for n in ("launched at the CPU shapes only (the GPU shapes launch other "
+                                              "variants)", r.get("note")) if n)
+            variants.append(r)
+    notes, seen = [], set()
+    for r in cpu_rows + gpu_rows:
+        # the second pass counts the CPU shapes' variants as not compiled: the first pass compiled them
+        if not r.get("ids") and r.get("note") not in seen and "CPU shapes only" not in r.get("note", ""):
+            seen.add(r.get("note"))
+            notes.append(r)
+    return variants + notes
+
+
+def _compile_verdicts(run: TaskRun, rows: list[dict], group: list, captured: set[str], hidden: bool) -> None:
+    """A variant that would not compile or launch fails exactly the tests it serves, as on the GPU:
+    a test whose GPU shape was captured whole, by what that shape launches (its ``tests``); any
+    other test of the group, by what its CPU shape launched (``cpu_tests``) or what its GPU shape
+    launched before its capture stopped; a launch outside every test (at import) fails them all,
+    as an import that fails would on the GPU. A performance test that only a GPU shape launches
+    the variant for gets it in ``gpu_launch_errors``."""
+    bad = [r for r in rows if r.get("ids") and (r.get("status") == "error" or r.get("launchable") is False)]
     if not bad:
         return
-    names = {spec.name for spec in group}
 
     def why(r):
         return (f"compile error for the GPU: {r.get('error', '')}" if r.get("status") == "error" else
                 f"would not launch on the GPU: kernel {r.get('kernel')} {r.get('why_not', '')}")
 
-    everywhere = [r for r in bad if r.get("cpu_tests") or not r.get("tests")]
-    if everywhere:
+    unlabelled = [r for r in bad if not r.get("tests") and not r.get("cpu_tests")]
+    if unlabelled:
         for spec in group:
-            run.cases[spec.name].compile_error = why(everywhere[0])
-        _stop(run, "compile_error", why(everywhere[0]), hidden)
+            run.cases[spec.name].compile_error = why(unlabelled[0])
+        _stop(run, "compile_error", why(unlabelled[0]), hidden)
         return
-    for r in bad:   # only GPU shapes launch it: the tests of those shapes fail
-        for name in r.get("tests", []):
-            if name in names and not run.cases[name].compile_error:
-                run.cases[name].compile_error = why(r) + " (at this test's GPU shape)"
-            elif name not in names and not hidden:
+    names = {spec.name for spec in group}
+    for spec in group:
+        name = spec.name
+        at_gpu = [r for r in bad if name in (r.get("tests") or [])]
+        at_cpu = [] if name in captured else [r for r in bad if name in (r.get("cpu_tests") or [])]
+        if at_cpu:
+            run.cases[name].compile_error = why(at_cpu[0])
+        elif at_gpu:
+            run.cases[name].compile_error = why(at_gpu[0]) + " (at this test's GPU shape)"
+    for r in bad:   # tests this worker did not run: the performance tests, whose GPU shape launches it
+        for name in r.get("tests") or []:
+            if name not in names and not hidden:
                 run.gpu_launch_errors.setdefault(name, why(r))
 
 

@@ -21,6 +21,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from .. import toolchain
 from ..submission import Submission, stage
 from . import sandbox
 
@@ -401,7 +402,9 @@ class Session:
             argv = [sanitizer, "--tool", "memcheck", "--print-limit", "20", *argv]
             env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"   # every tensor its own allocation: overruns show
         gpu = device != "cpu"
-        jail = sandbox.Jail(scratch=self.scratch, readonly=[self.tmp / "stage"],
+        # The grading Triton, when this run put it before the environment's own (grader/toolchain.py).
+        side = toolchain.side_path()
+        jail = sandbox.Jail(scratch=self.scratch, readonly=[self.tmp / "stage", *([Path(side)] if side else [])],
                             writable=list(writable), env=env, gpu=gpu,
                             pass_fds=(cmd_r, reply_w, fds_child.fileno()))
         try:
@@ -430,7 +433,7 @@ class Session:
         env.update(HOME=str(self.scratch), TMPDIR=str(self.scratch), PYTHONNOUSERSITE="1",
                    PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1",
                    TRITON_CACHE_DIR=str(self.scratch / "triton-cache"),
-                   PYTHONPATH=str(self.tmp / "stage"))
+                   PYTHONPATH=os.pathsep.join([str(self.tmp / "stage"), *filter(None, [toolchain.side_path()])]))
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""

@@ -251,13 +251,20 @@ class _Counter:
         names = [n for n in dir(B) if n.startswith("create_")]
         originals = {n: getattr(B, n) for n in names}
 
-        def masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+        # The cache hints after the mask (cache_modifier, eviction_policy) pass through;
+        # the interpreter ignores them. A descriptor load passes them by keyword.
+        def masked_load(self, ptrs, mask, *rest, **kw):
             mask = me._load(ptrs, mask)
-            return originals["create_masked_load"](self, ptrs, mask, other, cache_policy, is_volatile)
+            return originals["create_masked_load"](self, ptrs, mask, *rest, **kw)
 
-        def masked_store(self, ptrs, value, mask, cache_policy):
+        def masked_store(self, ptrs, value, mask, *rest, **kw):
             mask = me._touch(ptrs, mask, True)
-            return originals["create_masked_store"](self, ptrs, value, mask, cache_policy)
+            return originals["create_masked_store"](self, ptrs, value, mask, *rest, **kw)
+
+        def read(self, ptr, mask):
+            # An atomic's read, through the interpreter's own load: no cache hints, volatile.
+            return originals["create_masked_load"](self, ptr, mask, other=None, cache_modifier=None,
+                                                   eviction_policy=None, is_volatile=True)
 
         # A counted program's atomics read and do not write: it runs alone, out of order,
         # and must not leave a counter or a lock that the module keeps between calls
@@ -266,7 +273,7 @@ class _Counter:
             me._touch(ptr, mask, False)
             mask = me._touch(ptr, mask, True)
             if me.prog is not None:
-                return originals["create_masked_load"](self, ptr, mask, None, None, True)
+                return read(self, ptr, mask)
             return originals["create_atomic_rmw"](self, rmwOp, ptr, val, mask, sem, scope)
 
         def atomic_cas(self, ptr, cmp, val, sem, scope):
@@ -278,7 +285,7 @@ class _Counter:
                 import triton.language as tl
                 import triton.runtime.interpreter as interp
                 everywhere = interp.TensorHandle(np.ones(np.shape(ptr.data), dtype=bool), tl.int1)
-                return originals["create_masked_load"](self, ptr, everywhere, None, None, True)
+                return read(self, ptr, everywhere)
             return originals["create_atomic_cas"](self, ptr, cmp, val, sem, scope)
 
         # A dot is counted, not computed: the inputs are uninitialised, so its values
@@ -304,8 +311,9 @@ class _Counter:
             return op
 
         patches = {"create_masked_load": masked_load, "create_masked_store": masked_store,
-                   "create_atomic_rmw": atomic_rmw, "create_atomic_cas": atomic_cas, "create_dot": dot,
-                   "create_dot_scaled": dot_scaled}
+                   "create_atomic_rmw": atomic_rmw, "create_atomic_cas": atomic_cas, "create_dot": dot}
+        if "create_dot_scaled" in originals:   # an interpreter without it (3.6) runs no tl.dot_scaled
+            patches["create_dot_scaled"] = dot_scaled
         for name in names:
             if name in patches or name in FREE_OPS or not callable(originals[name]):
                 continue

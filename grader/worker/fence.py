@@ -31,7 +31,7 @@ import subprocess
 import sys
 
 # The Triton versions each platform's checks were run on (GPU: results/*.json; CPU: the CI venv).
-TESTED_ON = {"cuda": ("3.6.0",), "cpu": ("3.9.0",)}
+TESTED_ON = {"cuda": ("3.6.0",), "cpu": ("3.6.0",)}
 
 # What each check does for the grade when it is off (the report's sentence after "off:").
 CHECKS = {
@@ -45,8 +45,7 @@ CHECKS = {
 }
 
 _RUN = ("grid", "warmup")                       # run(self, *args, grid, warmup, **kwargs)
-# The leading parameters the patches read; the rest (3.6: cache_modifier, eviction_policy;
-# 3.9: cache_policy) pass through.
+# The leading parameters the patches read; the rest (cache_modifier, eviction_policy) pass through.
 _LOAD = ("ptrs", "mask")
 _STORE = ("ptrs", "value", "mask")
 _RMW = ("rmwOp", "ptr", "val", "mask")
@@ -63,16 +62,16 @@ _MEMORY = (
     (_INTERP, "InterpreterBuilder.set_grid_dim", ("nx", "ny", "nz")),  # its .grid_dim: the launch's grid
     ("triton.runtime.autotuner", "Autotuner._bench", None),  # trial launches, not the call's
 )
-# The launch capture (capture.py): its own patches, with the parameters it passes on by
-# position (a counted program's atomics read through create_masked_load). Every other
+# The launch capture (capture.py): its own patches, with the parameters they read or pass
+# by name (a counted program's atomics read through create_masked_load). Every other
 # create_* of the builder is wrapped by name with its arguments passed through.
 _CAPTURE = (
-    (_INTERP, "InterpreterBuilder.create_masked_load", ("ptrs", "mask", "other", "cache_policy", "is_volatile")),
-    (_INTERP, "InterpreterBuilder.create_masked_store", ("ptrs", "value", "mask", "cache_policy")),
+    (_INTERP, "InterpreterBuilder.create_masked_load",
+     ("ptrs", "mask", "other", "cache_modifier", "eviction_policy", "is_volatile")),
+    (_INTERP, "InterpreterBuilder.create_masked_store", ("ptrs", "value", "mask")),
     (_INTERP, "InterpreterBuilder.create_atomic_rmw", ("rmwOp", "ptr", "val", "mask", "sem", "scope")),
     (_INTERP, "InterpreterBuilder.create_atomic_cas", ("ptr", "cmp", "val", "sem", "scope")),
     (_INTERP, "InterpreterBuilder.create_dot", ("a", "b", "d")),
-    (_INTERP, "InterpreterBuilder.create_dot_scaled", ("lhs", "lhs_scale_handle", "lhs_format_enum", "rhs")),
     (_INTERP, "InterpreterBuilder.set_grid_dim", ("nx", "ny", "nz")),
     (_INTERP, "InterpreterBuilder.set_grid_idx", ("x", "y", "z")),
     (_INTERP, "InterpreterBuilder", None),                  # its create_* element operations, counted
@@ -122,10 +121,12 @@ PRIVATE = (
 TRITON_OWN_COMPUTE = ("testing.py",)
 
 
-# Patched where this Triton has them, with the parameters the patch reads (an interpreter
-# without create_dot_scaled runs no tl.dot_scaled: there is nothing to count).
+# Patched where this Triton has them, with the checks that patch them and the parameters
+# the patches read (an interpreter without create_dot_scaled, 3.6's, runs no tl.dot_scaled:
+# there is nothing to count).
 OPTIONAL = (
-    (_INTERP, "InterpreterBuilder.create_dot_scaled", ("lhs", "lhs_scale_handle", "lhs_format_enum", "rhs")),
+    (("data movement", "arithmetic count", "launch capture"), _INTERP, "InterpreterBuilder.create_dot_scaled",
+     ("lhs", "lhs_scale_handle", "lhs_format_enum", "rhs")),
 )
 
 
@@ -171,11 +172,11 @@ def probe(device: str) -> dict[str, str]:
     on the installed Triton; {} when every one can. Never raises."""
     platform = "cpu" if device == "cpu" else "cuda"
     off: dict[str, str] = {}
-    for module, path, params in OPTIONAL if platform == "cpu" else ():
+    for checks, module, path, params in OPTIONAL if platform == "cpu" else ():
         why = problem(module, path, params)
-        if why and "has no" not in why:   # there, but not as the patch reads it: the counters are off
-            off["data movement"] = off["arithmetic count"] = f"{why}; the grader's hook was tested on " \
-                                                            f"Triton {tested_on(device)}"
+        if why and "has no" not in why:   # there, but not as the patches read it: their checks are off
+            for check in checks:
+                off[check] = f"{why}; the grader's hook was tested on Triton {tested_on(device)}"
     for check, where, module, path, params in PRIVATE:
         if where not in (platform, "both") or check in off:
             continue

@@ -248,8 +248,7 @@ class Movement:
         patches: dict = {}   # (class, name) -> replacement
 
         if self.memory:
-            # The cache arguments after the mask differ between Triton versions (3.6: cache_modifier,
-            # eviction_policy; 3.9: cache_policy): they pass through untouched.
+            # The cache hints after the mask (cache_modifier, eviction_policy) pass through untouched.
             def masked_load(self, ptrs, mask, *rest, **kw):
                 mask = me._load(ptrs, mask)
                 return orig[B, "create_masked_load"](self, ptrs, mask, *rest, **kw)
