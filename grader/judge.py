@@ -23,6 +23,7 @@ from .diagnose import outside_words
 from .runs import HIDDEN_CALL, Draw, Runs, TaskRun, problem
 from .tracebacks import explain_error, final_exception
 from .worker.evidence import LIBRARY_MATMUL_OPS
+from .worker.fence import sentence
 
 TESTS_DIR = Path(__file__).with_name("tests")
 
@@ -170,19 +171,20 @@ def _trace_flags(name: str, r: CallResult, trace: dict | None) -> list[dict]:
     return flags
 
 
-def task_flags(calls: list[tuple[str, CallResult]], off=()) -> list[dict]:
+def task_flags(calls: list[tuple[str, CallResult]], off=(), hidden_off=()) -> list[dict]:
     """Reasons that void the whole task, from the worker's own evidence.
 
     The worker could hide such evidence, never invent points with it: these
     flags can only take points away (docs/integrity.md). ``off``: the checks
-    that did not run (fence.py), whose evidence is not asked for. Whatever the
+    that did not run (fence.py), whose evidence is not asked for (``hidden_off``:
+    those that did not run in the hidden tests' worker only). Whatever the
     hidden tests' calls did, they add one finding in fixed words (HIDDEN_KIND,
     HIDDEN_DETAIL): what they did, their sizes and names stay out of every
     report a student reads before the due date.
     """
     flags, hidden = [], False
     for name, r in calls:
-        found = _call_flags(name, r, off)
+        found = _call_flags(name, r, {*off, *hidden_off} if name == HIDDEN_CALL else off)
         if name == HIDDEN_CALL:
             hidden = hidden or bool(found)
         else:
@@ -198,7 +200,8 @@ def task_flags(calls: list[tuple[str, CallResult]], off=()) -> list[dict]:
 
 
 def hidden_kinds(calls: list[tuple[str, CallResult]], off=()) -> list[str]:
-    """The kinds of problem the hidden tests' calls showed (for those tests' own messages)."""
+    """The kinds of problem the hidden tests' calls showed (for those tests' own messages;
+    ``off``: the checks off for them)."""
     kinds = []
     for name, r in calls:
         if name == HIDDEN_CALL:
@@ -218,7 +221,7 @@ def task_problems(run: TaskRun, file: str) -> list[dict]:
     elif run.memcheck_silent:
         found.append(problem("memory_errors", "memory errors not ruled out: compute-sanitizer printed no "
                              "summary for a worker (it was ended before it could)"))
-    return found + task_flags(run.calls, run.checks_off)
+    return found + task_flags(run.calls, run.checks_off, run.hidden_checks_off)
 
 
 def task_state(run: TaskRun, problems: list[dict]) -> tuple[str, str]:
@@ -360,8 +363,12 @@ def verdict(spec: TestSpec, runs: Runs, rubric: Rubric) -> Verdict:
     if found:
         message = "no points for this task: " + "; ".join(f["detail"] for f in found)
         if spec.hidden and any(f["kind"] == HIDDEN_KIND for f in found):   # shown after the due date only
-            message += f" (the hidden tests' calls: {', '.join(hidden_kinds(run.calls, run.checks_off))})"
-        return Verdict(False, message, 0.0, v.details)
+            off = {**run.checks_off, **run.hidden_checks_off}
+            message += f" (the hidden tests' calls: {', '.join(hidden_kinds(run.calls, off))})"
+        v = Verdict(False, message, 0.0, v.details)
+    if spec.hidden and run.hidden_checks_off:   # shown after the due date only
+        v.message += "\n" + "\n".join("in the hidden tests' worker, check " + sentence(check, why)
+                                       for check, why in sorted(run.hidden_checks_off.items()))
     return v
 
 
