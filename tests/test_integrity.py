@@ -904,3 +904,82 @@ def test_a_wrapper_that_sabotages_the_gpu_shape_capture_still_has_its_cpu_launch
         if test.kind == "correctness":
             assert "compile error for the GPU" in test.message and "tl.dot" in test.message, test.message
     assert any(k.get("status") == "error" and "BLOCK_M=8" in k.get("variant", "") for k in _task(result).kernels)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the interpreter's record of who wrote the output (CPU)")
+def test_the_forged_product_gets_nothing(tmp_path):
+    """The issue's forge (tests/fixtures/forged): each wrapper computes the product in plain
+    Python numbers (one .item() per element), returns a tensor built from them, and launches
+    one kernel that tl.dots zero tiles until 2 M N K FLOPs are done. It met the arithmetic
+    floor and scored 60/60 plus 4 bonus on the CPU; every task now gets 0, with a message
+    that says the output was not stored by the submission's kernels."""
+    forged = ROOT / "tests" / "fixtures" / "forged"
+    files = {task: (forged / f"{task}.py").read_text() for task in ("w8a8", "w4a16", "dds")}
+    result = grade_files(tmp_path, files, list(files))
+    for task in files:
+        t = _task(result, task)
+        kinds = [f["kind"] for f in t.flags]
+        assert t.score == 0 and correctness(result, task) == 0, (task, t.summary, t.flags)
+        assert "output_not_from_kernels" in kinds and "no_triton_compute" not in kinds, (task, kinds)
+        assert "not stored by the submission's Triton kernels during the call" in _flags(t), t.flags
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the interpreter's record of who wrote the output (CPU)")
+def test_a_kernel_that_stores_host_numbers_into_the_output_gets_nothing(tmp_path):
+    """The forge's next step: a kernel of the submission copies the host-built numbers into the
+    output, plus 0 * x. Every element is stored by the call's kernel, from data that is not
+    the call's inputs."""
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_kernel_copies_host_numbers")}, ["w8a8"])
+    t = _task(result)
+    assert t.score == 0 and correctness(result) == 0, t.flags
+    assert "neither the call's inputs nor computed from them" in _flags(t), t.flags
+
+
+def test_numbers_passed_to_kernels_are_caught_by_the_reads_that_made_them(tmp_path):
+    """The product in Python numbers, each passed to a kernel as an argument and stored as
+    v + 0 * x[0], one launch per element: the record of who wrote the output does not follow
+    numbers passed as arguments, but the wrapper read every element of x and of the weight
+    into Python to make them."""
+    if HAS_CUDA:
+        pytest.skip("one .item() per element and one launch per output element: far too slow on a GPU")
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_numbers_as_kernel_arguments")}, ["w8a8"])
+    t = _task(result)
+    assert t.score == 0 and correctness(result) == 0, t.flags
+    assert "values of tensors into Python numbers" in _flags(t), t.flags
+
+
+def test_a_graded_call_prints_tensors_without_their_values(tmp_path):
+    """Printing a tensor (repr, str, an f-string) reads its values into Python past every op
+    record; during a graded call it prints its shape and dtype, and the honest kernel that
+    prints keeps its points."""
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_prints_its_inputs")}, ["w8a8"])
+    t = _task(result)
+    assert correctness(result) == 4 and not t.flags, (t.flags, [x.message for x in result.tests])
+    printed = [line for line in t.log_tail.splitlines() if line.startswith("PRINTED")]
+    assert printed and all("values are not printed during a graded call" in line for line in printed)
+    assert all("tensor([" not in line and "0." not in line for line in printed), printed
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the launch capture of a CPU run")
+def test_a_capture_the_wrapper_sabotages_is_reported_off_in_every_channel(tmp_path):
+    """A wrapper called at a GPU shape inside the interpreter (only the launch capture does
+    this) launches on the grid (-1, 1): the capture's reply is malformed and its worker is
+    ended after the correctness cases passed, so what the GPU shapes launch is never compiled.
+    The kernel is right and keeps its points, and report.md, report.json, Gradescope's
+    results.json and the terminal all say that the launch capture was off, and why."""
+    import json
+
+    from grader.report import terminal_table, write_reports
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "w8a8.py").write_text(submission("w8a8_sabotages_capture"))
+    result = grade(sub, _with_fp16_scales(), seed=5, tasks=["w8a8"], log=lambda *_: None)
+    assert correctness(result) == 5, [t.message for t in result.tests]
+    (line,) = [c for c in _task(result).checks_off if c.startswith("launch capture off")]
+    assert "malformed launch capture" in line and "the worker was ended" in line, line
+    write_reports(result, tmp_path / "report")
+    texts = {name: (tmp_path / "report" / name).read_text() for name in ("report.md", "report.json", "results.json")}
+    texts["terminal"] = terminal_table(result)
+    texts["results.json output"] = json.loads(texts["results.json"])["output"]
+    for name, text in texts.items():
+        assert "launch capture off" in text and "malformed launch capture" in text, name

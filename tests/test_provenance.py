@@ -288,3 +288,65 @@ def test_the_record_restores_the_interpreter_and_the_dispatch():
             interp.GridExecutor.__call__) == before
     from torch.utils._python_dispatch import _get_current_dispatch_mode
     assert _get_current_dispatch_mode() is None
+
+
+# ----------------------------------------------------------------------------- honest kernels
+
+def _honest():
+    from tests.fakes import ROOT
+    pairs = [(f"{folder}/{task}.py", task) for folder in ("solutions", "calibration/naive",
+                                                          "tests/fixtures/from_the_handout")
+             for task in ("w8a8", "w4a16", "dds")]
+    pairs += [(f"tests/variants/{p.name}", p.stem.split("_")[0])
+              for p in sorted((ROOT / "tests" / "variants").glob("*_faithful_*.py"))]
+    pairs += [(str(p.relative_to(ROOT)), p.stem) for p in sorted((ROOT / "tests" / "fixtures" / "slow").glob("*/*.py"))]
+    return pairs
+
+
+HONEST = _honest()
+
+
+@pytest.mark.parametrize("path, task", HONEST, ids=[p for p, _ in HONEST])
+def test_honest_kernels_store_every_output_element_from_their_inputs(tmp_path, monkeypatch, path, task):
+    """The reference, the tutorial-style kernels, those written from the handout, the faithful
+    variants (split K with atomics and an fp16 conversion on the host, reversed K, block orders)
+    and the slow fixtures: on every CPU case of the rubric, every output element is stored by
+    their kernels from the inputs, every access stays inside the tensor its pointer came from,
+    and the wrapper reads no values into Python."""
+    import importlib
+    import shutil
+    import sys
+
+    from grader.rubric import load_rubric
+    from grader.tasks import get
+    from grader.worker.evidence import OpRecorder
+    from grader.worker.main import _named
+    from grader.worker.movement import Movement
+    from tests.fakes import ROOT
+    package = tmp_path / "honest_prov"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    shutil.copyfile(ROOT / "assignment" / "utils.py", package / "utils.py")
+    shutil.copyfile(ROOT / path, package / f"{task}.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    t = get(task)
+    fn = getattr(importlib.import_module(f"honest_prov.{task}"), t.entry)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        for spec in load_rubric().tests_for(task, "correctness"):
+            shape = spec.shape_on("cpu")
+            if shape is None:
+                continue
+            args, _ = t.make_inputs(shape, spec.options, 5, "cpu")
+            named = _named(args, [{"tensor": None} if a.layout == torch.strided else {"bsr": None} for a in args])
+            ops = OpRecorder()
+            with Provenance(named, own_prefix="honest_prov.") as p, Movement(named, confine=True) as m, ops:
+                y = fn(*args)
+                facts = p.report(y)
+            assert facts == {"elements": y.numel(), "unwritten": 0, "foreign": 0, "inputless": 0}, (spec.name, facts)
+            assert m.outside()["loads"] == m.outside()["stores"] == 0, (spec.name, m.outside())
+            assert ops.host_reads() == 0, spec.name
+    finally:
+        torch.use_deterministic_algorithms(False)
+        for name in [n for n in sys.modules if n.startswith("honest_prov")]:
+            del sys.modules[name]

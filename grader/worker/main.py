@@ -28,9 +28,13 @@ back on REPLY_FD:
 
 ``call`` is a correctness call: the kernel's result is copied into ``out``.
 In the CPU interpreter its loads and stores are also bounds-checked
-(movement.py, ``confine``): a lane outside every tensor the call knows is
-masked off and counted, and the evidence says how many bytes; and the
-arithmetic of the submission's own kernels is counted (``kernel_flops``).
+(movement.py, ``confine``): a lane outside the tensor its pointer was derived
+from is masked off and counted, and the evidence says how many bytes and
+which tensor; the arithmetic of the submission's own kernels is counted
+(``kernel_flops``); and who wrote each output element, from what, is
+recorded (provenance.py, ``provenance``). On both devices the evidence says
+how many values the call read from tensors into Python (``host_reads``), and
+while the submission's code runs a tensor prints without its values.
 On a GPU the call runs inside a kernel trace (trace.py): the evidence says
 which kernels ran.
 ``prepare`` warms a timed batch up and captures it in a CUDA graph when the
@@ -134,7 +138,7 @@ class Worker:
         try:
             # The recorders stay on until the output is in the arena: code that runs late
             # (a __del__ the garbage collector calls) is still inside the call.
-            with window or contextlib.nullcontext(), values_unprinted():
+            with window or contextlib.nullcontext():
                 with ops:
                     y = self.fn(*args)
                     problem = _unusable(y, out)
@@ -341,7 +345,7 @@ class Worker:
 
 @contextlib.contextmanager
 def values_unprinted():
-    """During a checked call a tensor prints as its shape and dtype, not its values.
+    """While the submission's code runs, a tensor prints as its shape and dtype, not its values.
 
     Printing is the one way from a tensor's values to Python that runs no PyTorch op
     the op record sees (repr and format run with the dispatch modes off): a wrapper
@@ -423,7 +427,8 @@ def main(argv: list[str]) -> None:
     device = "cuda" if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"
     launches, failed = _start_checks(package, device, off)
     try:
-        module = importlib.import_module(f"{package}.{module_name}")
+        with values_unprinted():
+            module = importlib.import_module(f"{package}.{module_name}")
         fn = getattr(module, entry)
     except BaseException:
         reply({"ok": False, "error": _traceback(), "checks_off": failed})
@@ -434,7 +439,9 @@ def main(argv: list[str]) -> None:
     for line in commands:
         msg = json.loads(line)
         try:
-            reply(getattr(worker, msg["op"])(msg))
+            with values_unprinted():
+                answer = getattr(worker, msg["op"])(msg)
+            reply(answer)
         except BaseException:
             reply({"ok": False, "error": _traceback()})
 
