@@ -540,11 +540,13 @@ def test_no_triton_no_points_for_python_arithmetic(tmp_path):
     assert _flags(task).startswith(NO_TRITON)
 
 
-def test_with_the_arithmetic_count_off_the_report_says_so_and_python_arithmetic_passes(tmp_path, monkeypatch):
+def test_with_the_arithmetic_count_off_the_report_says_so_and_python_arithmetic_is_still_caught(
+        tmp_path, monkeypatch):
     """A Triton whose interpreter lacks what the count hooks into (simulated): the
     grade goes on without that check and every report format says which check is
-    off and why; the Python-arithmetic attack then passes, which is what the
-    count is there to stop."""
+    off and why. The Python-arithmetic attack the count is there to stop is still
+    caught: its output was not stored by the kernels, and its wrapper read x and
+    the weight into Python."""
     from grader.report import gradescope, markdown, terminal_table
     from grader.worker import fence
     if HAS_CUDA:
@@ -553,7 +555,9 @@ def test_with_the_arithmetic_count_off_the_report_says_so_and_python_arithmetic_
     monkeypatch.setattr(fence, "PRIVATE", fence.PRIVATE + (missing,))
     result = grade_files(tmp_path, {"w8a8": submission("w8a8_python_scalar_loop")}, ["w8a8"])
     task = _task(result)
-    assert correctness(result) == 4, [t.message for t in result.tests]
+    assert correctness(result) == 0, [t.message for t in result.tests]
+    kinds = [f["kind"] for f in task.flags]
+    assert "no_triton_compute" not in kinds and {"output_not_from_kernels", "computed_outside_triton"} <= set(kinds)
     why = "this Triton (" + __import__("triton").__version__ + ") has no " \
           "triton.runtime.interpreter.InterpreterBuilder.create_dot_v9"
     assert task.checks_off == [f"arithmetic count off ({fence.CHECKS['arithmetic count']}): {why} "

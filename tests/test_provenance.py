@@ -350,3 +350,23 @@ def test_honest_kernels_store_every_output_element_from_their_inputs(tmp_path, m
         torch.use_deterministic_algorithms(False)
         for name in [n for n in sys.modules if n.startswith("honest_prov")]:
             del sys.modules[name]
+
+
+def test_a_record_that_fails_turns_itself_off_and_leaves_the_call_alone(monkeypatch):
+    """A bug in the record's own bookkeeping (simulated) must never change what the kernel
+    computes nor flag the submission: the record says it failed, and the worker reports the
+    check as off (tests/test_fence.py: its sentence in every report)."""
+    def broken(*args):
+        raise ValueError("a rule without a case")
+    monkeypatch.setattr(Provenance, "_loaded", broken)
+    x = _x()
+
+    def call(x):
+        y = torch.empty(N)
+        _copy[(4,)](x, y, N, BLOCK=16)
+        return y
+    facts, y = _report(call, x)
+    assert facts is None and torch.equal(y, x)
+    with Provenance([("0", *tensor_range(x))], own_prefix=__name__) as p:
+        call(x)
+    assert p.error == "ValueError: a rule without a case"

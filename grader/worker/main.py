@@ -145,6 +145,8 @@ class Worker:
                     if not problem:
                         if prov is not None:   # who wrote y, before it leaves the call
                             facts = prov.report(y)
+                            if prov.error:
+                                self.failed["output provenance"] = f"the record failed: {prov.error}"
                         out.copy_(y)
                 self.sync()
         except BaseException:  # sys.exit() in one case loses that case only

@@ -374,56 +374,61 @@ class _HostWrites(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self._writes(func) or self._issued_by_triton():
+        owner = self.owner
+        if owner.error or not self._writes(func) or self._issued_by_triton():
             return func(*args, **kwargs)
-        name = func._schema.name.split("::")[-1]
-        schema = func._schema
-        written, sources, values = [], [], {}
-        for i, a in enumerate(schema.arguments):
-            v = args[i] if i < len(args) else kwargs.get(a.name, _ABSENT)
-            if v is _ABSENT:
-                continue
-            values[a.name] = v
-            found = _tensors(v, [])
-            if a.alias_info is not None and a.alias_info.is_write:
-                written += found
-                if name not in ("copy_", "fill_", "zero_", "_copy_from"):   # read-modify-write: a source too
+        try:
+            name, schema = func._schema.name.split("::")[-1], func._schema
+            written, sources, values = [], [], {}
+            for i, a in enumerate(schema.arguments):
+                v = args[i] if i < len(args) else kwargs.get(a.name, _ABSENT)
+                if v is _ABSENT:
+                    continue
+                values[a.name] = v
+                found = _tensors(v, [])
+                if a.alias_info is not None and a.alias_info.is_write:
+                    written += found
+                    if name not in ("copy_", "fill_", "zero_", "_copy_from"):   # read-modify-write: a source too
+                        sources += found
+                else:
                     sources += found
-            else:
-                sources += found
-        with _disable_current_modes():
-            src = [self.owner.tensor_flags(t) for t in sources if t.device.type == "cpu"]
+            with _disable_current_modes():
+                src = [owner.tensor_flags(t) for t in sources if t.device.type == "cpu"]
+        except Exception as e:  # noqa: BLE001 - the record's fault, never the call's
+            owner.fail(e)
+            return func(*args, **kwargs)
         out = func(*args, **kwargs)
-        fresh = [o for o, r in zip(out if isinstance(out, (tuple, list)) else (out,), schema.returns)
-                 if r.alias_info is None]
-        targets = written + [t for o in fresh for t in _tensors(o, [])]
-        targets = [t for t in targets if isinstance(t, torch.Tensor) and t.device.type == "cpu"
-                   and t.layout == torch.strided]
-        if not targets:
-            return out
+        try:
+            fresh = [o for o, r in zip(out if isinstance(out, (tuple, list)) else (out,), schema.returns)
+                     if r.alias_info is None]
+            targets = [t for t in written + [t for o in fresh for t in _tensors(o, [])]
+                       if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.layout == torch.strided]
+            if targets:
+                flags = self._flags(name, values, src)
+                with _disable_current_modes():
+                    for t in targets:
+                        owner.mark(t, flags)
+        except Exception as e:  # noqa: BLE001
+            owner.fail(e)
+        return out
+
+    @staticmethod
+    def _flags(name: str, values: dict, src: list) -> int:
+        """What a host op's written tensors hold, from its name and its sources' flags."""
         if name in ALLOCATIONS:
-            flags = 0
-        elif name in FILLS:
+            return 0
+        if name in FILLS:
             fill = FILLS[name]
             value = fill if isinstance(fill, int) else values.get(fill, 1)
             if isinstance(value, torch.Tensor):   # fill_ with a tensor: a copy of that one value
-                flags = _union([f for f, _ in src], ()) if src else FOREIGN
-            else:
-                flags = 0 if value == 0 else FOREIGN
-        elif name in COPIES:
-            flags = 0
-            for f, _ in src:
-                flags |= f
-            if src and all(k for _, k in src):
-                flags |= KERNEL
-        else:   # the host computed it
-            flags = FOREIGN
-            for f, _ in src:
-                flags |= f & VALUE
-        with _disable_current_modes():
-            for t in targets:
-                self.owner.mark(t, flags)
-        return out
+                return _union([f for f, _ in src], ()) if src else FOREIGN
+            return 0 if value == 0 else FOREIGN
+        flags = 0
+        for f, _ in src:
+            flags |= f & VALUE
+        if name in COPIES:
+            return flags | (KERNEL if src and all(k for _, k in src) else 0)
+        return flags | FOREIGN   # the host computed it
 
 
 # ----------------------------------------------------------------------------- the interpreter's side
@@ -439,6 +444,7 @@ class Provenance:
             self.shadow.add(start, end, INPUT)
         self.own_prefix = own_prefix
         self.own = False          # the running launch is one of the submission's kernels
+        self.error = ""           # the record's own failure: then it is off for the call, never wrong
         self._keep = []           # storages seen: alive, so that no address is reused during the call
         self._saved: list = []
         self._mode = None
@@ -495,9 +501,19 @@ class Provenance:
             return (start, start, "scratch")
 
     # -- the output
-    def report(self, y: torch.Tensor) -> dict:
+    def report(self, y: torch.Tensor) -> dict | None:
         """How many of the output's elements the kernels did not store, stored from
-        foreign data, or stored nonzero from no input (plain JSON)."""
+        foreign data, or stored nonzero from no input (plain JSON); None when the
+        record itself failed (``error`` says how)."""
+        if self.error:
+            return None
+        try:
+            return self._report(y)
+        except Exception as e:  # noqa: BLE001 - the record's fault, never the call's
+            self.fail(e)
+            return None
+
+    def _report(self, y: torch.Tensor) -> dict:
         with _disable_current_modes():
             n = y.numel()
             out = {"elements": n, "unwritten": 0, "foreign": 0, "inputless": 0}
@@ -516,37 +532,34 @@ class Provenance:
             return out
 
     # -- patching
+    def fail(self, e: BaseException) -> None:
+        """The record's own bookkeeping failed: the call goes on untouched, and the record says it is off."""
+        if not self.error:
+            self.error = f"{type(e).__name__}: {e}"[:300]
+
     def install(self) -> None:
         import triton.runtime.interpreter as interp
 
         _classes()
         B, G, R = interp.InterpreterBuilder, interp.GridExecutor, interp.ReduceScanOpInterface
         me = self
-        patches: dict = {}
+        rules: dict = {}   # (owner, name) -> rule(out, *args, **kw), run after the original
 
-        def generic(fn):
-            def wrapped(self, *args, **kw):
-                out = fn(self, *args, **kw)
-                if out is not None:
-                    inputs = _handles(list(args) + list(kw.values()), [])
-                    shape = np.shape(getattr(out, "data", ())) if isinstance(out, interp.TensorHandle) else ()
-                    _set(out, _union([_flags(h) for h in inputs], shape), _pointer_base(inputs))
-                return out
-            return wrapped
+        def generic(out, self, *args, **kw):
+            if out is not None:
+                inputs = _handles(list(args) + list(kw.values()), [])
+                shape = np.shape(out.data) if isinstance(out, _TH) else ()
+                _set(out, _union([_flags(h) for h in inputs], shape), _pointer_base(inputs))
 
-        def constant(fn):
-            def wrapped(self, *args, **kw):
-                out = fn(self, *args, **kw)
-                _set(out, 0)
-                return out
-            return wrapped
+        def constant(out, self, *args, **kw):
+            _set(out, 0)
 
         for name in dir(B):
             if name.startswith("_") or name in SPECIAL or not callable(getattr(B, name, None)):
                 continue
             fn = getattr(B, name)
             if name in CONSTANTS:
-                patches[B, name] = constant(fn)
+                rules[B, name] = constant
             elif name.startswith(("create_", "get_")) or name in LEAVES:
                 code = getattr(fn, "__code__", None)
                 delegates = code is not None and fn.__name__ == "<lambda>" and \
@@ -554,103 +567,67 @@ class Provenance:
                 if name.startswith("get_") and name.endswith("_ty"):
                     continue   # types, not values
                 if not delegates:
-                    patches[B, name] = generic(fn)
+                    rules[B, name] = generic
 
-        def ternary_op(self, lhs, rhs, other, op):
-            out = orig[B, "ternary_op"](self, lhs, rhs, other, op)
+        def ternary_op(out, self, lhs, rhs, other, op):
             chosen = (rhs, other) if op is np.where else (lhs, rhs, other)   # a condition chooses
             _set(out, _union([_flags(h) for h in chosen], np.shape(out.data)), _pointer_base(chosen))
-            return out
 
-        def masked_load(self, ptrs, mask, *rest, **kw):
-            out = orig[B, "create_masked_load"](self, ptrs, mask, *rest, **kw)
-            other = rest[0] if rest else kw.get("other")
-            _set(out, me._loaded(ptrs, mask, other))
-            return out
+        def masked_load(out, self, ptrs, mask, *rest, **kw):
+            _set(out, me._loaded(ptrs, mask, rest[0] if rest else kw.get("other")))
 
-        def masked_store(self, ptrs, value, mask, *rest, **kw):
-            out = orig[B, "create_masked_store"](self, ptrs, value, mask, *rest, **kw)
+        def masked_store(out, self, ptrs, value, mask, *rest, **kw):
             me._stored(ptrs, mask, _flags(value))
-            return out
 
-        def atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **kw):
-            old = me._loaded(ptr, mask, None)
-            out = orig[B, "create_atomic_rmw"](self, rmwOp, ptr, val, mask, *rest, **kw)
+        def atomic_rmw(out, self, rmwOp, ptr, val, mask, *rest, **kw):
+            old = me._loaded(ptr, mask, None)    # the shadow still holds what was there
             _set(out, old)
-            shape = np.shape(ptr.data)
             replaced = "XCHG" in str(rmwOp)
-            new = _union([_flags(val)] if replaced else [_flags(val), old], shape)
-            me._stored(ptr, mask, new)
-            return out
+            me._stored(ptr, mask, _union([_flags(val)] if replaced else [_flags(val), old], np.shape(ptr.data)))
 
-        def atomic_cas(self, ptr, cmp, val, *rest, **kw):
+        def atomic_cas(out, self, ptr, cmp, val, *rest, **kw):
             old = me._loaded(ptr, None, None)
-            out = orig[B, "create_atomic_cas"](self, ptr, cmp, val, *rest, **kw)
             _set(out, old)
             me._stored(ptr, None, _union([_flags(val), _flags(cmp), old], np.shape(ptr.data)))
-            return out
 
-        def dot(self, a, b, d, *rest, **kw):
-            out = orig[B, "create_dot"](self, a, b, d, *rest, **kw)
+        def dot(out, self, a, b, d, *rest, **kw):
             _set(out, me._dot_flags(a, b, d, np.shape(out.data)))
-            return out
 
-        def dot_scaled(self, lhs, lhs_scale, lhs_format, rhs, *rest, **kw):
-            out = orig[B, "create_dot_scaled"](self, lhs, lhs_scale, lhs_format, rhs, *rest, **kw)
+        def dot_scaled(out, self, lhs, lhs_scale, lhs_format, rhs, *rest, **kw):
             extra = _handles([lhs_scale, *rest], [])
             _set(out, _union([me._dot_flags(lhs, rhs, None, np.shape(out.data))] +
                              [_uniform(_flags(h)) for h in extra], np.shape(out.data)))
-            return out
 
-        def reshape(self, arg, shape, *rest, **kw):
-            out = orig[B, "create_reshape"](self, arg, shape, *rest, **kw)
+        def reshape(out, self, arg, shape, *rest, **kw):
             f = _flags(arg)
             _set(out, f.reshape(np.shape(out.data)) if isinstance(f, np.ndarray) and f.size == out.data.size
                  else _uniform(f), _pointer_base([arg]))
-            return out
 
-        def trans(self, arg, perm):
-            out = orig[B, "create_trans"](self, arg, perm)
+        def trans(out, self, arg, perm):
             f = _flags(arg)
             _set(out, np.transpose(np.broadcast_to(f, np.shape(arg.data)), perm) if isinstance(f, np.ndarray) else f,
                  _pointer_base([arg]))
-            return out
 
-        def expand_dims(self, arg, axis):
-            out = orig[B, "create_expand_dims"](self, arg, axis)
+        def expand_dims(out, self, arg, axis):
             f = _flags(arg)
             _set(out, np.expand_dims(np.broadcast_to(f, np.shape(arg.data)), axis) if isinstance(f, np.ndarray)
                  else f, _pointer_base([arg]))
-            return out
 
-        def broadcast(self, arg, shape):
-            out = orig[B, "create_broadcast"](self, arg, shape)
+        def broadcast(out, self, arg, shape):
             _set(out, _union([_flags(arg)], np.shape(out.data)), _pointer_base([arg]))
-            return out
 
-        def cat(self, lhs, rhs):
-            out = orig[B, "create_cat"](self, lhs, rhs)
-            fl, fr = _flags(lhs), _flags(rhs)
-            if isinstance(fl, int) and isinstance(fr, int) and fl == fr:
-                f = fl
-            else:
-                f = np.concatenate([np.broadcast_to(fl, np.shape(lhs.data)), np.broadcast_to(fr, np.shape(rhs.data))])
-            _set(out, _compact(f), _pointer_base([lhs, rhs]))
-            return out
+        def pair(stack):
+            def rule(out, self, lhs, rhs):
+                fl, fr = _flags(lhs), _flags(rhs)
+                if isinstance(fl, int) and isinstance(fr, int) and fl == fr:
+                    f = fl
+                else:
+                    f = stack(np.broadcast_to(fl, np.shape(lhs.data)), np.broadcast_to(fr, np.shape(rhs.data)))
+                _set(out, _compact(f), _pointer_base([lhs, rhs]))
+            return rule
 
-        def join(self, lhs, rhs):
-            out = orig[B, "create_join"](self, lhs, rhs)
-            fl, fr = _flags(lhs), _flags(rhs)
-            if isinstance(fl, int) and isinstance(fr, int) and fl == fr:
-                f = fl
-            else:
-                f = np.stack([np.broadcast_to(fl, np.shape(lhs.data)), np.broadcast_to(fr, np.shape(rhs.data))],
-                             axis=-1)
-            _set(out, _compact(f), _pointer_base([lhs, rhs]))
-            return out
-
-        def split(self, val):
-            a, b = orig[B, "create_split"](self, val)
+        def split(out, self, val):
+            a, b = out
             f = _flags(val)
             if isinstance(f, np.ndarray):
                 f = np.broadcast_to(f, np.shape(val.data))
@@ -659,26 +636,19 @@ class Provenance:
             else:
                 _set(a, f, _pointer_base([val]))
                 _set(b, f, _pointer_base([val]))
-            return a, b
 
-        def gather(self, src, indices, axis):
-            out = orig[B, "create_gather"](self, src, indices, axis)
+        def gather(out, self, src, indices, axis):
             f = _flags(src)
             if isinstance(f, np.ndarray):
                 f = np.take_along_axis(np.broadcast_to(f, np.shape(src.data)), indices.data, axis=axis)
             _set(out, _compact(f), _pointer_base([src]))
-            return out
 
-        def reduce_or_scan(self, input):
-            out = orig[R, "apply"](self, input)
+        def reduce_or_scan(out, self, input):
             tensors = input if isinstance(input, tuple) else (input,)
-            flags = _union([_flags(t.handle) for t in tensors if hasattr(t, "handle")],
-                           np.shape(tensors[0].handle.data) if tensors and hasattr(tensors[0], "handle") else ())
-            results = out if isinstance(out, tuple) else (out,)
-            for r in results:
+            flags = _union([_flags(t.handle) for t in tensors], np.shape(tensors[0].handle.data))
+            for r in out if isinstance(out, tuple) else (out,):
                 if not hasattr(r, "handle"):
                     continue
-                shape = np.shape(r.handle.data)
                 if isinstance(flags, int):
                     f = flags
                 elif self.axis is None:
@@ -689,90 +659,96 @@ class Provenance:
                     f = np.flip(g, self.axis) if self.reverse else g
                 else:
                     f = np.bitwise_or.reduce(flags, axis=self.axis, keepdims=getattr(self, "keep_dims", False))
-                    if np.shape(f) != shape:
-                        f = _uniform(f)
+                if isinstance(f, np.ndarray) and np.shape(f) != np.shape(r.handle.data):
+                    f = _uniform(f)
                 _set(r.handle, _compact(np.asarray(f, dtype=np.uint8)) if isinstance(f, np.ndarray) else f)
-            return out
 
-        def materialize(cls):
-            def wrapped(self, *args, **kw):
-                ptrs, masks = orig[cls, "materialize_pointers"](self, *args, **kw)
-                _set(ptrs, 0, _pointer_base([self.base]))
-                return ptrs, masks
-            return wrapped
+        def materialize(out, self, *args, **kw):
+            _set(out[0], 0, _pointer_base([self.base]))
 
-        def implicit_cvt(arg):
-            out = orig[interp, "_implicit_cvt"](arg)
+        def descriptor_gather(out, self, desc, x_offsets, y_offset, type):
+            rows = [me._loaded(*desc.materialize_pointers([_TH(np.asarray(x), x_offsets.dtype), y_offset]), None)
+                    for x in x_offsets.data]
+            shape = np.shape(out.data)
+            _set(out, _compact(np.stack([np.broadcast_to(r, shape[1:]) for r in rows])) if rows else 0)
+
+        def descriptor_scatter(out, self, desc, value, x_offsets, y_offset):
+            f = _flags(value)
+            for i, x in enumerate(x_offsets.data):   # the rows were stored through handles of no flags
+                ptrs, mask = desc.materialize_pointers([_TH(np.asarray(x), x_offsets.dtype), y_offset])
+                me._stored(ptrs, mask, f[i] if isinstance(f, np.ndarray) else f)
+
+        def implicit_cvt(out, arg):
             h = getattr(out, "handle", None)
-            if isinstance(h, interp.TensorHandle):
+            if isinstance(h, _TH):
                 h._pf = 0
                 if hasattr(arg, "data_ptr"):
                     h._pb = me.base_of(arg)
-            return out
 
-        def patch_lang(fn):
-            scope = orig[interp, "_patch_lang"](fn)
+        def patch_lang(scope, fn):
             import triton.language as tl
 
             def transposed(t):   # tensor.T: the interpreter builds it outside the builder
                 h = t.handle
-                f = _flags(h)
-                handle = interp.TensorHandle(np.transpose(h.data), h.dtype)
-                _set(handle, np.transpose(np.broadcast_to(f, np.shape(h.data))) if isinstance(f, np.ndarray) else f,
-                     getattr(h, "_pb", None))
+                handle = _TH(np.transpose(h.data), h.dtype)
+                try:
+                    f = _flags(h)
+                    _set(handle, np.transpose(np.broadcast_to(f, np.shape(h.data))) if isinstance(f, np.ndarray)
+                         else f, getattr(h, "_pb", None))
+                except Exception as e:  # noqa: BLE001 - the record's fault, never the call's
+                    me.fail(e)
                 shape = list(t.type.shape)
                 shape[-1], shape[-2] = shape[-2], shape[-1]
                 return tl.core.tensor(handle, tl.core.block_type(t.dtype, shape))
 
             scope.set_attr(tl.tensor, "T", property(transposed))
-            return scope
 
-        def call(self, *args, **kwargs):
-            fn = getattr(self, "fn", None)
-            saved = me.own
-            me.own = str(getattr(fn, "__module__", "") or "").startswith(me.own_prefix)
-            try:
-                for t in _tensors(list(args) + list(kwargs.values()), []):
-                    me.storage_region(t)
-                return orig[G, "__call__"](self, *args, **kwargs)
-            finally:
-                me.own = saved
-
-        def descriptor_gather(self, desc, x_offsets, y_offset, type):
-            out = orig[B, "create_descriptor_gather"](self, desc, x_offsets, y_offset, type)
-            rows = [me._loaded(*desc.materialize_pointers([_TH(np.asarray(x), x_offsets.dtype), y_offset]), None)
-                    for x in x_offsets.data]
-            shape = np.shape(out.data)
-            _set(out, _compact(np.stack([np.broadcast_to(r, shape[1:]) for r in rows])) if rows else 0)
-            return out
-
-        def descriptor_scatter(self, desc, value, x_offsets, y_offset):
-            out = orig[B, "create_descriptor_scatter"](self, desc, value, x_offsets, y_offset)
-            f = _flags(value)
-            for i, x in enumerate(x_offsets.data):   # the rows were stored through handles of no flags
-                ptrs, mask = desc.materialize_pointers([_TH(np.asarray(x), x_offsets.dtype), y_offset])
-                me._stored(ptrs, mask, f[i] if isinstance(f, np.ndarray) else f)
-            return out
-
-        patches.update({
+        rules.update({
             (B, "ternary_op"): ternary_op, (B, "create_masked_load"): masked_load,
             (B, "create_masked_store"): masked_store, (B, "create_atomic_rmw"): atomic_rmw,
             (B, "create_atomic_cas"): atomic_cas, (B, "create_dot"): dot, (B, "create_reshape"): reshape,
             (B, "create_trans"): trans, (B, "create_expand_dims"): expand_dims, (B, "create_broadcast"): broadcast,
-            (B, "create_cat"): cat, (B, "create_join"): join, (B, "create_split"): split,
+            (B, "create_cat"): pair(lambda a, b: np.concatenate([a, b])),
+            (B, "create_join"): pair(lambda a, b: np.stack([a, b], axis=-1)), (B, "create_split"): split,
             (B, "create_gather"): gather, (R, "apply"): reduce_or_scan,
-            (interp.BlockPointerHandle, "materialize_pointers"): materialize(interp.BlockPointerHandle),
-            (interp.TensorDescHandle, "materialize_pointers"): materialize(interp.TensorDescHandle),
-            (interp, "_implicit_cvt"): implicit_cvt, (interp, "_patch_lang"): patch_lang,
-            (G, "__call__"): call})
-        for name, fn in (("create_descriptor_gather", descriptor_gather),
-                         ("create_descriptor_scatter", descriptor_scatter)):
-            if hasattr(B, name):
-                patches[B, name] = fn
-        if hasattr(B, "create_dot_scaled"):   # an interpreter without it runs no tl.dot_scaled
-            patches[B, "create_dot_scaled"] = dot_scaled
-        # Look every original up first: a Triton that lacks one changes nothing.
-        orig = {(owner, name): getattr(owner, name) for owner, name in patches}
+            (interp.BlockPointerHandle, "materialize_pointers"): materialize,
+            (interp.TensorDescHandle, "materialize_pointers"): materialize,
+            (B, "create_descriptor_gather"): descriptor_gather, (B, "create_descriptor_scatter"): descriptor_scatter,
+            (B, "create_dot_scaled"): dot_scaled})
+        rules = {key: rule for key, rule in rules.items() if hasattr(*key)}   # a Triton without one runs none
+
+        def after(key, rule):
+            original = getattr(*key)
+
+            def wrapped(*args, **kw):
+                out = original(*args, **kw)
+                if not me.error:
+                    try:
+                        rule(out, *args, **kw)
+                    except Exception as e:  # noqa: BLE001 - the record's fault, never the call's
+                        me.fail(e)
+                return out
+            return wrapped
+
+        def call(self, *args, **kwargs):
+            fn = getattr(self, "fn", None)
+            saved = me.own
+            try:
+                me.own = str(getattr(fn, "__module__", "") or "").startswith(me.own_prefix)
+                for t in _tensors(list(args) + list(kwargs.values()), []):
+                    me.storage_region(t)
+            except Exception as e:  # noqa: BLE001 - the record's fault, never the call's
+                me.fail(e)
+            try:
+                return original_call(self, *args, **kwargs)
+            finally:
+                me.own = saved
+
+        original_call = G.__call__
+        patches = {key: after(key, rule) for key, rule in rules.items()}
+        patches[interp, "_implicit_cvt"] = after((interp, "_implicit_cvt"), implicit_cvt)
+        patches[interp, "_patch_lang"] = after((interp, "_patch_lang"), patch_lang)
+        patches[G, "__call__"] = call
         self._saved = [(owner, name, vars(owner).get(name, _ABSENT)) for owner, name in patches]
         for (owner, name), fn in patches.items():
             setattr(owner, name, fn)
