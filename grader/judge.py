@@ -24,6 +24,7 @@ from .runs import HIDDEN_CALL, Draw, Runs, TaskRun, problem
 from .staticcheck import forbidden_message
 from .tracebacks import explain_error, final_exception
 from .worker.evidence import LIBRARY_MATMUL_OPS
+from .worker.fence import sentence
 
 TESTS_DIR = Path(__file__).with_name("tests")
 
@@ -57,16 +58,19 @@ def not_run(why: str) -> Verdict:
 
 # ----------------------------------------------------------------------------- whole tasks
 
-# What a student reads when a hidden test's call voids the task: fixed text, one per kind,
-# with nothing (sizes, counts, names, shapes, printed output) that came from that call.
-HIDDEN_DETAIL = {
-    "library_matmul": "library matmul: a hidden test computed outside Triton",
-    "no_triton_kernel": "no Triton kernel: a hidden test launched no Triton kernel of the submission",
-    "no_triton_compute": "no Triton kernel computed the output: a hidden test computed outside Triton",
-    "computed_outside_triton": "computed outside Triton: a hidden test computed outside Triton",
-    "inputs_modified": "inputs modified: a hidden test's call wrote into its inputs",
-}
+# What a student reads when a hidden test's call voids the task: one finding, in fixed words,
+# whatever the call did (a library matmul, inputs written, no kernel of its own, ...) and however
+# many kinds of problem it showed. Which sentences appeared would otherwise tell a student, run
+# after run, a few bits about the hidden shapes. The kinds stay in the hidden tests' own messages
+# (shown after the due date) and in the runs file (--runs-out), for the TA.
+HIDDEN_KIND = "hidden_call"
+HIDDEN_DETAIL = ("a hidden test broke the rules: its call did something that section 10 of the handout "
+                 "forbids (which, the hidden tests' own messages say after the due date)")
 RULE = "the product must be computed by the Triton kernel (handout, section 10, rule 1)"
+# Values a checked call's wrapper may read from tensors into Python numbers, besides one per
+# row and per column of the output (harness/run.py sets each call's limit): a count, a size,
+# a block row's bounds. A product computed in Python reads every element of x and the weight.
+HOST_READS = 64
 # The submission's kernels must do at least this share of the product's FLOPs. An honest
 # kernel does all of them or more (padded tiles, split K, masked tails, tiny M: tl.dot on
 # whole tiles); a kernel that leaves the product to PyTorch or Python does next to none.
@@ -102,12 +106,44 @@ def _call_flags(name: str, r: CallResult, off) -> list[dict]:
         flags.append(problem("computed_outside_triton", f"computed outside Triton: in {name} PyTorch ops "
                              f"computed {ev['torch_elements']} elements, more than the activations and the "
                              f"output hold ({r.work_limit}){where}: {RULE}"))
+    if r.read_limit and ev.get("host_reads", 0) > r.read_limit:
+        flags.append(problem("computed_outside_triton", f"computed outside Triton: in {name} the wrapper read "
+                             f"{ev['host_reads']} values of tensors into Python numbers (.item(), float(t), "
+                             f"int(t), a tensor in an if), more than the {r.read_limit} a wrapper may read (a "
+                             f"count, a size, not the data): {RULE}"))
+    if r.status == "ok" and r.provenance and "output provenance" not in off:
+        flags += _provenance_flags(name, ev.get("provenance"))
     if r.traced and "kernel trace" not in off:
         flags += _trace_flags(name, r, ev.get("trace"))
     if r.inputs_modified:
         flags.append(problem("inputs_modified", f"inputs modified: {name} wrote into input(s) "
                              f"{r.inputs_modified}"))
     return flags
+
+
+def _provenance_flags(name: str, facts: dict | None) -> list[dict]:
+    """What the interpreter's record of who wrote the output says against a call
+    (grader/worker/provenance.py): every element must be stored by the submission's
+    kernels during the call, from values computed from the call's inputs."""
+    what = "output not computed by the kernels"
+    if facts is None:
+        return [problem("output_not_from_kernels", f"{what}: for {name} the interpreter's record of who wrote "
+                        "the output did not come back")]
+    n, found = facts.get("elements", 0), []
+    if facts.get("unwritten"):
+        found.append(f"{facts['unwritten']} of the {n} output elements were not stored by the submission's "
+                     "Triton kernels during the call (the output, or these elements, were built or changed on "
+                     "the host: from Python numbers, say)")
+    if facts.get("foreign"):
+        found.append(f"{facts['foreign']} of the {n} output elements were stored from data that is neither the "
+                     "call's inputs nor computed from them by its kernels (a tensor built on the host, or kept "
+                     "from before the call)")
+    if facts.get("inputless"):
+        found.append(f"{facts['inputless']} of the {n} output elements were stored as nonzero values computed "
+                     "from no input at all (constants)")
+    if not found:
+        return []
+    return [problem("output_not_from_kernels", f"{what}: in {name} " + "; ".join(found) + f": {RULE}")]
 
 
 def _trace_flags(name: str, r: CallResult, trace: dict | None) -> list[dict]:
@@ -136,28 +172,42 @@ def _trace_flags(name: str, r: CallResult, trace: dict | None) -> list[dict]:
     return flags
 
 
-def task_flags(calls: list[tuple[str, CallResult]], off=()) -> list[dict]:
+def task_flags(calls: list[tuple[str, CallResult]], off=(), hidden_off=()) -> list[dict]:
     """Reasons that void the whole task, from the worker's own evidence.
 
     The worker could hide such evidence, never invent points with it: these
     flags can only take points away (docs/integrity.md). ``off``: the checks
-    that did not run (fence.py), whose evidence is not asked for. A hidden
-    test's call is described by fixed text (HIDDEN_DETAIL): what it did, its
-    sizes and its names stay out of every report.
+    that did not run (fence.py), whose evidence is not asked for (``hidden_off``:
+    those that did not run in the hidden tests' worker only). Whatever the
+    hidden tests' calls did, they add one finding in fixed words (HIDDEN_KIND,
+    HIDDEN_DETAIL): what they did, their sizes and names stay out of every
+    report a student reads before the due date.
     """
-    flags = []
+    flags, hidden = [], False
     for name, r in calls:
-        found = _call_flags(name, r, off)
+        found = _call_flags(name, r, {*off, *hidden_off} if name == HIDDEN_CALL else off)
         if name == HIDDEN_CALL:
-            found = [problem(f["kind"], HIDDEN_DETAIL.get(f["kind"], "a hidden test computed outside Triton"))
-                     for f in found]
-        flags += found
+            hidden = hidden or bool(found)
+        else:
+            flags += found
     seen, unique = set(), []
-    for f in flags:  # one line per kind of problem is enough (visible calls come first)
+    for f in flags:  # one line per kind of problem is enough
         if f["kind"] not in seen:
             seen.add(f["kind"])
             unique.append(f)
+    if hidden:
+        unique.append(problem(HIDDEN_KIND, HIDDEN_DETAIL))
     return unique
+
+
+def hidden_kinds(calls: list[tuple[str, CallResult]], off=()) -> list[str]:
+    """The kinds of problem the hidden tests' calls showed (for those tests' own messages;
+    ``off``: the checks off for them)."""
+    kinds = []
+    for name, r in calls:
+        if name == HIDDEN_CALL:
+            kinds += [f["kind"] for f in _call_flags(name, r, off) if f["kind"] not in kinds]
+    return kinds
 
 
 def task_problems(run: TaskRun, file: str) -> list[dict]:
@@ -172,7 +222,7 @@ def task_problems(run: TaskRun, file: str) -> list[dict]:
     elif run.memcheck_silent:
         found.append(problem("memory_errors", "memory errors not ruled out: compute-sanitizer printed no "
                              "summary for a worker (it was ended before it could)"))
-    return found + task_flags(run.calls, run.checks_off)
+    return found + task_flags(run.calls, run.checks_off, run.hidden_checks_off)
 
 
 def task_state(run: TaskRun, problems: list[dict]) -> tuple[str, str]:
@@ -196,13 +246,21 @@ def task_state(run: TaskRun, problems: list[dict]) -> tuple[str, str]:
 
 # ----------------------------------------------------------------------------- one test
 
+def _outside_of(outside: dict) -> str:
+    """Where the bounds check's lanes were: past the tensor their pointer came from, by name."""
+    tensor = outside.get("tensor")
+    if tensor:
+        return f"outside {tensor}, the tensor its pointer was derived from"
+    return "outside every tensor it was given"
+
+
 def _draw_verdict(d: Draw) -> Verdict:
     if d.status == "error":
         # The first line (the report's table) names the exception; the frame follows.
         message = f"raised {final_exception(d.message)}\n" + explain_error(d.message)
         if d.outside:
-            message += f"\n(before that, kernel {d.outside['kernel']} {outside_words(d.outside)} outside " \
-                       "every tensor it was given: a load or store without its mask?)"
+            message += f"\n(before that, kernel {d.outside['kernel']} {outside_words(d.outside)} " \
+                       f"{_outside_of(d.outside)}: a load or store without its mask?)"
         return Verdict(False, message)
     if d.status == "gone" and d.kind == "crashed":
         return Verdict(False, f"{d.message}: a load or store outside its tensors (a missing mask?) can crash "
@@ -217,9 +275,9 @@ def _draw_verdict(d: Draw) -> Verdict:
         return Verdict(False, "wrote outside its output tensor (a store with a missing mask?)", details=details)
     if d.outside:
         return Verdict(False, f"the output is right, but kernel {d.outside['kernel']} {outside_words(d.outside)} "
-                              "outside every tensor it was given (the interpreter masked those lanes off; on a GPU "
-                              "they read or write another tensor's memory, or fault): a load or store without "
-                              "its mask on a ragged edge?", details=details)
+                              f"{_outside_of(d.outside)} (the interpreter masked those lanes off; on a GPU they "
+                              "read or write another tensor's memory, or fault): a load or store without its "
+                              "mask on a ragged edge?", details=details)
     if d.sanity is None or not d.sanity.passed:
         return Verdict(False, d.sanity.message if d.sanity else "no sanity check", details=details)
     return Verdict(True, f"{c.message}; {d.sanity.message}", 1.0, details)
@@ -304,8 +362,14 @@ def verdict(spec: TestSpec, runs: Runs, rubric: Rubric) -> Verdict:
         return v
     found = task_problems(run, rubric.tasks[spec.task].file)
     if found:
-        return Verdict(False, "no points for this task: " + "; ".join(f["detail"] for f in found), 0.0,
-                       v.details)
+        message = "no points for this task: " + "; ".join(f["detail"] for f in found)
+        if spec.hidden and any(f["kind"] == HIDDEN_KIND for f in found):   # shown after the due date only
+            off = {**run.checks_off, **run.hidden_checks_off}
+            message += f" (the hidden tests' calls: {', '.join(hidden_kinds(run.calls, off))})"
+        v = Verdict(False, message, 0.0, v.details)
+    if spec.hidden and run.hidden_checks_off:   # shown after the due date only
+        v.message += "\n" + "\n".join("in the hidden tests' worker, check " + sentence(check, why)
+                                       for check, why in sorted(run.hidden_checks_off.items()))
     return v
 
 

@@ -87,6 +87,8 @@ class TaskRun:
                                       # dropped), named by test (HIDDEN_CALL for the hidden ones)
     checks_off: dict[str, str] = field(default_factory=dict)  # worker checks that did not run, and why
                                       # (grader/worker/fence.py: this Triton lacks what they hook into)
+    hidden_checks_off: dict[str, str] = field(default_factory=dict)  # the same for the hidden tests'
+                                      # worker only: shown in those tests' own messages, never elsewhere
     kernels: list = field(default_factory=list)      # compile check rows
     movement: dict = field(default_factory=dict)     # data movement of one call (CPU; feedback)
     capture: dict = field(default_factory=dict)      # CPU: what the wrapper launches at the GPU shapes

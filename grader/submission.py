@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TRUSTED_FILES = {"utils.py": ROOT / "assignment" / "utils.py"}
 WORKER_PACKAGE = "_grader_worker"
 WORKER_FILES = ("main.py", "evidence.py", "layout.py", "compile.py", "graphs.py", "vmm.py",
-                "movement.py", "fence.py", "trace.py", "capture.py", "ptx.py")
+                "movement.py", "provenance.py", "fence.py", "trace.py", "capture.py", "ptx.py")
 MAX_FILE_BYTES = 2 * 1024 * 1024
 
 

@@ -46,7 +46,7 @@ def _run(n, block, mask_load, mask_store):
 
 def test_masked_kernel_stays_inside():
     buf, x, y, outside = _run(10, 16, True, True)
-    assert outside == {"loads": 0, "stores": 0, "kernel": ""}
+    assert outside == {"loads": 0, "stores": 0, "kernel": "", "tensor": ""}
     assert torch.equal(y, x) and (buf[:8] == -7).all() and (buf[64 + 18:] == -7).all()
 
 
@@ -54,7 +54,7 @@ def test_masked_kernel_stays_inside():
                                                                   (False, False, 6 * 4, 6 * 4)])
 def test_lanes_outside_are_counted_and_never_touch_memory(mask_load, mask_store, loads, stores):
     buf, x, y, outside = _run(10, 16, mask_load, mask_store)
-    assert outside == {"loads": loads, "stores": stores, "kernel": "_copy"}
+    assert outside == {"loads": loads, "stores": stores, "kernel": "_copy", "tensor": ""}
     assert torch.equal(y, x)                               # the lanes inside did their work
     assert (buf[64 + 18:64 + 24] == -7).all()              # the six lanes past y wrote nothing
 
@@ -78,7 +78,7 @@ def test_a_load_past_the_weight_fails_even_when_the_output_is_right(tmp_path):
     assert failed, [t.message for t in cases]
     for t in failed:
         assert t.message.startswith("the output is right, but kernel _w8a8_kernel loaded "), t.message
-        assert "outside every tensor it was given" in t.message
+        assert "outside qweight_t, the tensor its pointer was derived from" in t.message, t.message
     assert result.tasks[0].status == "ok"
 
 
@@ -100,3 +100,47 @@ def test_the_naive_kernels_stay_inside(tmp_path):
                          ["w8a8", "w4a16", "dds"])
     assert all(t.status == "passed" for t in result.tests if t.kind == "correctness"), \
         [t.message for t in result.tests if t.status != "passed"]
+
+
+# ----------------------------------------------------------------------------- each access, its own tensor
+
+def _adjacent(n, mask_load):
+    """x and y back to back in one buffer, no gap: a load past the end of x lands inside y."""
+    from grader.worker.provenance import Provenance
+    buf = torch.full((2 * n + 8,), -7.0)
+    x, y = buf[:n], buf[n:2 * n]
+    x.copy_(torch.arange(n, dtype=torch.float32))
+    named = [("0", *tensor_range(x)), ("1", *tensor_range(y))]
+    with Provenance(named, own_prefix=__name__ + "."), Movement(named, confine=True) as m:
+        _copy[(triton.cdiv(n, 16),)](x, y, n - 4, BLOCK=16, MASK_LOAD=mask_load, MASK_STORE=True)
+    return m.outside()
+
+
+def test_a_load_past_the_end_of_x_into_its_neighbour_is_out_of_bounds():
+    """A read past the end of x that lands inside another argument (y, right after it) is
+    still out of bounds: the check holds each access to the tensor its pointer was derived
+    from. Without the pointer's provenance those lanes were inside a known tensor, unseen."""
+    outside = _adjacent(12, mask_load=False)   # 16 lanes over x[0:12]: 4 past its end, inside y
+    assert outside == {"loads": 4 * 4, "stores": 0, "kernel": "_copy", "tensor": "0"}, outside
+    assert _adjacent(12, mask_load=True) == {"loads": 0, "stores": 0, "kernel": "", "tensor": ""}
+
+
+def test_the_k_tail_of_x_read_without_its_mask_is_named(tmp_path):
+    """W4A16 loading the K tail of x without a mask (tests/variants/w4a16_bug_no_k_mask.py):
+    its last row reads past the end of x. The output is right, the case fails, and the
+    message names x, the tensor the pointer came from."""
+    from grader.grade import grade
+    from grader.rubric import parse_rubric
+    from tests.fakes import rubric_dict
+    data = rubric_dict(tasks=("w4a16",))
+    data["tests"].append(dict(name="w4a16/k_tail", task="w4a16", kind="correctness", points=2,
+                              shape=[9, 64, 136], cpu_shape=[9, 64, 136]))   # K = 2 * 64 + 8
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "w4a16.py").write_text((ROOT / "tests" / "variants" / "w4a16_bug_no_k_mask.py").read_text())
+    result = grade(sub, parse_rubric(data), seed=3, tasks=["w4a16"], log=lambda *_: None)
+    failed = [t for t in result.tests if t.kind == "correctness" and t.status == "failed"]
+    assert [t.name for t in failed] == ["w4a16/k_tail"], [t.message for t in result.tests]
+    for t in failed:
+        assert t.message.startswith("the output is right, but kernel _w4a16_kernel loaded "), t.message
+        assert "outside x, the tensor its pointer was derived from" in t.message, t.message

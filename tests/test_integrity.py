@@ -565,11 +565,13 @@ def test_no_triton_no_points_for_python_arithmetic(tmp_path):
     assert _flags(task).startswith(NO_TRITON)
 
 
-def test_with_the_arithmetic_count_off_the_report_says_so_and_python_arithmetic_passes(tmp_path, monkeypatch):
+def test_with_the_arithmetic_count_off_the_report_says_so_and_python_arithmetic_is_still_caught(
+        tmp_path, monkeypatch):
     """A Triton whose interpreter lacks what the count hooks into (simulated): the
     grade goes on without that check and every report format says which check is
-    off and why; the Python-arithmetic attack then passes, which is what the
-    count is there to stop."""
+    off and why. The Python-arithmetic attack the count is there to stop is still
+    caught: its output was not stored by the kernels, and its wrapper read x and
+    the weight into Python."""
     from grader.report import gradescope, markdown, terminal_table
     from grader.worker import fence
     if HAS_CUDA:
@@ -578,7 +580,9 @@ def test_with_the_arithmetic_count_off_the_report_says_so_and_python_arithmetic_
     monkeypatch.setattr(fence, "PRIVATE", fence.PRIVATE + (missing,))
     result = grade_files(tmp_path, {"w8a8": submission("w8a8_python_scalar_loop")}, ["w8a8"])
     task = _task(result)
-    assert correctness(result) == 4, [t.message for t in result.tests]
+    assert correctness(result) == 0, [t.message for t in result.tests]
+    kinds = [f["kind"] for f in task.flags]
+    assert "no_triton_compute" not in kinds and {"output_not_from_kernels", "computed_outside_triton"} <= set(kinds)
     why = "this Triton (" + __import__("triton").__version__ + ") has no " \
           "triton.runtime.interpreter.InterpreterBuilder.create_dot_v9"
     assert task.checks_off == [f"arithmetic count off ({fence.CHECKS['arithmetic count']}): {why} "
@@ -637,7 +641,7 @@ def test_hidden_call_evidence_voids_the_task_in_fixed_words_only(tmp_path):
     and no output a student or TA reads (report.md, report.json, results.json,
     class.csv, summary.md, the terminal) holds a number made from the hidden call."""
     from classroom import batch
-    from grader.judge import HIDDEN_DETAIL
+    from grader.judge import HIDDEN_DETAIL, HIDDEN_KIND
     from grader.report import terminal_table, write_reports
     from tests.fakes import rubric_dict
     public = [t["cpu_shape"] for t in rubric_dict(tasks=("w8a8",))["tests"] if t["kind"] == "correctness"]
@@ -648,7 +652,7 @@ def test_hidden_call_evidence_voids_the_task_in_fixed_words_only(tmp_path):
     result = grade(sub, _hidden_rubric([("w8a8/odd_shape", hidden)]), seed=8, tasks=["w8a8"], log=lambda *_: None)
     task = _task(result)
     assert task.score == 0 and correctness(result) == 0
-    assert {"kind": "computed_outside_triton", "detail": HIDDEN_DETAIL["computed_outside_triton"]} in task.flags
+    assert {"kind": HIDDEN_KIND, "detail": HIDDEN_DETAIL} in task.flags
     out = tmp_path / "batch"
     write_reports(result, out / "students" / "alice")
     batch.write_class_files(out, [batch.Entry("alice", sub, "alice")], ["w8a8"])
@@ -662,7 +666,7 @@ def test_hidden_call_evidence_voids_the_task_in_fixed_words_only(tmp_path):
     for name, text in texts.items():
         for secret in spelled:
             assert secret not in text, f"{secret!r} from the hidden call is in {name}"
-    assert "a hidden test computed outside Triton" in texts["report.md"] + texts["results.json"]
+    assert "a hidden test broke the rules" in texts["report.md"] + texts["results.json"]
 
 
 @pytest.mark.gpu
@@ -826,6 +830,66 @@ def test_the_kernel_trace_of_honest_kernels_shows_their_kernels_only(tmp_path):
                 assert t and t["own"] >= 1 and t["torch_ops"] == [] and t["foreign"] == [], (folder, name, t)
 
 
+# ---- One grade everywhere (issue 32): hidden evidence, settings, silent checks, who wrote the answer.
+
+def _student_view(result) -> str:
+    """All a student reads before the due date, task flags and states included (as data).
+    The compile rows' "key" (a hash of the kernel's source, which differs between the
+    fixture's variants) is left out: no report shows it."""
+    import dataclasses
+    import json
+    result = dataclasses.replace(result, tasks=[dataclasses.replace(t, kernels=[
+        {k: v for k, v in row.items() if k != "key"} for row in t.kernels]) for t in result.tasks])
+    tasks = [(t.task, t.status, t.summary, t.flags, t.checks_off, t.score) for t in result.tasks]
+    return _visible_text(result) + "\n" + json.dumps(tasks, sort_keys=True)
+
+
+def test_every_hidden_call_finding_reads_the_same_words(tmp_path):
+    """A file that on the hidden test's shape writes into its inputs, or launches its
+    kernel on no rows and returns zeros, or both: before, the visible reports said which
+    ("inputs modified", "no Triton kernel computed the output", or both), so a student
+    steering the behaviour by M, N and K learnt bits of the hidden shape per submission.
+    Now every behaviour gives byte-identical visible reports, and the task gets nothing."""
+    from grader.judge import HIDDEN_DETAIL, HIDDEN_KIND
+    from tests.fakes import rubric_dict
+    public = [t["cpu_shape"] for t in rubric_dict(tasks=("w8a8",))["tests"] if t["kind"] == "correctness"]
+    seen = {}
+    for how in ("inputs", "no_compute", "both"):
+        sub = tmp_path / how
+        sub.mkdir()
+        (sub / "w8a8.py").write_text(submission("w8a8_hidden_call_misbehaves", public=public, how=how))
+        result = grade(sub, _hidden_rubric([("w8a8/odd", [7, 32, 72])]), seed=8, tasks=["w8a8"],
+                       log=lambda *_: None)
+        task = _task(result)
+        assert task.score == 0 and task.flags == [{"kind": HIDDEN_KIND, "detail": HIDDEN_DETAIL}], task.flags
+        hidden = by_name(result)["w8a8/odd"].message   # the TA's (after the due date) says which
+        assert {"inputs": "inputs_modified", "no_compute": "no_triton_compute"}.get(how, "inputs_modified") \
+            in hidden, hidden
+        seen[how] = _student_view(result)
+    assert seen["inputs"] == seen["no_compute"] == seen["both"]
+
+
+def test_the_settings_a_kernel_file_reads_are_the_ones_the_handout_names(tmp_path, monkeypatch):
+    """The handout lets a kernel file read the environment with os.environ.get/os.getenv
+    and names what it holds when graded: TRITON_INTERPRET, "1" on a CPU; no variable of the
+    student's shell. A file that reads a setting of its own, set where the grader runs,
+    and TRITON_INTERPRET sees exactly that: the setting unset, the interpreter on."""
+    import re
+    row = next(line for line in (ROOT / "handout.md").read_text().splitlines()
+               if line.startswith("| Python |") and "os.getenv" in line)
+    promise = row[row.index("os.getenv"):]
+    assert re.findall(r"`([A-Z][A-Z0-9_]+)`", promise) == ["TRITON_INTERPRET"], promise
+    assert '`"1"` when graded on a CPU' in promise and "no variable you set in your shell reaches it" in promise
+    monkeypatch.setenv("W8A8_BLOCK_M", "32")   # the student's own setting, in the grader's environment
+    src = NAIVE_W8A8 + ("\nimport os\n\nprint(\"SETTINGS\", os.environ.get(\"W8A8_BLOCK_M\"), "
+                        "os.getenv(\"TRITON_INTERPRET\"))\n")
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
+    task = _task(result)
+    assert correctness(result) == 4 and not task.flags, (task.flags, [t.message for t in result.tests])
+    expected = "SETTINGS None None" if HAS_CUDA else "SETTINGS None 1"
+    assert expected in task.log_tail, task.log_tail
+
+
 def _with_fp16_scales():
     """The small W8A8 rubric, with a test whose scales are fp16 (as the rubric's w8a8/fp16_scales)."""
     from tests.fakes import rubric_dict
@@ -870,3 +934,82 @@ def test_a_wrapper_that_sabotages_the_gpu_shape_capture_still_has_its_cpu_launch
         if test.kind == "correctness":
             assert "compile error for the GPU" in test.message and "tl.dot" in test.message, test.message
     assert any(k.get("status") == "error" and "BLOCK_M=8" in k.get("variant", "") for k in _task(result).kernels)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the interpreter's record of who wrote the output (CPU)")
+def test_the_forged_product_gets_nothing(tmp_path):
+    """The issue's forge (tests/fixtures/forged): each wrapper computes the product in plain
+    Python numbers (one .item() per element), returns a tensor built from them, and launches
+    one kernel that tl.dots zero tiles until 2 M N K FLOPs are done. It met the arithmetic
+    floor and scored 60/60 plus 4 bonus on the CPU; every task now gets 0, with a message
+    that says the output was not stored by the submission's kernels."""
+    forged = ROOT / "tests" / "fixtures" / "forged"
+    files = {task: (forged / f"{task}.py").read_text() for task in ("w8a8", "w4a16", "dds")}
+    result = grade_files(tmp_path, files, list(files))
+    for task in files:
+        t = _task(result, task)
+        kinds = [f["kind"] for f in t.flags]
+        assert t.score == 0 and correctness(result, task) == 0, (task, t.summary, t.flags)
+        assert "output_not_from_kernels" in kinds and "no_triton_compute" not in kinds, (task, kinds)
+        assert "not stored by the submission's Triton kernels during the call" in _flags(t), t.flags
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the interpreter's record of who wrote the output (CPU)")
+def test_a_kernel_that_stores_host_numbers_into_the_output_gets_nothing(tmp_path):
+    """The forge's next step: a kernel of the submission copies the host-built numbers into the
+    output, plus 0 * x. Every element is stored by the call's kernel, from data that is not
+    the call's inputs."""
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_kernel_copies_host_numbers")}, ["w8a8"])
+    t = _task(result)
+    assert t.score == 0 and correctness(result) == 0, t.flags
+    assert "neither the call's inputs nor computed from them" in _flags(t), t.flags
+
+
+def test_numbers_passed_to_kernels_are_caught_by_the_reads_that_made_them(tmp_path):
+    """The product in Python numbers, each passed to a kernel as an argument and stored as
+    v + 0 * x[0], one launch per element: the record of who wrote the output does not follow
+    numbers passed as arguments, but the wrapper read every element of x and of the weight
+    into Python to make them."""
+    if HAS_CUDA:
+        pytest.skip("one .item() per element and one launch per output element: far too slow on a GPU")
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_numbers_as_kernel_arguments")}, ["w8a8"])
+    t = _task(result)
+    assert t.score == 0 and correctness(result) == 0, t.flags
+    assert "values of tensors into Python numbers" in _flags(t), t.flags
+
+
+def test_a_graded_call_prints_tensors_without_their_values(tmp_path):
+    """Printing a tensor (repr, str, an f-string) reads its values into Python past every op
+    record; during a graded call it prints its shape and dtype, and the honest kernel that
+    prints keeps its points."""
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_prints_its_inputs")}, ["w8a8"])
+    t = _task(result)
+    assert correctness(result) == 4 and not t.flags, (t.flags, [x.message for x in result.tests])
+    printed = [line for line in t.log_tail.splitlines() if line.startswith("PRINTED")]
+    assert printed and all("values are not printed during a graded call" in line for line in printed)
+    assert all("tensor([" not in line and "0." not in line for line in printed), printed
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the launch capture of a CPU run")
+def test_a_capture_the_wrapper_sabotages_is_reported_off_in_every_channel(tmp_path):
+    """A wrapper called at a GPU shape inside the interpreter (only the launch capture does
+    this) launches on the grid (-1, 1): the capture's reply is malformed and its worker is
+    ended after the correctness cases passed, so what the GPU shapes launch is never compiled.
+    The kernel is right and keeps its points, and report.md, report.json, Gradescope's
+    results.json and the terminal all say that the launch capture was off, and why."""
+    import json
+
+    from grader.report import terminal_table, write_reports
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "w8a8.py").write_text(submission("w8a8_sabotages_capture"))
+    result = grade(sub, _with_fp16_scales(), seed=5, tasks=["w8a8"], log=lambda *_: None)
+    assert correctness(result) == 5, [t.message for t in result.tests]
+    (line,) = [c for c in _task(result).checks_off if c.startswith("launch capture off")]
+    assert "malformed launch capture" in line and "the worker was ended" in line, line
+    write_reports(result, tmp_path / "report")
+    texts = {name: (tmp_path / "report" / name).read_text() for name in ("report.md", "report.json", "results.json")}
+    texts["terminal"] = terminal_table(result)
+    texts["results.json output"] = json.loads(texts["results.json"])["output"]
+    for name, text in texts.items():
+        assert "launch capture off" in text and "malformed launch capture" in text, name

@@ -52,6 +52,11 @@ class CallResult:
     flops_needed: int = 0
     # The call ran inside the worker's kernel trace (GPU): its evidence must say what ran.
     traced: bool = False
+    # The interpreter followed who wrote each output value (CPU, worker/provenance.py): its
+    # evidence must say how many elements the kernels did not compute from the inputs.
+    provenance: bool = False
+    # The most values the call may read from tensors into Python numbers (.item()); 0: not judged.
+    read_limit: int = 0
 
 
 def checked_call(session: Session, name: str, args: tuple, out_shape, label: str | None = None) -> CallResult:

@@ -20,7 +20,7 @@ import torch
 from ..compare import check_sanity, check_task_output
 from ..diagnose import likely_cause, out_of_bounds
 from ..estimate import estimate
-from ..judge import task_flags
+from ..judge import HOST_READS, task_flags
 from ..rubric import Rubric, TestSpec
 from ..runs import HIDDEN_CALL, CaseRun, Draw, Runs, TaskRun, TimedRun, problem
 from ..staticcheck import check_source
@@ -210,13 +210,25 @@ def _stopped(run: TaskRun, hidden: bool) -> dict | None:
 
 def _checks_off(run: TaskRun, found: dict | None, hidden: bool) -> None:
     """Add the checks a worker says it could not start or keep on (what it says can
-    only turn a check off, and the report says so). The hidden tests' worker gets
-    no words of its own in a report: only which check."""
+    only turn a check off, and the report says so). What the hidden tests' worker
+    says reaches those tests' own messages only (``hidden_checks_off``): whether a
+    check went off there could tell a student about a hidden shape."""
     for check, why in (found or {}).items():
         if check not in fence.CHECKS:   # only the checks fence.py names
             continue
-        run.checks_off.setdefault(check, "the hidden tests' worker could not run it" if hidden
-                                  else f"the worker: {why}")
+        _check_off(run, check, f"the worker: {why}", hidden)
+
+
+def _off(run: TaskRun, hidden: bool) -> dict:
+    """The checks off for a worker's calls: the task's, and for the hidden tests' worker its own too."""
+    return {**run.checks_off, **run.hidden_checks_off} if hidden else run.checks_off
+
+
+def _check_off(run: TaskRun, check: str, why: str, hidden: bool) -> None:
+    """A check of fence.CHECKS that did not run (or not whole) for this task: every report says
+    which and why; for the hidden tests' worker, those tests' own messages (shown after the
+    due date) and the runs file do, and nothing a student reads before."""
+    (run.hidden_checks_off if hidden else run.checks_off).setdefault(check, why)
 
 
 def _check_import(run: TaskRun, session: Session, hidden: bool) -> None:
@@ -246,9 +258,13 @@ def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs) -> 
         # A wrapper may prepare (a cast, a pad): about the activations and the output once.
         result.work_limit = shape[0] * shape[1] + sum(args[i].numel() for i in task.activation_args)
         _checks_off(run, result.evidence.get("checks_off"), spec.hidden)
-        if runs.device == "cpu" and "arithmetic count" not in run.checks_off:
+        off = _off(run, spec.hidden)
+        if runs.device == "cpu" and "arithmetic count" not in off:
             result.flops_needed = task.product_flops(shape, spec.options, args)
-        result.traced = runs.device == "cuda" and "kernel trace" not in run.checks_off
+        result.traced = runs.device == "cuda" and "kernel trace" not in off
+        result.provenance = runs.device == "cpu" and "output provenance" not in off
+        # A wrapper may read a few values into Python (a count, a block row's bounds), never the data.
+        result.read_limit = HOST_READS + shape[0] + shape[1]
         if result.status == "gone":
             _stop(run, result.kind, result.message, spec.hidden)
         d = _draw(run.task, result, args, extras)
@@ -265,7 +281,7 @@ def _draw(task: str, result: CallResult, args: tuple, extras: dict) -> Draw:
     d = Draw(result.status, result.message, result.kind, stray_write=result.stray_write)
     outside = result.evidence.get("outside") or {}
     if outside.get("loads") or outside.get("stores"):
-        d.outside = outside
+        d.outside = {**outside, "tensor": argument_name(task, outside.get("tensor", ""))}
     if result.status != "ok":
         return d
     ref_slack = get(task).reference_and_slack(args)   # computed once: the check and the diagnosis share it
@@ -279,6 +295,19 @@ def _draw(task: str, result: CallResult, args: tuple, extras: dict) -> Draw:
     return d
 
 
+def argument_name(task: str, key: str) -> str:
+    """The name of the argument a bounds-check key stands for ("0" -> "x", "1.values" ->
+    "weight_bsr.values()", "scratch" -> "a tensor the wrapper made"); "" when not known."""
+    if key == "scratch":
+        return "a tensor the wrapper made"
+    head, _, part = key.partition(".")
+    names = get(task).arg_names
+    if not head.isdigit() or int(head) >= len(names):
+        return ""
+    parts = {"crow": "crow_indices()", "col": "col_indices()", "values": "values()"}
+    return names[int(head)] + (f".{parts.get(part, part)}" if part else "")
+
+
 def _compile_check(run: TaskRun, session: Session, group: list, log, hidden: bool, gpu_specs: list,
                    runs: Runs, compiled: dict) -> None:
     """Compile for the target GPU what the worker launched, in two passes: first what the CPU
@@ -288,18 +317,31 @@ def _compile_check(run: TaskRun, session: Session, group: list, log, hidden: boo
     tests whose launches it serves, as on the GPU (``_compile_verdicts``). The report's table
     shows the visible worker's kernels only. ``compiled``: results by variant key, filled by
     the visible worker's check and reused by the hidden one's (never the other way)."""
-    if _stopped(run, hidden) or not any(r.status == "ok" for _, r in run.calls) \
-            or "compile check" in run.checks_off:
+    off = _off(run, hidden)
+    if "compile check" in off or not any(r.status == "ok" for _, r in run.calls):
+        return   # off and said so; or no call came back right, and no test it serves can pass
+    if _stopped(run, hidden):
+        stopped = _stopped(run, hidden)["detail"].splitlines() or ["?"]
+        _check_off(run, "compile check", f"not run: the worker had ended ({stopped[0][:200]})", hidden)
         return
     left = session.deadline - time.monotonic()
     if left < 15:
+        _check_off(run, "compile check", f"not run: {max(left, 0):.0f} s of the task's time limit were left",
+                   hidden)
         return
     log(f"{run.task}: compiling the launched kernels for the GPU (sm_90) ...")
     rows = _compile(run, session, hidden, compiled, left, gpu_only=False)
     captured: set[str] = set()   # the tests whose GPU shape was captured whole
     left = session.deadline - time.monotonic()
-    if rows is not None and runs.device == "cpu" and left > capture.MIN_LEFT_S \
-            and "launch capture" not in run.checks_off:
+    gpu_shapes = runs.device == "cpu" and any(s.shape for s in gpu_specs)
+    if rows is None:
+        stopped = _stopped(run, hidden) or {"detail": "?"}
+        _check_off(run, "compile check", f"not run: the worker ended ({stopped['detail'].splitlines()[0][:200]})",
+                   hidden)
+    elif gpu_shapes and "launch capture" not in off and left <= capture.MIN_LEFT_S:
+        _check_off(run, "launch capture", f"not run: {max(left, 0):.0f} s of the task's time limit were left",
+                   hidden)
+    elif gpu_shapes and "launch capture" not in off:
         log(f"{run.task}: calling the wrapper at the GPU shapes, launches intercepted ...")
         found = capture.capture(session, run.task, gpu_specs, min(capture.BUDGET_S, left / 3))
         _checks_off(run, found.pop("checks_off", None), hidden)
@@ -307,12 +349,24 @@ def _compile_check(run: TaskRun, session: Session, group: list, log, hidden: boo
             run.capture = found
         cases = found.get("cases", {}) if "gone" not in found else {}
         captured = {name for name, c in cases.items() if not c.get("error")}
+        if "error" in found:   # the worker could not capture, or its reply ended it
+            _check_off(run, "launch capture", found["error"] + (" (the worker was ended)" if "gone" in found
+                                                                 else ""), hidden)
+        elif len(captured) < len(cases):
+            failed = sorted(name for name in cases if name not in captured)
+            first = (cases[failed[0]].get("error") or "").strip().splitlines()
+            _check_off(run, "launch capture", f"incomplete: the wrapper failed when called at the GPU shape of "
+                       f"{', '.join(failed)} ({first[-1][:200] if first else '?'}); those tests are judged by "
+                       "what their CPU shapes launched", hidden)
         if cases:
             left = session.deadline - time.monotonic()
             log(f"{run.task}: compiling what the GPU shapes launch ...")
             more = _compile(run, session, hidden, compiled, left, gpu_only=True) if left >= 15 else None
             if more is None:
                 captured = set()   # nothing of the GPU shapes compiled: the CPU shapes' launches decide
+                _check_off(run, "launch capture", "what the GPU shapes launch was captured but not compiled: " +
+                           ("the worker ended" if _stopped(run, hidden) else
+                            f"{max(left, 0):.0f} s of the task's time limit were left"), hidden)
             else:
                 rows = _merged(rows, more)
     if rows is None:
@@ -405,7 +459,7 @@ def scored_cases_clean(run: TaskRun, rubric: Rubric, device: str) -> bool:
         if case is None or case.compile_error or not case.draws or not all(d.clean for d in case.draws) \
                 or len(case.draws) < DRAWS:
             return False
-    return not run.static and not task_flags(run.calls, run.checks_off)
+    return not run.static and not task_flags(run.calls, run.checks_off, run.hidden_checks_off)
 
 
 def _performance(run: TaskRun, rubric: Rubric, specs: list[TestSpec], session, timeout: float, runs: Runs,

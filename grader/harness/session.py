@@ -50,7 +50,8 @@ MAX_COMPILE_ROWS = 30
 EVIDENCE_SCHEMA = {"own_launches": int, "foreign_launches": list, "library_matmuls": list,
                    "oversized_ops": list, "torch_elements": int, "torch_sites": list}
 # Evidence only some calls have: absent means "not measured", never zero.
-OPTIONAL_EVIDENCE = {"kernel_flops": int}
+OPTIONAL_EVIDENCE = {"kernel_flops": int, "host_reads": int}
+PROVENANCE_COUNTS = ("elements", "unwritten", "foreign", "inputless", "unchecked")   # worker/provenance.py
 TRACE_SCHEMA = {"own": int, "copies": int, "torch_ops": list, "foreign": list}   # worker/trace.py
 MAX_TEXT = 12000
 # The data-movement counts (grader/worker/movement.py): feedback the worker
@@ -94,15 +95,29 @@ class _TailReader(threading.Thread):
 
 
 def _outside(value) -> dict:
-    """The interpreter's bounds check of one call (worker/movement.py ``outside``):
-    bytes loaded and stored outside every known tensor, and the first kernel."""
-    if not isinstance(value, dict) or not isinstance(value.get("kernel", ""), str):
+    """The interpreter's bounds check of one call (worker/movement.py ``outside``): bytes
+    loaded and stored outside their tensor, the first kernel, and the key of that tensor."""
+    if not isinstance(value, dict) or not isinstance(value.get("kernel", ""), str) \
+            or not isinstance(value.get("tensor", ""), str):
         raise WorkerGone("the worker sent malformed evidence (field 'outside')")
-    out = {"kernel": value.get("kernel", "")[:200]}
+    out = {"kernel": value.get("kernel", "")[:200], "tensor": value.get("tensor", "")[:40]}
     for key in ("loads", "stores"):
         n = value.get(key, 0)
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_COUNT:
             raise WorkerGone("the worker sent malformed evidence (field 'outside')")
+        out[key] = n
+    return out
+
+
+def _provenance(value) -> dict:
+    """Who wrote the output of one call (worker/provenance.py ``report``): counts of elements."""
+    if not isinstance(value, dict) or not set(value) <= set(PROVENANCE_COUNTS):
+        raise WorkerGone("the worker sent malformed evidence (field 'provenance')")
+    out = {}
+    for key in PROVENANCE_COUNTS:
+        n = value.get(key, 0)
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_COUNT:
+            raise WorkerGone("the worker sent malformed evidence (field 'provenance')")
         out[key] = n
     return out
 
@@ -152,6 +167,8 @@ def _validate(reply) -> dict:
                 ev[key] = value
         if "outside" in clean["evidence"]:
             ev["outside"] = _outside(clean["evidence"]["outside"])
+        if "provenance" in clean["evidence"]:
+            ev["provenance"] = _provenance(clean["evidence"]["provenance"])
         if "trace" in clean["evidence"]:
             ev["trace"] = _trace(clean["evidence"]["trace"])
         if "checks_off" in clean["evidence"]:

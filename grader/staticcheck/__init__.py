@@ -50,11 +50,12 @@ write:
   not ``get_type_hints``, which evaluates strings), dataclasses, itertools,
   collections, enum, ``warnings.warn``, ``__future__``, and the helpers that
   ``.utils`` defines (read from the grader's own copy of utils.py).
-- os: only ``os.environ.get`` and ``os.getenv``. Reading a setting such as
-  ``TRITON_INTERPRET`` to pick tile sizes is a common honest pattern and cannot
-  change anything; writing the environment, files, processes and signals are
-  refused. (The sandbox scrubs the worker's environment; it sets
-  ``TRITON_INTERPRET=1`` for a CPU run.)
+- os: only ``os.environ.get`` and ``os.getenv``. Reading ``TRITON_INTERPRET``
+  to pick tile sizes is a common honest pattern and cannot change anything;
+  writing the environment, files, processes and signals are refused. The
+  sandbox gives the worker an environment of its own (harness/session.py:
+  ``TRITON_INTERPRET=1`` on a CPU run, none of the student's variables), as
+  the handout says; tests/test_integrity.py holds the two together.
 
 **Values** (tensors, dicts, your own objects) have unknown types, so their
 attributes are checked by name: outside a ``@triton.jit`` function a value

@@ -375,9 +375,9 @@ def _path_reason(path: str) -> tuple[str, str]:
                                "triton.autotune, triton.heuristics, triton.Config, triton.cdiv, "
                                "triton.next_power_of_2 and the kernel language (tl.*)")
     if module == "os":
-        return "not-allowed", ("is not allowed: from os a kernel file may only read settings (os.environ.get, "
-                               "os.getenv); files, processes, signals and the environment are the grader's "
-                               "business")
+        return "not-allowed", ("is not allowed: from os a kernel file may only read the environment "
+                               "(os.environ.get, os.getenv; when graded, only TRITON_INTERPRET is set, to 1 on "
+                               "a CPU); files, processes, signals and the environment are the grader's business")
     if path.startswith(UTILS + "."):
         return "not-allowed", ("is not a helper that .utils defines; available: "
                                + ", ".join(sorted(UTILS_NAMES)[:12]) + ", ...")

@@ -125,6 +125,11 @@ class OpRecorder(TorchDispatchMode):
         """Where the compute ops that produced the most elements were issued."""
         return [f"{site} ({n} elements)" for site, n in self.sites.most_common(MAX_SITES)]
 
+    def host_reads(self) -> int:
+        """Values read from tensors into Python numbers (``.item()``, ``float(t)``, ``int(t)``,
+        a tensor in an ``if``, printing one: each ends in ``_local_scalar_dense``)."""
+        return self.ops.get("_local_scalar_dense", 0)
+
     def library_matmuls(self) -> list[str]:
         return sorted(n for n in self.ops if n in LIBRARY_MATMUL_OPS or "conv" in n)
 

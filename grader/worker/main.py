@@ -29,9 +29,13 @@ back on REPLY_FD:
 
 ``call`` is a correctness call: the kernel's result is copied into ``out``.
 In the CPU interpreter its loads and stores are also bounds-checked
-(movement.py, ``confine``): a lane outside every tensor the call knows is
-masked off and counted, and the evidence says how many bytes; and the
-arithmetic of the submission's own kernels is counted (``kernel_flops``).
+(movement.py, ``confine``): a lane outside the tensor its pointer was derived
+from is masked off and counted, and the evidence says how many bytes and
+which tensor; the arithmetic of the submission's own kernels is counted
+(``kernel_flops``); and who wrote each output element, from what, is
+recorded (provenance.py, ``provenance``). On both devices the evidence says
+how many values the call read from tensors into Python (``host_reads``), and
+while the submission's code runs a tensor prints without its values.
 On a GPU the call runs inside a kernel trace (trace.py): the evidence says
 which kernels ran.
 ``prepare`` warms a timed batch up and captures it in a CUDA graph when the
@@ -80,6 +84,7 @@ from .evidence import WRAPPER_OPS, LaunchRecorder, OpRecorder
 from .graphs import capture
 from .layout import build, view
 from .movement import Movement, tensor_range
+from .provenance import Provenance
 
 MAX_ERROR_CHARS = 12000  # the harness looks for the submission's frame in it
 
@@ -132,7 +137,9 @@ class Worker:
         args, out = self._call(self.arenas[msg["arena"]], msg)
         self.launches.reset()
         ops = OpRecorder()
+        prov = self._provenance(args, msg["args"])    # first: the bounds check reads its pointer tags
         counter = self._counter(args, msg["args"])
+        facts = None
         window = trace.Window() if self.device == "cuda" and "kernel trace" not in self.off else None
         # Deterministic mode fills fresh allocations (torch.empty) with NaN, so
         # output the kernel never stores shows up as NaN, not as stale memory.
@@ -148,6 +155,10 @@ class Worker:
                     y = self.fn(*args)
                     problem = _unusable(y, out)
                     if not problem:
+                        if prov is not None:   # who wrote y, before it leaves the call
+                            facts = prov.report(y)
+                            if prov.error:
+                                self.failed["output provenance"] = f"the record failed: {prov.error}"
                         out.copy_(y)
                 self.sync()
         except BaseException:  # sys.exit() in one case loses that case only
@@ -158,10 +169,27 @@ class Worker:
             torch.use_deterministic_algorithms(deterministic)
             if counter is not None:
                 counter.restore()
+            if prov is not None:
+                prov.restore()
         if problem:
             return {"ok": False, "returned": problem,
                     "evidence": self._evidence(ops, args, out, counter, window)}
-        return {"ok": True, "evidence": self._evidence(ops, args, out, counter, window)}
+        return {"ok": True, "evidence": self._evidence(ops, args, out, counter, window, facts)}
+
+    def _provenance(self, args, specs):
+        """The interpreter's record of who wrote each value of one call (CPU), installed;
+        None on a GPU or where it is off."""
+        if self.device != "cpu" or "output provenance" in self.off:
+            return None
+        prov = Provenance(_named(args, specs), own_prefix=self.own_prefix)
+        try:
+            prov.install()
+        except Exception as e:  # noqa: BLE001 - said so in the evidence, never silently off
+            prov.restore()
+            self.failed["output provenance"] = f"the interpreter could not be instrumented: " \
+                                               f"{type(e).__name__}: {e}"[:300]
+            return None
+        return prov
 
     def _counter(self, args, specs):
         """The interpreter's bounds check and arithmetic count for one call (CPU),
@@ -182,12 +210,15 @@ class Worker:
             return None
         return counter
 
-    def _evidence(self, ops: OpRecorder, args, out, counter=None, window=None) -> dict:
+    def _evidence(self, ops: OpRecorder, args, out, counter=None, window=None, provenance=None) -> dict:
         sizes = [a.numel() for a in args if isinstance(a, torch.Tensor) and a.layout == torch.strided]
         limit = 2 * max(sizes + [out.numel()])
         evidence = {"own_launches": self.launches.own(), "foreign_launches": self.launches.foreign()[:10],
                     "library_matmuls": ops.library_matmuls()[:10], "oversized_ops": ops.oversized(limit)[:10],
-                    "torch_elements": ops.computed, "torch_sites": ops.top_sites()}
+                    "torch_elements": ops.computed, "torch_sites": ops.top_sites(),
+                    "host_reads": ops.host_reads()}
+        if provenance is not None:
+            evidence["provenance"] = provenance
         if counter is not None:
             if counter.confine:
                 evidence["outside"] = counter.outside()
@@ -419,6 +450,31 @@ def outputs_problem(outputs: list, outs: list) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def values_unprinted():
+    """While the submission's code runs, a tensor prints as its shape and dtype, not its values.
+
+    Printing is the one way from a tensor's values to Python that runs no PyTorch op
+    the op record sees (repr and format run with the dispatch modes off): a wrapper
+    could read x and the weight as text, compute the product in Python and pass
+    the numbers to its kernels, past the count of values read into Python
+    (``.item()``, judge.py). A print in a wrapper still shows what it is."""
+    saved = torch.Tensor.__repr__, torch.Tensor.__format__
+
+    def described(t, *_):
+        return f"tensor(shape={list(t.shape)}, dtype={t.dtype}, device={t.device.type}: values are not printed " \
+               "during a graded call)"
+
+    def formatted(t, spec):   # a 0-d tensor formats through .item(), which the op record counts
+        return saved[1](t, spec) if t.dim() == 0 and spec else described(t)
+
+    torch.Tensor.__repr__, torch.Tensor.__format__ = described, formatted
+    try:
+        yield
+    finally:
+        torch.Tensor.__repr__, torch.Tensor.__format__ = saved
+
+
 def _named(args, specs) -> list[tuple[str, int, int]]:
     """(key, first byte, past the last byte) of a call's input tensors: "0", "1",
     ... by argument, a BSR argument's parts as "<i>.crow", "<i>.col", "<i>.values"."""
@@ -478,7 +534,8 @@ def main(argv: list[str]) -> None:
     device = "cuda" if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"
     launches, failed = _start_checks(package, device, off)
     try:
-        module = importlib.import_module(f"{package}.{module_name}")
+        with values_unprinted():
+            module = importlib.import_module(f"{package}.{module_name}")
         fn = getattr(module, entry)
     except BaseException:
         reply({"ok": False, "error": _traceback(), "checks_off": failed})
@@ -489,7 +546,9 @@ def main(argv: list[str]) -> None:
     for line in commands:
         msg = json.loads(line)
         try:
-            reply(getattr(worker, msg["op"])(msg))
+            with values_unprinted():
+                answer = getattr(worker, msg["op"])(msg)
+            reply(answer)
         except BaseException:
             reply({"ok": False, "error": _traceback()})
 

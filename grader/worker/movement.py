@@ -21,12 +21,18 @@ address: to the named ranges the caller gives (the call's inputs), to the
 returned output, to other tensors the launches were given ("scratch"), or
 to nothing known ("other").
 
-With ``confine``, a lane whose element lies outside every known tensor (the
-named ranges and the storages the launches were given) is masked off before
-the interpreter touches memory, and counted: an out-of-bounds load or store
-(a missing mask, a wrong stride) becomes a count the harness can name instead
-of a read of whatever lies there, or a crash of the interpreter. A GPU would
-fault on it, or read and write another tensor.
+With ``confine``, a lane whose element lies outside the tensor its pointer
+was derived from is masked off before the interpreter touches memory, and
+counted: an out-of-bounds load or store (a missing mask, a wrong stride)
+becomes a count the harness can name instead of a read of whatever lies
+there, or a crash of the interpreter. A GPU would fault on it, or read and
+write another tensor: a read past the end of x is out of bounds even where
+it lands inside another argument. The tensor comes from provenance.py, which
+tags every pointer handle with the argument it was computed from (an input's
+own bytes; a tensor the wrapper made: its storage); where it is not known
+(no Provenance installed, a pointer mixed from two tensors) a lane must lie
+inside one of the known tensors (the named ranges and the storages the
+launches were given).
 
 With ``arithmetic``, the arithmetic done inside the programs of the kernels
 whose module starts with ``own_prefix`` is counted: 2 M N K per ``tl.dot``
@@ -142,6 +148,8 @@ class Movement:
         self.arithmetic = 0      # operations counted (count_arithmetic)
         self._in_program = False  # a program of an own launch is running: its arithmetic counts
         self.first_outside = ""  # the kernel of the first out-of-bounds access
+        self.first_tensor = ""   # the key of the tensor its pointer came from ("" if not known)
+        self.outside_loads = self.outside_stores = 0   # bytes the live lanes touched outside their tensor
         self.ranges = _Ranges()
         for key, start, end in named:
             self.ranges.add(start, end, key)
@@ -159,22 +167,31 @@ class Movement:
 
     # ----------------------------------------------------------------- counting
     def _count(self, ptrs, mask, into: dict):
-        """(bytes the live lanes touch, the mask to use instead of ``mask`` or None)."""
+        """(bytes the live lanes touch, the mask to use instead of ``mask`` or None, bytes
+        the live lanes touch outside their tensor)."""
         ty = ptrs.get_element_ty()
         nbytes = max(1, ty.primitive_bitwidth // 8)
         data = np.asarray(ptrs.data)
         live = None if mask is None else np.broadcast_to(np.asarray(mask.data, dtype=bool), data.shape)
         addr = (data.reshape(-1) if live is None else data[live]).astype(np.uint64, copy=False)
         self.ranges.count(addr, nbytes, into)
-        confined = None
+        confined, outside = None, 0
         if self.confine and addr.size:
-            inside = self.ranges.inside(data.astype(np.uint64, copy=False), nbytes)
+            # The tensor the pointer was derived from (provenance.py tags it), else any known tensor.
+            base = getattr(ptrs, "_pb", None)
+            where = data.astype(np.uint64, copy=False)
+            if isinstance(base, tuple) and len(base) == 3:
+                inside = (where >= np.uint64(base[0])) & (where + np.uint64(nbytes) <= np.uint64(base[1]))
+            else:
+                inside = self.ranges.inside(where, nbytes)
             wanted = inside if live is None else inside | ~live
             if not wanted.all():
                 if not self.first_outside and self._current is not None:
                     self.first_outside = self._current["kernel"]
+                    self.first_tensor = base[2] if isinstance(base, tuple) and len(base) == 3 else ""
                 confined = inside if live is None else inside & live
-        return int(addr.size) * nbytes, confined
+                outside = int((~wanted).sum()) * nbytes
+        return int(addr.size) * nbytes, confined, outside
 
     def _masked(self, mask, confined, shape):
         """A mask handle with only the lanes ``confined`` keeps (an interpreter TensorHandle)."""
@@ -188,7 +205,8 @@ class Movement:
         """Count a load; the mask to load with (``mask`` unless lanes were confined)."""
         if self._paused:
             return mask
-        moved, confined = self._count(ptrs, mask, self.read)
+        moved, confined, outside = self._count(ptrs, mask, self.read)
+        self.outside_loads += outside
         if self._current is not None:
             self._current["loaded"] += moved
         return mask if confined is None else self._masked(mask, confined, np.shape(ptrs.data))
@@ -196,7 +214,8 @@ class Movement:
     def _store(self, ptrs, mask):
         if self._paused:
             return mask
-        moved, confined = self._count(ptrs, mask, self.written)
+        moved, confined, outside = self._count(ptrs, mask, self.written)
+        self.outside_stores += outside
         if self._current is not None:
             self._current["stored"] += moved
         return mask if confined is None else self._masked(mask, confined, np.shape(ptrs.data))
@@ -376,10 +395,12 @@ class Movement:
 
     # ------------------------------------------------------------------- result
     def outside(self) -> dict:
-        """Bytes the live lanes loaded and stored outside every known tensor, and
-        the first kernel that did (all zero and "" for a kernel that stays inside)."""
-        return {"loads": int(self.read.get(None, 0)), "stores": int(self.written.get(None, 0)),
-                "kernel": self.first_outside[:MAX_TEXT]}
+        """Bytes the live lanes loaded and stored outside the tensor their pointer was
+        derived from (or, where that is not known, outside every known tensor), the
+        first kernel that did, and the key of that tensor ("" when not known; all
+        zero and "" for a kernel that stays inside)."""
+        return {"loads": int(self.outside_loads), "stores": int(self.outside_stores),
+                "kernel": self.first_outside[:MAX_TEXT], "tensor": self.first_tensor[:MAX_TEXT]}
 
     def report(self, output=None) -> dict:
         """Totals as plain JSON. Byte keys: the named ranges' keys, "out" (the
