@@ -440,7 +440,7 @@ class Provenance:
         """``named``: (key, first byte, past the last byte) of each input tensor of the call."""
         self.shadow = Shadow()
         self.named = sorted(named, key=lambda n: n[1])
-        for key, start, end in self.named:
+        for _key, start, end in self.named:
             self.shadow.add(start, end, INPUT)
         self.own_prefix = own_prefix
         self.own = False          # the running launch is one of the submission's kernels
