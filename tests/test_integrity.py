@@ -170,7 +170,10 @@ def test_side_stream_work_is_timed(tmp_path):
     src = submission("w8a8_side_stream")
     hidden = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))["w8a8/perf"]
     honest = by_name(grade_files(tmp_path, {"w8a8": NAIVE_W8A8}, ["w8a8"]))["w8a8/perf"]
-    assert hidden.details["kernel_ms"] > 0.8 * honest.details["kernel_ms"], (hidden.message, honest.message)
+    if "kernel_ms" not in hidden.details:   # not timed at all: it earns nothing
+        assert hidden.score == 0, hidden.message
+    else:
+        assert hidden.details["kernel_ms"] > 0.8 * honest.details["kernel_ms"], (hidden.message, honest.message)
 
 
 @needs_gpu
@@ -478,7 +481,7 @@ def test_the_hidden_tests_gpu_shapes_stay_out_of_the_compile_table_and_the_estim
     sub = tmp_path / "sub"
     sub.mkdir()
     (sub / "w8a8.py").write_text((ROOT / "tests" / "fixtures" / "compile" / "w8a8_by_m.py").read_text())
-    result = grade(sub, parse_rubric(data), seed=8, tasks=["w8a8"], log=lambda *_: None)
+    result = grade(sub, parse_rubric(data), seed=8, device="cpu", tasks=["w8a8"], log=lambda *_: None)
     task = _task(result)
     assert by_name(result)["w8a8/secret_case_q"].score == 1 and correctness(result) == 5
     assert task.kernels and any(k.get("tests") for k in task.kernels)   # the visible GPU shapes are there

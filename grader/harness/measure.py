@@ -29,7 +29,7 @@ from .session import Session, WorkerGone
 # GPU memory one timed batch may hold, both processes together: per call the
 # arena's activations and output slot, the harness's private activations, the
 # baseline's output and the output the worker's call writes. At most half the
-# GPU's memory, so that a smaller card still grades (with shorter batches).
+# GPU's free memory, so that a smaller card still grades (with shorter batches).
 MAX_TIMED_BYTES = 40 << 30
 MAX_CALLS = 1024
 
@@ -144,7 +144,7 @@ def _batch_size(task, shape, inputs, batch_ms: float) -> tuple[int, int]:
     est_ms = min(times)
     del graph
     calls = max(sets, min(MAX_CALLS, math.ceil(batch_ms / max(est_ms, 1e-4))))
-    budget = min(MAX_TIMED_BYTES, torch.cuda.get_device_properties(0).total_memory // 2)
+    budget = min(MAX_TIMED_BYTES, torch.cuda.mem_get_info()[0] // 2)
     calls = max(1, min(calls, budget // max(call_bytes, 1)))
     return calls, sets
 
@@ -219,9 +219,22 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
         torch.cuda.synchronize()
         return time.perf_counter() - t0
 
-    return timed_rounds(session, timing, rounds, refresh, time_baseline,
-                        lambda: _first_wrong(arena, batch, sets, private, task, shape, act),
-                        more_rounds, extra_rounds)
+    try:
+        return timed_rounds(session, timing, rounds, refresh, time_baseline,
+                            lambda: _first_wrong(arena, batch, sets, private, task, shape, act),
+                            more_rounds, extra_rounds)
+    finally:
+        release(session, name)
+
+
+def release(session: Session, name: str) -> None:
+    """Have the worker drop arena ``name`` and the batch on it, so that the memory of
+    one timed test is free for the next (the harness drops its side when the arena
+    goes). A worker that is gone has nothing left to drop."""
+    try:
+        session.request({"op": "release", "arena": name})
+    except WorkerGone:
+        pass
 
 
 def timed_rounds(session, timing: Timing, rounds: int, refresh, time_baseline, check,

@@ -21,6 +21,7 @@ back on REPLY_FD:
                                                             -> {"ok": true, "graph": bool, "note": "..."}
     {"op": "run"}                                           -> {"ok": true}   (after the device is idle)
     {"op": "collect"}                                       -> {"ok": true} | {"ok": false, "returned": "..."}
+    {"op": "release", "arena": A}                           -> {"ok": true}   (A and the batch on it dropped)
     {"op": "compile", "budget_s": s, "cache_dir": path, "known": {key: result}, "gpu_only": bool}
                                                             -> {"ok": true, "compile": [row, ...]}
     {"op": "movement", "arena": A, "args": [...], "out": spec} -> {"ok": true, "movement": {...}}
@@ -349,6 +350,18 @@ class Worker:
         gc.disable()   # until collect: no finalizer runs after the clock has stopped
         self.batch.run()
         self.sync()
+        return {"ok": True}
+
+    def release(self, msg: dict) -> dict:
+        """Drop an arena and the timed batch built on it, and give their GPU memory back:
+        a mapping the worker keeps holds the harness's memory too (vmm.py), and the
+        cached blocks of one test's batch would leave the next test too little."""
+        self.arenas.pop(msg["arena"], None)
+        self.batch = None
+        gc.collect()
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
         return {"ok": True}
 
     def collect(self, msg: dict) -> dict:
