@@ -222,7 +222,10 @@ def test_cublas_while_captured_gets_nothing(tmp_path, static):
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=static)
     task = _task(result)
     assert task.score == 0
-    assert ("forbidden code" if static else "library matmul") in _flags(task)
+    # Without the static check, the op record (library matmul) or the kernel trace (kernels
+    # that are not the submission's: no Triton kernel) names it, whichever sees it first.
+    said = ("forbidden code",) if static else ("library matmul", "no Triton kernel")
+    assert any(s in _flags(task) for s in said), _flags(task)
 
 
 # ---- The reply channel: the only thing the worker can say, parsed defensively.
