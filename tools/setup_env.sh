@@ -78,7 +78,7 @@ if [ "${NO_VENV:-0}" = "1" ]; then
   if [ -n "$off" ]; then
     msg="NO_VENV=1: $PYTHON has $off; the grading toolchain is torch==$TORCH, numpy==$NUMPY ($CONSTRAINTS)"
     if [ "${ALLOW_OTHER_TOOLCHAIN:-0}" = "1" ]; then
-      echo "setup: WARNING: $msg. Grading anyway (ALLOW_OTHER_TOOLCHAIN=1): every report says so." >&2
+      echo "setup: WARNING: $msg. Grading anyway (ALLOW_OTHER_TOOLCHAIN=1): a CPU grade's report says so." >&2
     else
       echo "setup: $msg. Install them (pip install -c $CONSTRAINTS torch==$TORCH numpy==$NUMPY), drop" \
            "NO_VENV=1 to let make set up $VENV, or set ALLOW_OTHER_TOOLCHAIN=1 to grade anyway." >&2
