@@ -125,6 +125,7 @@ def test_a_load_past_the_end_of_x_into_its_neighbour_is_out_of_bounds():
     assert _adjacent(12, mask_load=True) == {"loads": 0, "stores": 0, "kernel": "", "tensor": ""}
 
 
+@pytest.mark.slow
 def test_the_k_tail_of_x_read_without_its_mask_is_named(tmp_path):
     """W4A16 loading the K tail of x without a mask (tests/variants/w4a16_bug_no_k_mask.py):
     its last row reads past the end of x. The output is right, the case fails, and the

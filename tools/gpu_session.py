@@ -141,16 +141,17 @@ def candidate_rubric(out: Path) -> Path:
 
 def _run(cmd: list[str], log: Path, timeout: float) -> tuple[int | str, float]:
     """Run ``cmd`` from the repository, output to ``log``; (exit code or "timeout", seconds)."""
+    from grader.harness import proc  # the one supervisor: the command and whatever it started end with it
+
     t0 = time.time()
     with log.open("w") as f:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=max(1.0, timeout))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)   # its own session: the command and whatever it started
-            proc.wait()
-            rc = "timeout"
-    return rc, round(time.time() - t0, 1)
+        p = proc.start(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                       deadline_s=max(1.0, timeout))
+    try:
+        rc = p.wait()
+    finally:
+        p.kill()
+    return ("timeout" if p.timed_out else rc), round(time.time() - t0, 1)
 
 
 def run_bench(out: Path, timeout: float) -> dict:

@@ -63,7 +63,7 @@ _TL = """
 program_id num_programs arange zeros zeros_like full cdiv constexpr static_range range static_assert
 static_print device_print device_assert debug_barrier multiple_of max_contiguous max_constancy assume
 condition expect_zero
-load store make_block_ptr make_tensor_descriptor load_tensor_descriptor store_tensor_descriptor
+load store make_block_ptr advance make_tensor_descriptor load_tensor_descriptor store_tensor_descriptor
 tensor_descriptor atomic_add atomic_and atomic_cas atomic_max atomic_min atomic_or atomic_xchg atomic_xor
 atomic_load atomic_store atomic_poll
 dot dot_scaled
