@@ -157,7 +157,7 @@ def test_data_the_host_makes_during_the_call_is_foreign(how):
         elif how == "full":
             h = torch.full((N,), 0.5)
         elif how == "arange":
-            h = torch.arange(N, dtype=torch.float32)
+            h = torch.arange(1, N + 1, dtype=torch.float32)
         elif how == "host_arithmetic":
             h = x * 2
         else:
@@ -370,3 +370,33 @@ def test_a_record_that_fails_turns_itself_off_and_leaves_the_call_alone(monkeypa
     with Provenance([("0", *tensor_range(x))], own_prefix=__name__) as p:
         call(x)
     assert p.error == "ValueError: a rule without a case"
+
+
+@triton.jit
+def _copy_half(src_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    """Stores the first half only: the second is left as it was allocated."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(src_ptr + offs, mask=offs < n, other=0.0), mask=offs < n // 2)
+
+
+@pytest.mark.parametrize("convert", [False, True])
+def test_elements_the_kernels_skip_in_a_zeroed_output_are_left_to_the_check_of_the_values(convert):
+    """An output allocated with torch.zeros whose kernel skips the elements that are zero anyway
+    (empty block rows), converted on the host or not: nothing was written there with data, so
+    the record finds nothing; the values decide. A skipped element of torch.empty (NaN) is just
+    as silent here, and wrong there."""
+    def call(x):
+        y = torch.zeros(N)
+        _copy_half[(4,)](x, y, N, BLOCK=16)
+        return y.to(torch.float16) if convert else y
+    assert _report(call, _x())[0] == CLEAN
+
+
+def test_a_host_write_of_zero_is_no_data_and_of_a_number_is():
+    def call(x, value):
+        y = torch.empty(N)
+        _copy[(4,)](x, y, N, BLOCK=16)
+        y[5] = value
+        return y
+    assert _report(lambda x: call(x, 0.0), _x())[0] == CLEAN
+    assert _report(lambda x: call(x, 0.5), _x())[0]["unwritten"] == 1

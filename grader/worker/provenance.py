@@ -16,9 +16,9 @@ asks for. This module follows the values instead of counting work:
   numbers) and ``KERNEL`` (the submission's own kernels stored it during the
   call). The inputs' bytes start as ``INPUT``; any byte not known starts
   ``FOREIGN``. Host writes during the call update the shadow (a PyTorch
-  dispatch mode): allocations and zero fills carry nothing, copies and
-  conversions carry their sources' flags (``KERNEL`` only if every source
-  byte had it), anything else the host computes is ``FOREIGN``.
+  dispatch mode): allocations and zeros written carry nothing, copies and
+  conversions carry their sources' flags element by element (``KERNEL``
+  included), anything else the host computes is ``FOREIGN``.
 - **Values.** Every value a kernel computes carries the same flags, per
   element: a load takes them from the shadow (masked-off lanes from ``other``),
   constants and ranges carry none, an element-wise result the union of its
@@ -29,9 +29,13 @@ asks for. This module follows the values instead of counting work:
   A value produced where this module has no rule carries ``FOREIGN``: an
   unknown path can only cost points, never launder data.
 - **The output.** ``report(y)``: of the returned tensor's elements, how many
-  no kernel of the submission stored during the call (``unwritten``), how many
-  were stored from ``FOREIGN`` data (``foreign``), and how many nonzero ones
-  were stored from no input at all (``inputless``: only constants).
+  the host wrote with data and no kernel of the submission stored after
+  (``unwritten``), how many were stored from ``FOREIGN`` data (``foreign``),
+  and how many finite nonzero ones were stored from no input at all
+  (``inputless``: only constants). An element nobody wrote with data (an
+  allocation or a zero fill the kernels skipped) is left to the check of the
+  values: NaN where nothing was stored, right where a zero was the answer.
+  Copies (``.to()``, ``clone``, ``copy_``) carry each element's own flags.
 
 The same propagation tags every pointer with the tensor it was derived from
 (``_pb``: first byte, past the last byte, the argument's key): the bounds
@@ -336,6 +340,21 @@ def _tensors(value, out: list) -> list:
 # ----------------------------------------------------------------------------- host writes
 
 _WRITES: dict = {}   # op -> whether it writes a tensor (from its schema)
+# Copies of one tensor into another of its shape (or a broadcast of it): element by element.
+ELEMENTWISE = {"copy_", "clone", "_to_copy", "_copy_from", "_copy_from_and_resize", "lift_fresh_copy",
+               "detach_copy", "alias_copy", "view_copy", "_reshape_copy", "expand_copy"}
+
+
+def _shaped(each, shape):
+    """Per-element flags ``each`` as ``shape`` (the same elements, or broadcast), or None."""
+    if each is None:
+        return None
+    if each.size == int(np.prod(shape, dtype=np.int64)):
+        return each.reshape(shape)
+    try:
+        return np.broadcast_to(each, shape)
+    except ValueError:
+        return None
 
 class _HostWrites(TorchDispatchMode):
     """Keeps the shadow of what the host writes during the call (see the module docstring)."""
@@ -348,14 +367,16 @@ class _HostWrites(TorchDispatchMode):
         self._skip = (os.path.join(here, "runtime", "interpreter.py"), os.path.join(here, "testing.py"))
 
     def _issued_by_triton(self) -> bool:
-        """Whether the op comes from the interpreter's own argument copies or Triton's benchmark."""
+        """Whether the op comes from the interpreter's own argument copies or Triton's benchmark:
+        the first frame outside torch and the worker's own files (another dispatch mode of the
+        worker's, the op record, may stand between) is Triton's."""
         import sys
         f = sys._getframe(2)
         torch_dir = os.path.dirname(torch.__file__) + os.sep
-        here = os.path.abspath(__file__)
+        worker_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep
         while f is not None:
             name = f.f_code.co_filename
-            if not (name.startswith(torch_dir) or name == here):
+            if not (name.startswith(torch_dir) or name.startswith(worker_dir)):
                 return name in self._skip
             f = f.f_back
         return False
@@ -394,6 +415,10 @@ class _HostWrites(TorchDispatchMode):
                     sources += found
             with _disable_current_modes():
                 src = [owner.tensor_flags(t) for t in sources if t.device.type == "cpu"]
+                each = None   # a copy of one tensor: each element keeps its own flags
+                if name in ELEMENTWISE and len(sources) == 1 and sources[0].device.type == "cpu":
+                    f = owner.element_flags(sources[0])
+                    each = None if f is None else f.reshape(tuple(sources[0].shape))
         except Exception as e:  # noqa: BLE001 - the record's fault, never the call's
             owner.fail(e)
             return func(*args, **kwargs)
@@ -407,7 +432,18 @@ class _HostWrites(TorchDispatchMode):
                 flags = self._flags(name, values, src)
                 with _disable_current_modes():
                     for t in targets:
-                        owner.mark(t, flags)
+                        shaped = _shaped(each, tuple(t.shape))
+                        if shaped is None and flags == 0:
+                            owner.mark(t, 0)
+                            continue
+                        per = np.full(t.numel(), flags, dtype=np.uint8) if shaped is None else \
+                            np.array(shaped, dtype=np.uint8).reshape(-1)
+                        if t.numel() <= MAX_ELEMENTS:   # a zero written is no data, whoever wrote it
+                            per[(t.detach().reshape(-1) == 0).numpy()] = 0
+                        if shaped is None and (per == flags).all():
+                            owner.mark(t, flags)
+                        else:
+                            owner.mark_elements(t, per)
         except Exception as e:  # noqa: BLE001
             owner.fail(e)
         return out
@@ -426,7 +462,7 @@ class _HostWrites(TorchDispatchMode):
         flags = 0
         for f, _ in src:
             flags |= f & VALUE
-        if name in COPIES:
+        if name in COPIES or name in ELEMENTWISE:
             return flags | (KERNEL if src and all(k for _, k in src) else 0)
         return flags | FOREIGN   # the host computed it
 
@@ -476,16 +512,30 @@ class Provenance:
             self.shadow.write(element_addresses(t), t.element_size(), flags)
 
     def tensor_flags(self, t: torch.Tensor) -> tuple[int, bool]:
-        """(union of the value flags of ``t``'s elements, whether the kernels stored every one)."""
+        """(union of the value flags of ``t``'s elements, whether every element is the
+        kernels' or untouched: stored by them, or allocated and never written with data)."""
         if t.numel() == 0 or t.layout != torch.strided:
             return 0, True
         r = self.shadow.region(t.data_ptr())
         if r is not None and r.arr is None:
-            return r.uniform & VALUE, bool(r.uniform & KERNEL)
+            return r.uniform & VALUE, bool(r.uniform & KERNEL) or r.uniform == 0
         if t.numel() > MAX_ELEMENTS:
             return FOREIGN, False
         f = self.shadow.read(element_addresses(t), t.element_size())
-        return _uniform(f) & VALUE, bool(f.size) and bool(np.all(f & KERNEL))
+        return _uniform(f) & VALUE, bool(np.all(((f & KERNEL) != 0) | (f == 0)))
+
+    def element_flags(self, t: torch.Tensor) -> np.ndarray | None:
+        """The flags of each element of ``t`` in row-major order (None: too large to follow)."""
+        if t.layout != torch.strided or t.numel() > MAX_ELEMENTS:
+            return None
+        return self.shadow.read(element_addresses(t), t.element_size())
+
+    def mark_elements(self, t: torch.Tensor, flags: np.ndarray) -> None:
+        """A host write of each element's own flags into ``t`` (row-major order)."""
+        if t.numel() == 0:
+            return
+        self.storage_region(t)
+        self.shadow.write(element_addresses(t), t.element_size(), flags)
 
     def base_of(self, t) -> tuple:
         """The tensor a launch argument's pointer comes from: the input whose bytes hold it
@@ -525,14 +575,14 @@ class Provenance:
             f = self.shadow.read(element_addresses(y), y.element_size())
             kernel = (f & KERNEL) != 0
             values = y.detach().reshape(-1)
-            nonzero = (values != 0).numpy() if values.dtype != torch.bool else values.numpy()
-            # An element left as allocated (NaN: fresh allocations are NaN-filled) is a store
-            # the kernel missed, which the correctness check fails as on a GPU; one that holds
-            # a value no kernel stored was written on the host.
-            left = torch.isnan(values).numpy() if values.is_floating_point() else np.zeros_like(kernel)
-            out["unwritten"] = int((~kernel & ~left).sum())
+            nonzero = values.numpy() if values.dtype == torch.bool else \
+                ((values != 0) & torch.isfinite(values)).numpy()   # NaN and inf are wrong anyway
+            data = (f & VALUE) != 0
+            # Not the kernels' but written with data by the host (untouched memory, an allocation
+            # or a zero fill the kernels skipped, is left to the check of the values).
+            out["unwritten"] = int((~kernel & data).sum())
             out["foreign"] = int((kernel & ((f & FOREIGN) != 0)).sum())
-            out["inputless"] = int((kernel & ((f & VALUE) == 0) & nonzero).sum())
+            out["inputless"] = int((kernel & ~data & nonzero).sum())
             return out
 
     # -- patching
