@@ -90,9 +90,9 @@ def _split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m, pid_n, pid_k, offs_m, offs_n, M
 
 
 @triton.jit
-def _nibbles(packed, AXIS: tl.constexpr = 1, TINY: tl.constexpr = False):
-    """int32 words with a size-1 axis AXIS ([R, 1, C] or [C, R, 1]) -> fp16 with the 8 signed
-    nibbles of each word along that axis, in [-8, 7] (TINY: scaled by 2**-24)."""
+def _nibbles(packed, TINY: tl.constexpr = False):
+    """[R, 1, C] int32 words -> [R, 8, C] fp16, the 8 signed nibbles of each word along the
+    middle axis, in [-8, 7] (TINY: scaled by 2**-24)."""
     # Bit arithmetic, no int-to-float conversion (a quarter-rate instruction): XOR with
     # 0x88888888 maps each signed nibble q to q + 8 in [0, 15]; the fp16 with bit pattern
     # 0x6400 | b is exactly 1024 + b, so subtracting 1032 gives q. With the 3-D word tile
@@ -101,10 +101,7 @@ def _nibbles(packed, AXIS: tl.constexpr = 1, TINY: tl.constexpr = False):
     # fp16 subnormal b * 2**-24, so the OR goes (the tensor cores take subnormals; products are
     # fp32): 12.82 vs 13.09 us at 1 x 4096^2.
     biased = packed ^ -0x77777778  # 0x88888888 as an int32: q -> q + 8
-    if AXIS == 1:
-        shift = (4 * tl.arange(0, 8))[None, :, None]
-    else:
-        shift = (4 * tl.arange(0, 8))[None, None, :]
+    shift = (4 * tl.arange(0, 8))[None, :, None]
     if TINY:
         bits = (biased >> shift) & 0xF
         return bits.to(tl.int16).to(tl.float16, bitcast=True) - 4.76837158203125e-07  # 8 * 2**-24, exact in fp16
@@ -140,7 +137,7 @@ def _w4a16_kernel(
     stride_xm, stride_xk, stride_qr, stride_qn, stride_sg, stride_sn, stride_ym, stride_yn,
     GROUPED: tl.constexpr, DEQUANTIZED: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr, TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    TINY_Q: tl.constexpr = False, SWAP: tl.constexpr = False,
+    TINY_Q: tl.constexpr = False,
 ):
     """One [BLOCK_M, BLOCK_N] tile of y; SPLIT_K programs per tile, reduced by _split_k_reduce.
 
@@ -148,7 +145,7 @@ def _w4a16_kernel(
     weight from _dequantize_kernel. With TMA, x and the packed words come through the tensor
     descriptors x_desc and qw_desc (whole tiles, zero past the edges: the threads, busy
     unpacking, compute no addresses or masks). TINY_Q: the tile holds q * 2**-24, the scale
-    applied at the end is s * 2**24. SWAP: y^T's tile as w^T @ x^T (the packed words by pointers)."""
+    applied at the end is s * 2**24."""
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)
     k_start, k_end = _split_k_range(pid_k, K, SPLIT_K, BLOCK_K)
@@ -167,62 +164,38 @@ def _w4a16_kernel(
         q_ptrs = qw_ptr + (k_start // 8 + offs_r)[:, None, None] * stride_qr + safe_n[None, None, :] * stride_qn
 
     _wait_for_previous_kernel(PDL)  # the dequantized weight comes from the previous kernel
-    if SWAP:
-        # The unpacked weight as the dot's first operand, [BLOCK_N, BLOCK_K]: on Hopper wgmma reads
-        # it from registers (no trip through shared memory) and stays asynchronous (sm_90 PTX:
-        # wgmma.wait_group 3 in the loop, against 0 when the weight is the second operand).
-        # Candidate configs only: not measured yet.
-        qt_ptrs = qw_ptr + safe_n[:, None, None] * stride_qn + (k_start // 8 + offs_r)[None, :, None] * stride_qr
-        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        for k0 in range(k_start, k_end, BLOCK_K):
-            k_left = k_end - k0
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        k_left = k_end - k0
+        if TMA:  # split-K slices are whole BLOCK_K tiles, so only the last one is ragged, at K itself
+            a = x_desc.load([pid_m * BLOCK_M, k0])
+        else:
+            # Rows past M are masked (zero-filled without a memory read); safe_m
+            # only keeps their addresses in bounds. At M = 1 that is 15 of 16 rows.
+            a = tl.load(x_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
+        if DEQUANTIZED:
+            w = tl.load(q_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            q_ptrs += BLOCK_K * stride_qr
+        else:
             if TMA:
-                a = x_desc.load([pid_m * BLOCK_M, k0])
+                packed = tl.reshape(qw_desc.load([k0 // 8, pid_n * BLOCK_N]), (BLOCK_R, 1, BLOCK_N))
             else:
-                a = tl.load(x_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
-            packed = tl.load(qt_ptrs, mask=(offs_r < k_left // 8)[None, :, None], other=0)   # [BLOCK_N, BLOCK_R, 1]
-            w = _nibbles(packed, 2, TINY_Q and not GROUPED)
-            if GROUPED:
+                packed = tl.load(q_ptrs, mask=offs_r[:, None, None] < k_left // 8, other=0)
+            # [BLOCK_R, 1, BLOCK_N] words: every thread widens its own words in place and writes
+            # them to shared memory as whole vectors (a 2-D tile went one fp16 at a time).
+            if GROUPED:  # one scale per word: its 8 nibbles share a group (group_size is a multiple of 8)
                 g = (k0 + 8 * offs_r) // group_size
-                w = w * tl.load(s_ptr + g[None, :, None] * stride_sg + safe_n[:, None, None] * stride_sn,
-                                mask=(8 * offs_r < k_left)[None, :, None], other=0.0)
-            acc_t = tl.dot(tl.reshape(w, (BLOCK_N, BLOCK_K)), tl.trans(a), acc_t)
-            qt_ptrs += BLOCK_R * stride_qr
-            x_ptrs += BLOCK_K * stride_xk
-        acc = tl.trans(acc_t)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(k_start, k_end, BLOCK_K):
-            k_left = k_end - k0
-            if TMA:  # split-K slices are whole BLOCK_K tiles, so only the last one is ragged, at K itself
-                a = x_desc.load([pid_m * BLOCK_M, k0])
+                w = _nibbles(packed) * tl.load(
+                    s_ptr + g[:, None, None] * stride_sg + safe_n[None, None, :] * stride_sn,
+                    mask=(8 * offs_r < k_left)[:, None, None], other=0.0)
+            elif TINY_Q:
+                w = _nibbles(packed, TINY=True)
             else:
-                # Rows past M are masked (zero-filled without a memory read); safe_m
-                # only keeps their addresses in bounds. At M = 1 that is 15 of 16 rows.
-                a = tl.load(x_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
-            if DEQUANTIZED:
-                w = tl.load(q_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-                q_ptrs += BLOCK_K * stride_qr
-            else:
-                if TMA:
-                    packed = tl.reshape(qw_desc.load([k0 // 8, pid_n * BLOCK_N]), (BLOCK_R, 1, BLOCK_N))
-                else:
-                    packed = tl.load(q_ptrs, mask=offs_r[:, None, None] < k_left // 8, other=0)
-                # [BLOCK_R, 1, BLOCK_N] words: every thread widens its own words in place and writes
-                # them to shared memory as whole vectors (a 2-D tile went one fp16 at a time).
-                if GROUPED:  # one scale per word: its 8 nibbles share a group (group_size is a multiple of 8)
-                    g = (k0 + 8 * offs_r) // group_size
-                    w = _nibbles(packed) * tl.load(
-                        s_ptr + g[:, None, None] * stride_sg + safe_n[None, None, :] * stride_sn,
-                        mask=(8 * offs_r < k_left)[:, None, None], other=0.0)
-                elif TINY_Q:
-                    w = _nibbles(packed, TINY=True)
-                else:
-                    w = _nibbles(packed)
-                w = tl.reshape(w, (BLOCK_K, BLOCK_N))  # row 8r + j is nibble j of packed row r: plain k order
-                q_ptrs += BLOCK_R * stride_qr
-            acc = tl.dot(a, w, acc)
-            x_ptrs += BLOCK_K * stride_xk
+                w = _nibbles(packed)
+            w = tl.reshape(w, (BLOCK_K, BLOCK_N))  # row 8r + j is nibble j of packed row r: plain k order
+            q_ptrs += BLOCK_R * stride_qr
+        acc = tl.dot(a, w, acc)
+        x_ptrs += BLOCK_K * stride_xk
 
     if not (GROUPED or DEQUANTIZED):
         s = tl.load(s_ptr + safe_n * stride_sn).to(tl.float32)
@@ -239,18 +212,16 @@ def _w4a16_kernel(
 
 def _config(block_m: int, block_n: int, block_k: int, split_k: int = 1, warps: int = 4, stages: int = 3,
             group_m: int = 8, tma: bool = False, dequant: bool = False, pdl: bool = False,
-            tiny: bool = False, swap: bool = False) -> tuple[str, triton.Config]:
+            tiny: bool = False) -> tuple[str, triton.Config]:
     """(name, config) of one tile choice: BLOCK_MxBLOCK_NxBLOCK_K, split-K (sk), warps (w), group (g),
     stages (s), and the flags tma, dequant (the dequantize pass, then the GEMM over its output),
-    pdl (that GEMM launched with PDL), tiny (TINY_Q) and swap (SWAP), tma and pdl where the GPU
-    allows them."""
+    pdl (that GEMM launched with PDL) and tiny (TINY_Q), tma and pdl where the GPU allows them."""
     name = (f"{block_m}x{block_n}x{block_k}" + ("" if split_k == 1 else f"_sk{split_k}")
             + ("" if warps == 4 else f"_w{warps}") + ("" if group_m <= 8 else f"_g{group_m}") + f"_s{stages}"
-            + "_tma" * tma + "_dequant" * dequant + "_pdl" * pdl + "_tiny" * tiny + "_swap" * swap)
-    swapped = {"SWAP": True} if swap else {}   # (other configs launch as before: SWAP's default)
+            + "_tma" * tma + "_dequant" * dequant + "_pdl" * pdl + "_tiny" * tiny)
     return name, triton.Config(dict(SPLIT_K=split_k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                                    GROUP_M=group_m, TMA=tma, DEQUANTIZED=dequant, PDL=pdl, TINY_Q=tiny,
-                                    **swapped), num_warps=warps, num_stages=stages)
+                                    GROUP_M=group_m, TMA=tma, DEQUANTIZED=dequant, PDL=pdl, TINY_Q=tiny),
+                               num_warps=warps, num_stages=stages)
 
 
 _DECODE = dict(block_m=16, group_m=1)
@@ -275,12 +246,6 @@ CONFIGS = dict([
     _config(128, 128, 64, tma=True),
     # M >= 768: dequantize once, then an fp16 GEMM launched with PDL (about 1 us saved).
     _config(128, 256, 64, warps=8, stages=4, dequant=True, pdl=True),
-    # Candidates, not measured: the weight as the dot's first operand (SWAP) for M = 256-1023,
-    # 0.70-0.84x fp16 today; tiles as [BLOCK_N (64 per warpgroup), BLOCK_M].
-    _config(128, 128, 64, warps=8, tma=True, tiny=True, swap=True),
-    _config(256, 128, 64, warps=8, tma=True, tiny=True, swap=True),
-    _config(128, 256, 64, warps=8, tma=True, tiny=True, swap=True),
-    _config(64, 128, 64, tma=True, tiny=True, swap=True),
 ])
 
 # Large M is compute-bound and a fused kernel unpacks every weight tile once per row tile:

@@ -206,10 +206,6 @@ CONFIGS = dict([
     # every K tile (Triton 3.6 pipelines only fp32 accumulators); with 96 KB of shared memory
     # two CTAs share an SM, one computing while the other waits.
     _config(128, 128, 128, tma=True),
-    # Candidates, not measured: decode at 35-53 % of the copy rate runs 64 programs on 132 SMs
-    # (4096^2); the same 512-byte runs over twice the programs, by split-K or narrower tiles.
-    _config(16, 64, 512, 2, stages=5, group_m=1, pdl=True),
-    _config(16, 32, 512, stages=5, group_m=1, pdl=True),
 ])
 
 # When set, every call runs this config whatever the shape: the tests force each

@@ -15,6 +15,7 @@ import math
 import re
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -103,6 +104,27 @@ def test_a_slow_reference_gets_a_finer_step():
     assert math.isclose(tiny.full_ratio, 0.00256) and tiny.zero_ratio < tiny.full_ratio
 
 
+@pytest.mark.parametrize("points", [3, 4, 5, 7])
+@pytest.mark.parametrize("ref, naive, draft", [
+    ([0.90], [0.70], [0.695, 0.70]),    # DDS 4096 @ 25 % on an H100: the draft at 78 % of the reference
+    ([1.61], [0.90], [0.91]),           # DDS 65536 @ 5 %
+    ([0.78], [0.50], [0.46]),           # DDS 4096 @ 50 %
+    ([1.30], [0.28], [0.35]),           # a draft far below: the cap changes nothing
+])
+def test_the_stub_plan_draft_earns_at_most_sixty_percent_after_rounding(ref, naive, draft, points):
+    p = place(ref, naive, OLD, draft=draft, points=points, points_step=0.25)
+    spec = types.SimpleNamespace(full_ratio=p.full_ratio, zero_ratio=p.zero_ratio, points=points)
+    assert calibrate._points(spec, draft, 0.25, highest=True) <= calibrate.DRAFT * points
+    assert p.full_ratio == place(ref, naive, OLD).full_ratio      # full credit is the reference's alone
+    assert p.zero_ratio >= place(ref, naive, OLD).zero_ratio      # the cap only raises zero_ratio
+
+
+def test_a_draft_as_fast_as_the_reference_cannot_be_capped_and_says_so():
+    p = place([0.80], [0.5], OLD, draft=[0.79], points=5, points_step=0.25)
+    assert p.zero_ratio < p.full_ratio
+    assert any("cannot be held" in n for n in p.notes)
+
+
 def test_missing_ratios():
     assert place([None, None], [0.5], OLD) == Placement(0.9, 0.1, ("kept: the reference was never timed",))
     assert place([], [], (0.55, 0.08)).full_ratio == 0.55
@@ -123,11 +145,12 @@ PLACED = {"w8a8/perf_m1": [0.95, 0.1], "w8a8/perf_m16": [1.05, 0.1], "w8a8/perf_
 
 
 def test_the_recorded_runs_give_the_placed_thresholds():
-    reference, naive, places, toolchain = calibrate.from_files([str(p) for p in RECORDED])
+    ratios, places, toolchain = calibrate.from_files([str(p) for p in RECORDED])
     assert places == ["NVIDIA H100 80GB HBM3, 2026-11-22", "NVIDIA H200, 2026-11-22"]
     assert toolchain == {"torch": "2.11.0+cu130", "triton": "3.6.0"}   # numpy: not recorded then
     rubric = load_rubric()
-    records = calibrate.rows(rubric, reference, naive)
+    assert ratios["draft"] == {}   # no stub-plan draft was graded then
+    records = calibrate.rows(rubric, ratios["reference"], ratios["naive"])
     assert len(records) == sum(t.kind == "performance" for t in rubric.tests)
     placed = {r["test"]: r["new"] for r in records if r["test"] in PLACED}
     assert placed and placed == {name: PLACED[name] for name in placed}
@@ -239,6 +262,7 @@ class FakeGPU:
 
     def __init__(self, monkeypatch, results, scale=(1.0, 0.97, 1.02, 0.99), fail_at=None, error=False, done=0):
         self.recorded = json.loads(RECORDED[1].read_text())["grades"]
+        self.recorded["draft"] = copy.deepcopy(self.recorded["naive"])   # (no draft was recorded then)
         self.calls, self.results, self.scale, self.fail_at, self.error = [], results, scale, fail_at, error
         self.done, self.now = done, 0.0   # grades already on disk; a clock that grades advance
         monkeypatch.setattr("torch.cuda.is_available", lambda: True)
@@ -272,41 +296,44 @@ def test_calibrating_on_a_gpu_records_each_grade_and_the_thresholds(tmp_path, mo
     results, out = tmp_path / "res.json", tmp_path / "r.toml"
     gpu = FakeGPU(monkeypatch, results)
     assert calibrate.main(["--results", str(results), "--out", str(out)]) == 0
-    assert gpu.calls == ["reference-0", "naive-0", "reference-1", "naive-1"]
+    assert gpu.calls == ["reference-0", "naive-0", "draft-0", "reference-1", "naive-1", "draft-1"]
     record = json.loads(results.read_text())
     cal = record["calibration"]
     assert record["gpu"] == "NVIDIA FakeGPU 9000" and cal["state"] == "complete"
     assert cal["calibrated_on"] == "NVIDIA FakeGPU 9000, 2026-12-01"
-    assert [len(cal["grades"][w]) for w in ("reference", "naive")] == [2, 2]
+    assert [len(cal["grades"][w]) for w in ("reference", "naive", "draft")] == [2, 2, 2]
     assert cal["rubric_written"]["hash"] == load_rubric(out).hash
     assert cal["rule"]["margin"] == calibrate.MARGIN
     row = next(r for r in cal["thresholds"] if r["test"] == "w8a8/perf_m1")
     assert len(row["reference"]) == 2 and row["new"][0] == place(row["reference"], row["naive"], OLD).full_ratio
+    assert all(r["draft_points"][1] <= calibrate.DRAFT * r["points"] or any("cannot be held" in n for n in r["notes"])
+               for r in cal["thresholds"])
     loaded = load_rubric(out)
     assert loaded.settings.calibrated_on == ("NVIDIA FakeGPU 9000, 2026-12-01",)
     # The toolchain the grades ran with, in the rubric and in the results file's calibration entry.
     assert loaded.settings.toolchain == cal["toolchain"] == {"torch": "2.11.0+cu130", "triton": "3.6.0",
                                                              "numpy": "2.3.5"}
     printed = capsys.readouterr().out
-    assert "graded on NVIDIA FakeGPU 9000: 2 reference and 2 tutorial-style runs of 2 asked" in printed
+    assert ("graded on NVIDIA FakeGPU 9000: 2 reference, 2 tutorial-style, 2 stub-plan draft runs of 2 asked"
+            in printed)
     assert "old full / zero" in printed and f"recorded in {results}" in printed
 
 
 def test_an_interrupted_calibration_continues(tmp_path, monkeypatch, capsys):
     results, out = tmp_path / "res.json", tmp_path / "r.toml"
-    first = FakeGPU(monkeypatch, results, fail_at=3)
+    first = FakeGPU(monkeypatch, results, fail_at=4)
     with pytest.raises(KeyboardInterrupt):
         calibrate.main(["--results", str(results), "--out", str(out)])
-    assert first.calls == ["reference-0", "naive-0", "reference-1"]
+    assert first.calls == ["reference-0", "naive-0", "draft-0", "reference-1"]
     assert json.loads(results.read_text())["calibration"]["state"] == "incomplete"
-    again = FakeGPU(monkeypatch, results, done=3)
+    again = FakeGPU(monkeypatch, results, done=4)
     assert calibrate.main(["--results", str(results), "--out", str(out)]) == 0
-    assert again.calls == ["naive-1"]
+    assert again.calls == ["naive-1", "draft-1"]
     assert "continuing from" in capsys.readouterr().out
     assert json.loads(results.read_text())["calibration"]["state"] == "complete"
     fresh = FakeGPU(monkeypatch, results)
     assert calibrate.main(["--results", str(results), "--out", str(out), "--fresh", "--runs", "1"]) == 0
-    assert fresh.calls == ["reference-0", "naive-0"]
+    assert fresh.calls == ["reference-0", "naive-0", "draft-0"]
 
 
 def test_budget_stops_before_a_grade_that_would_not_fit(tmp_path, monkeypatch, capsys):
@@ -316,7 +343,7 @@ def test_budget_stops_before_a_grade_that_would_not_fit(tmp_path, monkeypatch, c
         g["wall_s"] = 80.0
     monkeypatch.setattr(calibrate, "_clock", lambda: gpu.now)
     assert calibrate.main(["--results", str(results), "--out", str(tmp_path / "r.toml"), "--budget-s", "250"]) == 0
-    assert gpu.calls == ["reference-0", "naive-0", "reference-1"]
+    assert gpu.calls == ["reference-0", "naive-0", "draft-0"]
     printed = capsys.readouterr().out
     assert "would pass --budget-s 250" in printed and "run the same command again" in printed
     assert json.loads(results.read_text())["calibration"]["state"] == "incomplete"
@@ -429,7 +456,7 @@ def test_writing_the_calibrated_rubric_grades_nothing_again(tmp_path, monkeypatc
     rubric.write_text(moved)   # a timed shape changed: the grades no longer apply
     regraded = FakeGPU(monkeypatch, results, done=0)
     assert calibrate.main(["--results", str(results), "--rubric", str(rubric), "--write", "--runs", "1"]) == 0
-    assert regraded.calls == ["reference-0", "naive-0"]
+    assert regraded.calls == ["reference-0", "naive-0", "draft-0"]
 
 
 @pytest.mark.slow

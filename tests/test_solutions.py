@@ -195,10 +195,10 @@ def test_w8a8_pdl_only_where_the_gpu_has_it(force, launches):
 # ------------------------------------------------------------------ W4A16
 
 def _w4a16_config(split_k=1, block_m=16, block_n=32, block_k=64, tma=False, dequantized=False, pdl=False,
-                  tiny=False, swap=False):
+                  tiny=False):
     """A small config of the W4A16 kernel: a code path at interpreter speed."""
     return triton.Config(dict(SPLIT_K=split_k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=2,
-                              TMA=tma, DEQUANTIZED=dequantized, PDL=pdl, TINY_Q=tiny, SWAP=swap),
+                              TMA=tma, DEQUANTIZED=dequantized, PDL=pdl, TINY_Q=tiny),
                          num_warps=4, num_stages=2)
 
 
@@ -209,9 +209,6 @@ W4A16_PATHS = {
     # q * 2**-24 in the tile (fp16 subnormals), s * 2**24 on the result; group-wise scales ignore it.
     "tiny-split-k": _w4a16_config(split_k=3, tiny=True),
     "tiny-tma": _w4a16_config(block_m=32, tma=True, tiny=True),
-    # The unpacked weight as the dot's first operand (y^T = w^T x^T), with split-K and TMA for x.
-    "swap-split-k": _w4a16_config(split_k=3, block_n=64, swap=True),
-    "swap-tiny-tma": _w4a16_config(block_m=32, block_n=64, tma=True, tiny=True, swap=True),
 }
 
 
@@ -242,15 +239,6 @@ def test_w4a16_split_k(shape, force, launches):
     seen = launches(w4a16_solution._w4a16_kernel)
     _run("w4a16", shape)
     assert seen[0]["SPLIT_K"] == 3 and not seen[0]["TMA"]
-
-
-@pytest.mark.parametrize("group_size", [None, 32])
-def test_w4a16_swapped_operands(group_size, force, launches):
-    # y^T tile = w^T x^T, the weight unpacked as [BLOCK_N, BLOCK_K]: ragged N, K and M, split-K.
-    force("w4a16", W4A16_PATHS["swap-split-k"])
-    seen = launches(w4a16_solution._w4a16_kernel)
-    _run("w4a16", (19, 72, 224 if group_size else 200), group_size=group_size)
-    assert seen[0]["SWAP"] and seen[0]["SPLIT_K"] == 3
 
 
 @pytest.mark.parametrize("group_size", [None, 32, 128])

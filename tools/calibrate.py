@@ -3,8 +3,9 @@
     python -m tools.calibrate [--runs 2] [--out calibrated-rubric.toml | --write] [--results FILE]
     python -m tools.calibrate --from results/A.json [results/B.json ...] [--out FILE | --write]
 
-On a GPU it grades the reference solutions (solutions/) and the tutorial-style
-kernels (calibration/naive/) ``--runs`` times each, alternately, through
+On a GPU it grades the reference solutions (solutions/), the tutorial-style
+kernels (calibration/naive/) and the stub-plan drafts (calibration/stub_plan/:
+each stub's plan followed literally, untuned) ``--runs`` times each, alternately, through
 tools/gpu_session.py, and records every grade as it finishes in the
 ``calibration`` entry of a results file (default results/<date>-<gpu>.json).
 Run it again (after an interruption, or with ``--write``) and it continues
@@ -59,8 +60,8 @@ from grader.scoring import round_to_step
 from tools import gpu_session
 
 ROOT = Path(__file__).resolve().parent.parent
-WHO = ("reference", "naive")
-LABEL = {"reference": "reference", "naive": "tutorial-style"}
+WHO = ("reference", "naive", "draft")
+LABEL = {"reference": "reference", "naive": "tutorial-style", "draft": "stub-plan draft"}
 _clock = time.monotonic   # --budget-s's clock (tests replace it)
 
 # ----------------------------------------------------------------------------- the placement rule
@@ -70,7 +71,8 @@ BAND = 0.05    # ... and at most MARGIN + BAND of it after rounding up
 STEP = 0.05    # thresholds are multiples of STEP (of STEP / 5, / 25, ... where STEP would leave the band)
 HALF = 0.5     # zero_ratio at most this share of full_ratio: a real ramp below full credit ...
 FLOOR = 0.1    # ... and at least this share: a kernel ten times slower than full credit earns nothing
-RULE = {"margin": MARGIN, "band": BAND, "step": STEP, "half": HALF, "floor": FLOOR}
+DRAFT = 0.6    # the stub-plan draft earns at most this share of a test's points (after rounding)
+RULE = {"margin": MARGIN, "band": BAND, "step": STEP, "half": HALF, "floor": FLOOR, "draft": DRAFT}
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,8 @@ def _lowest(ratios) -> float | None:
     return min(valid) if valid else None
 
 
-def place(reference, naive, old: tuple[float, float], lesson: float | None = None) -> Placement:
+def place(reference, naive, old: tuple[float, float], lesson: float | None = None, draft=(),
+          points: float = 1.0, points_step: float = 0.0) -> Placement:
     """The thresholds of one performance test from the ratios (baseline time /
     kernel time) of every run of the reference and of the tutorial-style
     kernels; a ratio that is None (not timed), zero or not finite is left out.
@@ -114,6 +117,12 @@ def place(reference, naive, old: tuple[float, float], lesson: float | None = Non
       before the tutorial-style kernels' partial credit, which it can take
       away on that test; if full_ratio is itself at or below the lesson ratio
       (a reference no faster than dense), the test cannot teach it: noted.
+    - draft (the stub-plan drafts' ratios: the stubs' plan followed literally,
+      untuned): zero_ratio high enough that the fastest of them earns at most
+      DRAFT of the test's ``points`` once rounded to ``points_step``. This comes
+      last: a first draft must not pass for a tuned kernel, whatever the
+      tutorial-style kernels would have earned; a draft within a step of
+      full_ratio cannot be held there: noted.
     - No reference ratio (every grade failed or was not timed): ``old``
       (full_ratio, zero_ratio) is kept. No tutorial-style ratio: zero_ratio is
       HALF of full_ratio.
@@ -158,37 +167,55 @@ def place(reference, naive, old: tuple[float, float], lesson: float | None = Non
                 if naive_low is not None and naive_low <= zero:
                     notes.append(f"zero_ratio {zero:g} so that a kernel at {lesson:g} gets at most half: "
                                  "the tutorial-style kernels get nothing here")
+    fastest_draft = max((r for r in draft if _lowest([r]) is not None), default=None)
+    if fastest_draft is not None:
+        # fraction <= (DRAFT * points - points_step / 2) / points: rounded, still at most DRAFT of the points
+        share = max(0.0, DRAFT - points_step / 2 / points)
+        need = (fastest_draft - share * full) / (1 - share)
+        at_most = _clean(math.ceil(need / step - 1e-9) * step)
+        if at_most >= full:
+            notes.append(f"the stub-plan draft ({fastest_draft:.2f}) is within a step of full credit: it cannot "
+                         f"be held to {DRAFT:.0%}")
+        if at_most > zero:
+            zero = at_most
+            notes.append(f"zero_ratio {min(zero, full - step):g} so that the stub-plan draft gets at most "
+                         f"{DRAFT:.0%}")
     zero = _clean(max(0.0, min(zero, full - step)))
     return Placement(full, zero, tuple(notes))
 
 
 # ----------------------------------------------------------------------------- rows and the table
 
-def _points(spec, ratios, points_step: float) -> float | None:
-    """What a kernel at its lowest ratio scores on ``spec``; None without a ratio."""
-    low = _lowest(ratios)
-    return None if low is None else round_to_step(ratio_fraction(spec, low) * spec.points, points_step)
+def _points(spec, ratios, points_step: float, highest: bool = False) -> float | None:
+    """What a kernel at its lowest (``highest``: its highest) ratio scores on ``spec``; None without a ratio."""
+    valid = [r for r in ratios if _lowest([r]) is not None]
+    if not valid:
+        return None
+    at = max(valid) if highest else min(valid)
+    return round_to_step(ratio_fraction(spec, at) * spec.points, points_step)
 
 
-def rows(rubric: Rubric, reference: dict, naive: dict) -> list[dict]:
+def rows(rubric: Rubric, reference: dict, naive: dict, draft: dict | None = None) -> list[dict]:
     """One record per performance test of ``rubric``: the ratios ({test: [ratio
-    per run]}), old and new thresholds, and the points the reference and the
-    tutorial-style kernels get at their lowest ratio under each. The results
+    per run]}), old and new thresholds, and the points the reference, the
+    tutorial-style kernels and the stub-plan drafts get at their lowest ratio
+    under each (the drafts' cap is placed on their highest). The results
     file keeps these; ``table`` shows them."""
     out = []
     step = rubric.settings.points_step
     for spec in rubric.tests:
         if spec.kind != "performance":
             continue
-        ratios = {"reference": reference.get(spec.name, []), "naive": naive.get(spec.name, [])}
+        ratios = {"reference": reference.get(spec.name, []), "naive": naive.get(spec.name, []),
+                  "draft": (draft or {}).get(spec.name, [])}
         task = spec.registered_task
         p = place(ratios["reference"], ratios["naive"], (spec.full_ratio, spec.zero_ratio),
-                  task.lesson_ratio(task.defaults(spec.options)))
+                  task.lesson_ratio(task.defaults(spec.options)), ratios["draft"], spec.points, step)
         new = replace(spec, full_ratio=p.full_ratio, zero_ratio=p.zero_ratio)
         out.append({"test": spec.name, "points": spec.points, **ratios,
                     "old": [spec.full_ratio, spec.zero_ratio], "new": [p.full_ratio, p.zero_ratio],
-                    **{f"{who}_points": [_points(spec, ratios[who], step), _points(new, ratios[who], step)]
-                       for who in WHO},
+                    **{f"{who}_points": [_points(spec, ratios[who], step, who == "draft"),
+                                         _points(new, ratios[who], step, who == "draft")] for who in WHO},
                     "notes": list(p.notes)})
     return out
 
@@ -204,16 +231,16 @@ def table(records: list[dict], fmt: str = "simple") -> str:
     def change(values):
         return "-" if values[0] is None else f"{values[0]:g} -> {values[1]:g}"
 
-    body = [[r["test"], f"{r['points']:g}", ratios(r["reference"]), ratios(r["naive"]), pair(r["old"]),
-             pair(r["new"]), change(r["reference_points"]), change(r["naive_points"]), "; ".join(r["notes"])]
+    body = [[r["test"], f"{r['points']:g}", *(ratios(r.get(who, [])) for who in WHO), pair(r["old"]),
+             pair(r["new"]), *(change(r.get(f"{who}_points", [None])) for who in WHO), "; ".join(r["notes"])]
             for r in records]
-    total = ["total", f"{sum(r['points'] for r in records):g}", "", "", "", ""]
+    total = ["total", f"{sum(r['points'] for r in records):g}", *([""] * len(WHO)), "", ""]
     for who in WHO:
-        got = [r[f"{who}_points"] for r in records if r[f"{who}_points"][0] is not None]
+        got = [r[f"{who}_points"] for r in records if r.get(f"{who}_points", [None])[0] is not None]
         total.append(f"{sum(g[0] for g in got):g} -> {sum(g[1] for g in got):g}" if got else "-")
     body.append(total + [""])
-    heads = ["test", "points", "reference ratios", "tutorial-style ratios", "old full / zero", "new full / zero",
-             "reference points old -> new", "tutorial-style points old -> new", "note"]
+    heads = ["test", "points", *(f"{LABEL[who]} ratios" for who in WHO), "old full / zero", "new full / zero",
+             *(f"{LABEL[who]} points old -> new" for who in WHO), "note"]
     return tabulate(body, headers=heads, tablefmt=fmt, disable_numparse=True)
 
 
@@ -314,10 +341,10 @@ def one_toolchain(toolchains: list[tuple[str, dict]]) -> dict:
     return out
 
 
-def from_files(paths: list[str]) -> tuple[dict, dict, list[str], dict]:
-    """Ratios ({test: [ratio per run]}) of the reference and the tutorial-style
-    kernels over every grade the files hold, a calibrated_on entry per file, and
-    the toolchain they ran with."""
+def from_files(paths: list[str]) -> tuple[dict, list[str], dict]:
+    """Ratios ({who: {test: [ratio per run]}}) of the reference, the tutorial-style
+    kernels and the stub-plan drafts over every grade the files hold, a
+    calibrated_on entry per file, and the toolchain they ran with."""
     ratios = {who: {} for who in WHO}
     places, toolchains = [], []
     for path in paths:
@@ -331,7 +358,7 @@ def from_files(paths: list[str]) -> tuple[dict, dict, list[str], dict]:
                 ratios[who].setdefault(test, []).extend(rs)
         places.append(f"{record['gpu']}, {record['date']}")
         toolchains.append((path, toolchain_of(record, path)))
-    return ratios["reference"], ratios["naive"], list(dict.fromkeys(places)), one_toolchain(toolchains)
+    return ratios, list(dict.fromkeys(places)), one_toolchain(toolchains)
 
 
 def grade_here(args, rubric: Rubric, rubric_path: Path, log=print) -> tuple[dict, Path]:
@@ -355,8 +382,8 @@ def grade_here(args, rubric: Rubric, rubric_path: Path, log=print) -> tuple[dict
     if not args.fresh and all(old.get(k) == v for k, v in fingerprint.items()):
         grades = {who: [g for g in old.get("grades", {}).get(who, []) if "error" not in g] for who in WHO}
         if any(grades.values()):
-            log(f"continuing from {path}: {len(grades['reference'])} reference and {len(grades['naive'])} "
-                "tutorial-style grades recorded (--fresh grades again)")
+            log(f"continuing from {path}: " + ", ".join(f"{len(grades[who])} {LABEL[who]}" for who in WHO)
+                + " grades recorded (--fresh grades again)")
     else:
         grades = {who: [] for who in WHO}
     calibration = record["calibration"] = {"state": "incomplete", "runs": args.runs, "rubric_hash": rubric.hash,
@@ -425,7 +452,7 @@ def main(argv=None, log=print) -> int:
         rubric_path = Path(args.rubric)
         rubric = load_rubric(rubric_path)
         if args.from_files:
-            reference, naive, places, toolchain = from_files(args.from_files)
+            ratios, places, toolchain = from_files(args.from_files)
             record = path = None
             heading = f"placed from {', '.join(args.from_files)}"
         else:
@@ -435,21 +462,20 @@ def main(argv=None, log=print) -> int:
                 raise InputError("no CUDA GPU here: calibration grades on the GPU it is for (--from "
                                  "RESULTS.json ... places the thresholds from recorded runs)")
             record, path = grade_here(args, rubric, rubric_path, log)
-            runs = {who: gpu_session.recorded_ratios({"calibration": record["calibration"]}, who) for who in WHO}
-            reference, naive = runs["reference"], runs["naive"]
+            ratios = {who: gpu_session.recorded_ratios({"calibration": record["calibration"]}, who) for who in WHO}
             places = [f"{record['gpu']}, {record['date']}"]
             toolchain = toolchain_of(record, path)
             n = {who: len(record["calibration"]["grades"][who]) for who in WHO}
-            heading = (f"graded on {record['gpu']}: {n['reference']} reference and {n['naive']} tutorial-style "
-                       f"runs of {args.runs} asked")
+            heading = (f"graded on {record['gpu']}: " + ", ".join(f"{n[who]} {LABEL[who]}" for who in WHO)
+                       + f" runs of {args.runs} asked")
     except (InputError, RubricError) as e:
         print(f"calibrate: {e}", file=sys.stderr)
         return 2
-    if _lowest(r for rs in reference.values() for r in rs) is None:
+    if _lowest(r for rs in ratios["reference"].values() for r in rs) is None:
         print(f"calibrate: the reference was never timed ({_why_untimed(record, path)}); no rubric written",
               file=sys.stderr)
         return 1
-    records = rows(rubric, reference, naive)
+    records = rows(rubric, *(ratios[who] for who in WHO))
     target = rubric_path if args.write else Path(args.out)
     text = calibrated_rubric(rubric_path.read_text(), rubric, records, places, toolchain)
     _write(target, text)

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SUBMISSIONS = {"reference": "solutions", "naive": "calibration/naive"}
+SUBMISSIONS = {"reference": "solutions", "naive": "calibration/naive", "draft": "calibration/stub_plan"}
 # What a timed call of grader/harness/measure.py includes, recorded in every results file as
 # "clock". A file without it timed each call together with a copy of its output into the
 # harness's arena, on both sides (kernel_only_ms takes that copy off its times).

@@ -70,7 +70,7 @@ def table() -> str:
     rubric = load_rubric()
     heads = [f"{short_gpu_name(r['gpu'])} {r['date']}" for r in runs]
     lines = ["| test | full | zero | reference " + " / ".join(heads) + " | tutorial-style "
-             + " / ".join(heads) + " |", "|---|---|---|---|---|"]
+             + " / ".join(heads) + " | stub-plan draft " + " / ".join(heads) + " |", "|---|---|---|---|---|---|"]
 
     def ratio(run, who, test):
         found = sorted(v for v in recorded_ratios(run, who).get(test, []) if v is not None)
@@ -81,13 +81,15 @@ def table() -> str:
             continue
         lines.append(f"| {t.name} | {t.full_ratio:g} | {t.zero_ratio:g} | "
                      + " / ".join(ratio(r, "reference", t.name) for r in runs) + " | "
-                     + " / ".join(ratio(r, "naive", t.name) for r in runs) + " |")
+                     + " / ".join(ratio(r, "naive", t.name) for r in runs) + " | "
+                     + " / ".join(ratio(r, "draft", t.name) for r in runs) + " |")
 
     def score(run, who):
         done = [g for g in recorded_grades(run, who) if "score" in g]
         return "-" if not done else "/".join(f"{g['score']:g}" for g in done)
 
-    scores = "; ".join(f"{h}: reference {score(r, 'reference')}, tutorial-style {score(r, 'naive')}, reference "
+    scores = "; ".join(f"{h}: reference {score(r, 'reference')}, tutorial-style {score(r, 'naive')}, stub-plan "
+                       f"draft {score(r, 'draft')}, reference "
                        f"graded in {next(g['wall_s'] for g in recorded_grades(r, 'reference')):g} s"
                        for h, r in zip(heads, runs) if recorded_grades(r, "reference"))
     return "\n".join(lines) + f"\n\nScores when recorded (under the thresholds of that run): {scores}.\n"
@@ -97,7 +99,7 @@ def calibration_tables() -> str:
     """What the placement rule makes of every recorded run next to the rubric,
     then the table of each calibration recorded in a results file."""
     from grader.rubric import load_rubric
-    from tools.calibrate import WHO, rows
+    from tools.calibrate import LABEL, WHO, rows
     from tools.calibrate import table as calibration_table
 
     runs = _runs()
@@ -114,9 +116,10 @@ def calibration_tables() -> str:
         cal = run.get("calibration", {})
         if "thresholds" not in cal:
             continue
-        n = {who: len(cal["grades"][who]) for who in WHO}
-        out += [f"Calibrated on {cal['calibrated_on']} (`{p.relative_to(ROOT)}`, {n['reference']} reference and "
-                f"{n['naive']} tutorial-style runs; rubric written: {cal['rubric_written']['hash']}):", "",
+        n = {who: len(cal["grades"].get(who, [])) for who in WHO}
+        out += [f"Calibrated on {cal['calibrated_on']} (`{p.relative_to(ROOT)}`, "
+                + ", ".join(f"{n[who]} {LABEL[who]}" for who in WHO)
+                + f" runs; rubric written: {cal['rubric_written']['hash']}):", "",
                 calibration_table(cal["thresholds"], "github"), ""]
     return "\n".join(out)
 
