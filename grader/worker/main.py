@@ -23,6 +23,7 @@ back on REPLY_FD:
     {"op": "collect"}                                       -> {"ok": true} | {"ok": false, "returned": "..."}
     {"op": "release", "arena": A}                           -> {"ok": true}   (A and the batch on it dropped)
     {"op": "ping"}                                          -> {"ok": true}   (nothing else: a bare round trip)
+    {"op": "probe"}                                         -> {"ok": true}   (a timed run's fixed cost, GPU)
     {"op": "compile", "budget_s": s, "cache_dir": path, "known": {key: result}, "gpu_only": bool}
                                                             -> {"ok": true, "compile": [row, ...]}
     {"op": "movement", "arena": A, "args": [...], "out": spec} -> {"ok": true, "movement": {...}}
@@ -108,6 +109,7 @@ class Worker:
         self.files = set(files)        # the kernel file: where a load's line is looked up
         self.arenas: dict = {}
         self.batch: TimedBatch | None = None
+        self.probe_graph = self.probe_cell = None   # a timed run's fixed cost without its calls (``probe``)
         self._gc_was_on = False   # the collector's state before the timed run turned it off
 
     def sync(self) -> None:
@@ -280,6 +282,10 @@ class Worker:
                 note = f"{type(e).__name__}: {e}"[:500]
                 batch.graph = None
                 self.sync()
+        if self.device == "cuda" and self.probe_graph is None:
+            with _disable_current_modes(), torch._C.DisableTorchFunction():
+                self.probe_cell = torch.zeros(1, device="cuda")   # kept: the graph writes it at every replay
+                self.probe_graph = capture(lambda: self.probe_cell.fill_(1.0))
         args, out = batch.calls[0]
         return {"ok": True, "graph": batch.graph is not None, "note": note,
                 "evidence": self._evidence(ops, args, out)}
@@ -350,6 +356,17 @@ class Worker:
         self._gc_was_on = self._gc_was_on or gc.isenabled()
         gc.disable()   # until collect: no finalizer runs after the clock has stopped
         self.batch.run()
+        self.sync()
+        return {"ok": True}
+
+    def probe(self, msg: dict) -> dict:
+        """A timed run without its calls: the worker's own one-kernel graph, replayed, then the
+        same device-wide synchronize. Its time is the fixed cost of a timed run (the command,
+        the graph launch, the GPU taking up this process's work, the reply), which no code of the
+        submission takes part in."""
+        if self.probe_graph is None:
+            return {"ok": False, "error": "no timed batch was prepared"}
+        self.probe_graph.replay()
         self.sync()
         return {"ok": True}
 
