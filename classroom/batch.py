@@ -49,8 +49,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from grader.report import escape_name, one_line
+from grader.report import one_line
 from grader.rubric import Rubric, rubric_hash
+from grader.submission import escape_name
 
 from .cluster_jobs import shards_in_flight
 from .gpus import GpuListError, run_parallel, visible_gpus

@@ -12,7 +12,8 @@ import os
 import re
 from pathlib import Path
 
-from grader.report import escape_name, one_line
+from grader.report import one_line
+from grader.submission import escape_name
 
 from .history import previous
 from .lms.csvio import to_csv

@@ -58,8 +58,8 @@ def main(argv=None) -> int:
         argv.insert(0, "grade")
     args = parser.parse_args(argv)
 
-    from .report import escape_name
     from .rubric import DEFAULT_RUBRIC, RubricError, load_rubric, visible_only
+    from .submission import escape_name
     if not os.path.exists(args.submission):
         print(f"no such submission: {escape_name(args.submission)}", file=sys.stderr)
         return 2

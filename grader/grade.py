@@ -1,10 +1,15 @@
-"""Grade one submission: run its tasks, judge with pytest, score, in that order.
+"""Grade one submission. This module owns the order of the phases; each reads and writes
+the facts of grader/facts.py, and the imports run one way (tests/test_import_graph.py):
 
-    runs     = run_tasks(...)        sandboxed workers, inputs, checks, clocks (grader/harness/run.py)
+    static   = static_findings(...)  the allowlist over each kernel file (grader/staticcheck/)
+    runs     = run_workers(...)      sandboxed workers, inputs, checks, clocks (grader/harness/run.py),
+                                     handed the static findings and the judge's rules
+    add_estimates(runs, rubric)      CPU: the predicted GPU speed (grader/estimate.py; feedback)
     judgment = judge(runs, rubric)   one pytest test per rubric entry (grader/judge.py)
     result   = score(judgment, ...)  points, rounding and the bonus cap (grader/scoring.py)
 
-grader/report.py writes the result; grader/cli.py is the command line.
+The caller writes the result's reports (grader/report.py): grader/cli.py, the
+command line, writes one even when ``grade`` itself fails.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ import torch
 import triton
 
 from . import toolchain
+from .estimate import estimate
+from .facts import Runs, save_runs
 from .harness import sandbox
 from .harness.run import run_tasks
-from .judge import judge
+from .judge import HOST_READS, judge, voids_task
 from .rubric import CALIBRATION, Rubric
-from .runs import save_runs
 from .scoring import GradeResult, score
+from .staticcheck import check_source
 from .submission import Submission, SubmissionError, load_submission
 
 TRITON_NOTE = {
@@ -98,7 +105,7 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
     memcheck, which names every out-of-bounds access; performance is not timed.
     ``budget_s``: the whole run's time limit; each task's workers get an equal
     share of what is left when it starts (never more than the rubric's limit).
-    ``runs_out``: also write what the run brought back there (grader/runs.py's runs
+    ``runs_out``: also write what the run brought back there (grader/facts.py's runs
     file: ``pytest grader/tests --runs FILE`` judges it again, test by test).
     """
     started = time.time()
@@ -122,8 +129,10 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
         notes.append(warning)
     if device != "cuda":
         notes.append(CPU_NOTE)
+    static = static_findings(sub, rubric, tasks)
     with _one_grader_per_gpu(device, log):
-        runs = run_tasks(sub, rubric, device, seed, tasks, log, sanitizer, budget_s)
+        runs = run_workers(sub, rubric, device, seed, tasks, static, log, sanitizer, budget_s)
+    add_estimates(runs, rubric)
     if runs_out is not None:
         save_runs(runs, runs_out)
     judgment = judge(runs, rubric)
@@ -138,6 +147,44 @@ def grade(submission: str | Path, rubric: Rubric, seed: int | None = None,
                    notes=notes + runs.notes)
     result.toolchain_warnings = toolchain_warnings(device, rubric)
     return result
+
+
+def static_findings(sub: Submission, rubric: Rubric, tasks: list[str]) -> dict[str, list[str]]:
+    """The static check's findings in each task's kernel file, by task ([]: none); no entry
+    for a file the submission lacks, nor when the rubric turns the check off. A file that
+    does not parse is left to its import, which reports it with its line."""
+    if not rubric.settings.static_checks:
+        return {}
+    extra = set(rubric.settings.extra_allowed_imports)
+    found = {}
+    for task in tasks:
+        t = rubric.tasks.get(task)
+        if t is not None and t.file in sub.files:
+            found[task] = [str(f) for f in check_source(sub.files[t.file], extra) if f.rule != "syntax"]
+    return found
+
+
+def run_workers(sub: Submission, rubric: Rubric, device: str, seed: int, tasks: list[str],
+                static: dict[str, list[str]], log=print, sanitizer: str | None = None,
+                budget_s: float | None = None) -> Runs:
+    """The harness's run of ``tasks`` (grader/harness/run.py), handed what it applies without
+    deciding: the static findings, the judge's rule for what voids a task (none of its
+    performance tests is timed then) and the values a wrapper may read into Python."""
+    return run_tasks(sub, rubric, device, seed, tasks, log, sanitizer, budget_s,
+                     static=static, voided=voids_task, host_reads=HOST_READS)
+
+
+def add_estimates(runs: Runs, rubric: Rubric) -> None:
+    """Each task's predicted GPU speed from what its wrapper launched at the GPU shapes (a CPU
+    run's capture; grader/estimate.py). Feedback, never a score: an estimate that fails says
+    why and costs nothing else."""
+    for run in runs.tasks.values():
+        if not run.capture or run.error:   # no capture, or the task's run broke off
+            continue
+        try:
+            run.estimate = estimate(run, rubric)
+        except Exception as e:  # noqa: BLE001 - an estimate never costs a grade
+            run.estimate = {"error": f"no estimate: {type(e).__name__}: {e}"[:300]}
 
 
 def toolchain_warnings(device: str, rubric: Rubric) -> list[str]:

@@ -1,4 +1,4 @@
-"""Verdicts on what the harness brought back (grader/runs.py). Trusted side only.
+"""Verdicts on what the harness brought back (grader/facts.py). Trusted side only.
 
 ``judge(runs, rubric)`` runs pytest over grader/tests/test_kernels.py, one
 test per rubric entry: each test asks ``verdict()`` for its entry and asserts
@@ -18,9 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .diagnose import outside_words
-from .harness.measure import CallResult, Timing
+from .facts import HIDDEN_CALL, CallResult, Draw, Runs, TaskRun, Timing, problem
 from .rubric import Rubric, Settings, TestSpec
-from .runs import HIDDEN_CALL, Draw, Runs, TaskRun, problem
 from .staticcheck import forbidden_message
 from .tracebacks import explain_error, final_exception
 from .worker.evidence import LIBRARY_MATMUL_OPS
@@ -68,8 +67,9 @@ HIDDEN_DETAIL = ("a hidden test broke the rules: its call did something that sec
                  "forbids (which, the hidden tests' own messages say after the due date)")
 RULE = "the product must be computed by the Triton kernel (handout, section 10, rule 1)"
 # Values a checked call's wrapper may read from tensors into Python numbers, besides one per
-# row and per column of the output (harness/run.py sets each call's limit): a count, a size,
-# a block row's bounds. A product computed in Python reads every element of x and the weight.
+# row and per column of the output (grade.py hands it to the harness, which sets each call's
+# limit): a count, a size, a block row's bounds. A product computed in Python reads every
+# element of x and the weight.
 HOST_READS = 64
 # The submission's kernels must do at least this share of the product's FLOPs. An honest
 # kernel does all of them or more (padded tiles, split K, masked tails, tiny M: tl.dot on
@@ -198,6 +198,13 @@ def task_flags(calls: list[tuple[str, CallResult]], off=(), hidden_off=()) -> li
     if hidden:
         unique.append(problem(HIDDEN_KIND, HIDDEN_DETAIL))
     return unique
+
+
+def voids_task(run: TaskRun) -> bool:
+    """Whether what a task's run has found so far voids the task: forbidden code, or a call's
+    evidence (``task_flags``). The harness times no performance test of such a task
+    (grader/grade.py hands it this rule)."""
+    return bool(run.static) or bool(task_flags(run.calls, run.checks_off, run.hidden_checks_off))
 
 
 def hidden_kinds(calls: list[tuple[str, CallResult]], off=()) -> list[str]:

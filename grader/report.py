@@ -57,12 +57,6 @@ def clean_text(text, limit: int = MESSAGE_CHARS, keep: str = "head") -> str:
     return text
 
 
-def escape_name(name: str) -> str:
-    """A file name as printable text: undecodable bytes as ``\\xNN``, control characters as ``\\xNN``."""
-    text = os.fsencode(name).decode("utf-8", "backslashreplace")
-    return re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
 def one_line(text, limit: int = INLINE_CHARS) -> str:
     """Cleaned text on one line (whitespace runs become one space)."""
     return " ".join(clean_text(text, 2 * limit).split())[:limit]

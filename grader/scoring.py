@@ -151,7 +151,7 @@ def totals(rubric: Rubric, tests: list[TestResult]) -> tuple[float, float, float
 
 
 def score(judgment, runs, rubric: Rubric, **header) -> GradeResult:
-    """The GradeResult of a judged run (grader/judge.py's Judgment, grader/runs.py's
+    """The GradeResult of a judged run (grader/judge.py's Judgment, grader/facts.py's
     Runs); ``header`` holds GradeResult's descriptive fields (submission, started,
     seconds, device, gpu, versions, notes)."""
     step = rubric.settings.points_step

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import re
 import shutil
 import stat
 import struct
@@ -24,6 +26,13 @@ def kernel_files() -> tuple[str, ...]:
     from .tasks import TASKS  # here, not at import: the registry needs torch, the batch does not
 
     return tuple(task.file for task in TASKS.values())
+
+
+def escape_name(name: str) -> str:
+    """A file name (in a student's zip, on a command line) as printable text: undecodable
+    bytes and control characters as ``\\xNN``."""
+    text = os.fsencode(name).decode("utf-8", "backslashreplace")
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 class SubmissionError(ValueError):
@@ -73,8 +82,6 @@ def _safe_member(name: str) -> bool:
 
 
 def _shown(names) -> str:
-    from .report import escape_name  # names from a student's zip: printable, never control characters
-
     names = list(names)
     more = f" and {len(names) - _NAMES_SHOWN} more" if len(names) > _NAMES_SHOWN else ""
     return ", ".join(escape_name(n) for n in names[:_NAMES_SHOWN]) + more

@@ -16,8 +16,9 @@ import time
 import pytest
 import torch
 
+from grader.facts import Timing
 from grader.harness.arena import CANARY, Arena, Plan
-from grader.harness.measure import Timing, timed_rounds
+from grader.harness.measure import timed_rounds
 from grader.worker.main import Worker, outputs_problem
 from tests.helpers import HAS_CUDA, needs_gpu
 

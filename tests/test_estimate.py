@@ -82,7 +82,7 @@ def test_no_call_is_predicted_faster_than_the_memory_floor():
     input read once, the output written once, at the copy bandwidth) bounds the
     prediction and the fast end of its range."""
     from grader.estimate import estimate
-    from grader.runs import TaskRun
+    from grader.facts import TaskRun
 
     rubric = load_rubric()
     spec = next(t for t in rubric.tests if t.name == "dds/perf_m65536_d5")
@@ -119,7 +119,7 @@ def test_the_load_store_unit_bounds_a_launch_whose_lanes_are_far_apart():
 
 def test_no_gpu_figures_no_estimate(tmp_path):
     from grader.estimate import estimate
-    from grader.runs import TaskRun
+    from grader.facts import TaskRun
 
     run = TaskRun(task="dds", capture={"cases": {"dds/perf_m4096_d25": {"launches": []}}})
     assert "targets.toml" in estimate(run, load_rubric(), targets=[])["error"]

@@ -9,8 +9,8 @@ import inspect
 
 import pytest
 
+from grader.facts import TaskRun
 from grader.harness import run as harness_run
-from grader.runs import TaskRun
 from grader.worker import fence
 from grader.worker import main as worker_main
 from grader.worker.evidence import LaunchRecorder

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
+from grader.facts import Runs, load_runs, save_runs
 from grader.grade import grade
 from grader.judge import judge
 from grader.rubric import DEFAULT_RUBRIC, load_rubric
-from grader.runs import Runs, load_runs, save_runs
 from tests.fakes import ROOT
 
 

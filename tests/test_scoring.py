@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from grader.harness.measure import Timing
+from grader.facts import Timing
 from grader.harness.run import borderline
 from grader.rubric import TestSpec, default_settings, parse_rubric
 from grader.scoring import resolve_test, round_to_step, totals

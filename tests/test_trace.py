@@ -10,10 +10,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grader.harness.measure import CallResult
+from grader.facts import HIDDEN_CALL, CallResult
 from grader.harness.session import WorkerGone, _validate
 from grader.judge import HIDDEN_DETAIL, HIDDEN_KIND, task_flags
-from grader.runs import HIDDEN_CALL
 from grader.worker import trace
 from grader.worker.evidence import WRAPPER_OPS
 from tests.helpers import HAS_CUDA

@@ -15,6 +15,8 @@ wrapped, not changed), and prints, per task, the seconds spent in:
                     timed outputs into the arena ("collect") and the check of every output of
                     every round ("check")
   movement          the CPU run's data-movement count
+  static check      the allowlist over the kernel files (before the workers)
+  estimate          the CPU run's predicted GPU speeds (after the workers)
   judge, score      pytest over the runs, and the points
 
 and writes them to DIR/grade-timeline.json with the score and the total.
@@ -60,7 +62,7 @@ class Stopwatch:
             finally:
                 self.add(phase, time.perf_counter() - t0)
                 if task_arg is not None:
-                    self.task = "-"   # judge and score: the whole grade's
+                    self.task = "-"   # the static check, estimate, judge and score: the whole grade's
         setattr(module, name, timed)
 
 
@@ -76,6 +78,8 @@ def instrument(watch: Stopwatch) -> None:
     watch.wrap(run, "_movement", "movement")
     watch.wrap(measure, "_batch_size", "timing: setup (batch size)")
     watch.wrap(measure, "_first_wrong", "timing: check")
+    watch.wrap(grade_mod, "static_findings", "static check")
+    watch.wrap(grade_mod, "add_estimates", "estimate")
     watch.wrap(grade_mod, "judge", "judge")
     watch.wrap(grade_mod, "score", "score")
 

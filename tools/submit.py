@@ -87,10 +87,9 @@ def request(server: str, path: str, token: str, data: bytes | None = None, query
 def check_files(submission: str) -> dict[str, bytes]:
     """The kernel files of ``submission`` (folder or .zip, read as make grade reads it), statically
     checked; Refused with make grade's own lines when one is missing or has findings."""
-    from grader.report import escape_name
     from grader.rubric import DEFAULT_RUBRIC, RubricError, load_rubric
     from grader.staticcheck import check_source, forbidden_message
-    from grader.submission import SubmissionError, kernel_files, load_submission
+    from grader.submission import SubmissionError, escape_name, kernel_files, load_submission
 
     if not os.path.exists(submission):
         raise Refused(f"no such submission: {escape_name(submission)}")

@@ -99,9 +99,9 @@ def target_for(gpu: str, device: dict, bench: dict):
 def predict(name: str, folder: str, task: str, rubric, target) -> dict:
     """{test: prediction} for one task of one kernel set, as a CPU grade makes it."""
     from grader.estimate import estimate
+    from grader.facts import TaskRun
     from grader.harness import capture
     from grader.harness.session import Session, WorkerGone
-    from grader.runs import TaskRun
     from grader.submission import load_submission
     from grader.tasks import get
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grader.report import escape_name
+from grader.submission import escape_name
 
 from .csvio import write_atomic
 from .layouts import LAYOUTS, Entry, mark_same_person, read_layout, stage_files

@@ -14,13 +14,12 @@ from the very run that was timed; then every one of them is checked.
 from __future__ import annotations
 
 import math
-import statistics
 import time
-from dataclasses import dataclass, field
 
 import torch
 
 from ..compare import check_task_output
+from ..facts import CallResult, Timing
 from ..tasks import get
 from ..worker.graphs import capture
 from .arena import Arena, Plan
@@ -32,31 +31,6 @@ from .session import Session, WorkerGone
 # GPU's free memory, so that a smaller card still grades (with shorter batches).
 MAX_TIMED_BYTES = 40 << 30
 MAX_CALLS = 1024
-
-
-@dataclass
-class CallResult:
-    """One checked call: what came back and what the harness saw around it."""
-    status: str                      # ok | error | unusable | gone
-    message: str = ""                # the error, the unusable return, or why the worker is gone
-    output: torch.Tensor | None = None
-    evidence: dict = field(default_factory=dict)
-    inputs_modified: list = field(default_factory=list)
-    stray_write: bool = False
-    kind: str = ""                   # status gone: WorkerGone.kind (timeout, crashed, ...)
-    # The most elements PyTorch compute ops may produce in the call (the harness's
-    # figure: the activations and the output once); 0: not judged.
-    work_limit: int = 0
-    # FLOPs of the product on this call's inputs (the task's product_flops): the
-    # submission's kernels must do a fair share of it (judge.py); 0: not judged.
-    flops_needed: int = 0
-    # The call ran inside the worker's kernel trace (GPU): its evidence must say what ran.
-    traced: bool = False
-    # The interpreter followed who wrote each output value (CPU, worker/provenance.py): its
-    # evidence must say how many elements the kernels did not compute from the inputs.
-    provenance: bool = False
-    # The most values the call may read from tensors into Python numbers (.item()); 0: not judged.
-    read_limit: int = 0
 
 
 def checked_call(session: Session, name: str, args: tuple, out_shape, label: str | None = None) -> CallResult:
@@ -92,23 +66,6 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
                                                   (a.col_indices(), b.col_indices()),
                                                   (a.values(), b.values())))
     return torch.equal(a, b)
-
-
-@dataclass
-class Timing:
-    """A timed batch, measured ``rounds`` times, next to the baseline's batch."""
-    kernel_ms: list = field(default_factory=list)     # per call, one entry per round
-    baseline_ms: list = field(default_factory=list)
-    calls: int = 0
-    weight_sets: int = 0
-    graph: bool = False
-    note: str = ""
-    wrong: str = ""                  # the first wrong output of a timed call, if any
-    evidence: dict = field(default_factory=dict)  # what the worker recorded while preparing
-
-    @property
-    def ratio(self) -> float:
-        return statistics.median(self.baseline_ms) / statistics.median(self.kernel_ms)
 
 
 def _batch_size(task, shape, inputs, batch_ms: float) -> tuple[int, int]:

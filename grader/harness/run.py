@@ -1,4 +1,4 @@
-"""Run a submission's tasks in sandboxed workers and bring back the facts (grader/runs.py).
+"""Run a submission's tasks in sandboxed workers and bring back the facts (grader/facts.py).
 
 Per task, two workers start side by side: one for the visible correctness
 cases, one for the hidden ones (the visible worker never sees their shapes).
@@ -8,28 +8,32 @@ compiled for the GPU (a CPU run's compile check). If every scored case came
 back clean, the visible worker times the performance tests. Last, a CPU run
 counts one call's data movement (feedback only). Nothing here decides a
 test's points: that is the judge's (grader/judge.py).
+
+The harness runs workers and nothing else: it imports no other phase.
+grader/grade.py runs the phases in order and hands ``run_tasks`` what it
+applies without deciding: the static check's findings, the judge's rule for
+what voids a task (whose performance is then not timed) and the judge's
+allowance of values a wrapper may read into Python.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable, Mapping
 
 import torch
 
 from ..compare import check_sanity, check_task_output
 from ..diagnose import likely_cause, out_of_bounds
-from ..estimate import estimate
-from ..judge import HOST_READS, task_flags
+from ..facts import HIDDEN_CALL, CallResult, CaseRun, Draw, Runs, TaskRun, TimedRun, problem
 from ..rubric import Rubric, TestSpec
-from ..runs import HIDDEN_CALL, CaseRun, Draw, Runs, TaskRun, TimedRun, problem
-from ..staticcheck import check_source
 from ..submission import Submission
 from ..tasks import get
 from ..tracebacks import explain_error
 from ..worker import fence
 from . import capture, movement
-from .measure import CallResult, checked_call, timed_batches
+from .measure import checked_call, timed_batches
 from .session import Session, WorkerGone
 
 DRAWS = 2   # fresh draws per correctness case: a kernel that keeps state between calls fails the second
@@ -46,12 +50,17 @@ def runs_here(spec: TestSpec, device: str) -> bool:
 
 
 def run_tasks(sub: Submission, rubric: Rubric, device: str, seed: int, tasks: list[str], log=print,
-              sanitizer: str | None = None, budget_s: float | None = None) -> Runs:
+              sanitizer: str | None = None, budget_s: float | None = None, *,
+              static: Mapping[str, list[str]], voided: Callable[[TaskRun], bool], host_reads: int) -> Runs:
     """Run every task of ``tasks``; a grader failure in one task costs that task only.
 
     ``sanitizer``: compute-sanitizer's path (GPU): correctness under memcheck,
     nothing timed. ``budget_s``: the whole run's limit; each task's workers get
-    an equal share of what is left when it starts.
+    an equal share of what is left when it starts. Handed in by grader/grade.py:
+    ``static``, the static check's findings by task (each task's ``run.static``);
+    ``voided(run)``, whether what the run found so far voids the task (then no
+    performance test is timed); ``host_reads``, the values a checked call's
+    wrapper may read into Python besides one per output row and column.
     """
     runs = Runs(device=device, seed=seed, tasks={}, sanitized=sanitizer is not None)
     if device == "cuda":
@@ -65,7 +74,7 @@ def run_tasks(sub: Submission, rubric: Rubric, device: str, seed: int, tasks: li
         run = runs.tasks[task] = TaskRun(task=task, checks_off=dict(checks_off))
         share = None if end is None else max(1.0, (end - time.monotonic()) / (len(tasks) - i))
         try:
-            _run_task(run, sub, rubric, runs, log, sanitizer, share)
+            _run_task(run, sub, rubric, runs, log, sanitizer, share, static.get(task, []), voided, host_reads)
         except Exception as e:  # a grader bug must cost one task, never the report
             run.error = f"grader error while grading {task}: {type(e).__name__}: {e}"
             log(run.error)
@@ -73,7 +82,8 @@ def run_tasks(sub: Submission, rubric: Rubric, device: str, seed: int, tasks: li
     return runs
 
 
-def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sanitizer, share) -> None:
+def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sanitizer, share,
+              static: list[str], voided, host_reads: int) -> None:
     task, device = run.task, runs.device
     t = rubric.tasks[task]
     specs = rubric.tests_for(task)
@@ -87,10 +97,7 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
         run.missing = problem("unreadable" if sub.unreadable else "missing_file", why)
         log(f"{task}: {t.file} missing, not graded")
         return
-    if rubric.settings.static_checks:
-        found = check_source(sub.files[t.file], set(rubric.settings.extra_allowed_imports))
-        # A file that does not parse is reported by its import, with its line.
-        run.static = [str(f) for f in found if f.rule != "syntax"]
+    run.static = list(static)
     if _defines(sub.files[t.file], t.entry) is False:
         # The task's summary: the one thing to fix first is that the grader has nothing to
         # call. The static findings still flag the task (an entry built by exec is an attack).
@@ -124,7 +131,7 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
             log(f"{task}: {len(group)} correctness case(s) in a sandboxed worker ...")
             _check_import(run, session, bool(hidden))
             for spec in group:
-                run.cases[spec.name] = _correctness(run, session, spec, runs)
+                run.cases[spec.name] = _correctness(run, session, spec, runs, host_reads)
             # What the GPU will launch: the wrapper at the GPU shapes of these tests (and, in the
             # visible worker, of the performance tests a student sees), compiled with what the CPU
             # shapes launched. The hidden tests' GPU shapes go to the hidden worker only, and what it
@@ -141,13 +148,8 @@ def _run_task(run: TaskRun, sub: Submission, rubric: Rubric, runs: Runs, log, sa
                 visible = Session(sub, t.file, t.entry, device, time.monotonic() + timeout, checks_off=off)
                 sessions.append(visible)
                 _check_import(run, visible, False)
-            _performance(run, rubric, performance, visible, timeout, runs, log)
+            _performance(run, rubric, performance, visible, timeout, runs, log, voided)
         _movement(run, t.movement_shape, visible, runs, log)   # last: nothing scored follows it
-        if run.capture:
-            try:
-                run.estimate = estimate(run, rubric)
-            except Exception as e:  # noqa: BLE001 - an estimate never costs a grade
-                run.estimate = {"error": f"no estimate: {type(e).__name__}: {e}"[:300]}
     finally:
         for session in sessions:
             if session is not None and session is not visible:
@@ -244,7 +246,7 @@ def _check_import(run: TaskRun, session: Session, hidden: bool) -> None:
               + explain_error(hello.get("error", "")), hidden)
 
 
-def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs) -> CaseRun:
+def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs, host_reads: int) -> CaseRun:
     """The case on DRAWS fresh draws, stopping at the first that is not clean."""
     case = CaseRun(spec.name)
     shape = spec.shape_on(runs.device)
@@ -264,7 +266,7 @@ def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs) -> 
         result.traced = runs.device == "cuda" and "kernel trace" not in off
         result.provenance = runs.device == "cpu" and "output provenance" not in off
         # A wrapper may read a few values into Python (a count, a block row's bounds), never the data.
-        result.read_limit = HOST_READS + shape[0] + shape[1]
+        result.read_limit = host_reads + shape[0] + shape[1]
         if result.status == "gone":
             _stop(run, result.kind, result.message, spec.hidden)
         d = _draw(run.task, result, args, extras)
@@ -451,7 +453,7 @@ def _compile_verdicts(run: TaskRun, rows: list[dict], group: list, captured: set
 
 def scored_cases_clean(run: TaskRun, rubric: Rubric, device: str) -> bool:
     """Whether every scored (not bonus) correctness case that runs here came back
-    clean, with nothing that voids the task: only then is performance timed."""
+    clean on all its draws, and would compile for the GPU."""
     for spec in rubric.tests_for(run.task, "correctness"):
         if spec.bonus or not runs_here(spec, device):
             continue
@@ -459,15 +461,17 @@ def scored_cases_clean(run: TaskRun, rubric: Rubric, device: str) -> bool:
         if case is None or case.compile_error or not case.draws or not all(d.clean for d in case.draws) \
                 or len(case.draws) < DRAWS:
             return False
-    return not run.static and not task_flags(run.calls, run.checks_off, run.hidden_checks_off)
+    return True
 
 
 def _performance(run: TaskRun, rubric: Rubric, specs: list[TestSpec], session, timeout: float, runs: Runs,
-                 log) -> None:
+                 log, voided: Callable[[TaskRun], bool]) -> None:
+    """Time the performance tests, only for a task whose scored cases came back clean and that
+    nothing voids (``voided``: the judge's rule, handed in by grader/grade.py)."""
     if runs.sanitized:
         run.untimed = "correctness ran under compute-sanitizer"
         return
-    if session is None or not scored_cases_clean(run, rubric, runs.device):
+    if session is None or not scored_cases_clean(run, rubric, runs.device) or voided(run):
         run.untimed = ("performance counts only for a kernel that passes all of this task's correctness "
                        "tests")
         return

@@ -26,9 +26,9 @@ def pytest_configure(config):
     path = config.getoption("--runs")
     if path is None or any(isinstance(p, GradingPlugin) for p in config.pluginmanager.get_plugins()):
         return
+    from grader.facts import load_runs
     from grader.judge import Judging
     from grader.rubric import DEFAULT_RUBRIC, load_rubric
-    from grader.runs import load_runs
 
     try:
         runs = load_runs(path)

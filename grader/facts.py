@@ -1,12 +1,15 @@
-"""What running a submission brought back: facts for the judge, no verdicts.
+"""What a grade run observed: the facts the harness brings back, for the judge; no verdicts.
 
-The grade is a straight pipeline (grader/grade.py):
+The grade is a straight pipeline (grader/grade.py owns the order):
 
-    runs     = run_tasks(...)            grader/harness/run.py: workers, inputs, checks, clocks
-    judgment = judge(runs, rubric)       grader/judge.py: one pytest test per rubric entry
-    result   = score(judgment, ...)      grader/scoring.py: points, caps and rounding, once
+    static   = static_findings(...)  grader/staticcheck/: the allowlist over each kernel file
+    runs     = run_workers(...)      grader/harness/run.py: workers, inputs, checks, clocks
+    add_estimates(runs, rubric)      grader/estimate.py: the predicted GPU speed (CPU; feedback)
+    judgment = judge(runs, rubric)   grader/judge.py: one pytest test per rubric entry
+    result   = score(judgment, ...)  grader/scoring.py: points, caps and rounding, once
 
-The harness compares every output with the reference while it still holds the
+Every phase reads and writes the types here; this module imports no phase. The
+harness compares every output with the reference while it still holds the
 inputs (a ``Check`` is a measurement: how far the output is, where, and the
 likely cause); whether that passes a test, and for how many points, is the
 judge's and the scorer's business.
@@ -15,11 +18,13 @@ judge's and the scorer's business.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import types
 from dataclasses import dataclass, field
 
+import torch  # CallResult.output's type, which load_runs resolves
+
 from .compare import Check
-from .harness.measure import CallResult, Timing
 
 HIDDEN_CALL = "a hidden test"   # how a hidden test's call is named anywhere a student may read it
 
@@ -31,9 +36,51 @@ def problem(kind: str, detail: str) -> dict:
 
 
 @dataclass
+class CallResult:
+    """One checked call (grader/harness/measure.py): what came back and what the harness saw around it."""
+    status: str                      # ok | error | unusable | gone
+    message: str = ""                # the error, the unusable return, or why the worker is gone
+    output: torch.Tensor | None = None
+    evidence: dict = field(default_factory=dict)
+    inputs_modified: list = field(default_factory=list)
+    stray_write: bool = False
+    kind: str = ""                   # status gone: WorkerGone.kind (timeout, crashed, ...)
+    # The most elements PyTorch compute ops may produce in the call (the harness's
+    # figure: the activations and the output once); 0: not judged.
+    work_limit: int = 0
+    # FLOPs of the product on this call's inputs (the task's product_flops): the
+    # submission's kernels must do a fair share of it (judge.py); 0: not judged.
+    flops_needed: int = 0
+    # The call ran inside the worker's kernel trace (GPU): its evidence must say what ran.
+    traced: bool = False
+    # The interpreter followed who wrote each output value (CPU, worker/provenance.py): its
+    # evidence must say how many elements the kernels did not compute from the inputs.
+    provenance: bool = False
+    # The most values the call may read from tensors into Python numbers (.item()); 0: not judged.
+    read_limit: int = 0
+
+
+@dataclass
+class Timing:
+    """A timed batch (grader/harness/measure.py), measured ``rounds`` times, next to the baseline's batch."""
+    kernel_ms: list = field(default_factory=list)     # per call, one entry per round
+    baseline_ms: list = field(default_factory=list)
+    calls: int = 0
+    weight_sets: int = 0
+    graph: bool = False
+    note: str = ""
+    wrong: str = ""                  # the first wrong output of a timed call, if any
+    evidence: dict = field(default_factory=dict)  # what the worker recorded while preparing
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.baseline_ms) / statistics.median(self.kernel_ms)
+
+
+@dataclass
 class Draw:
     """One checked call of a correctness case, on one fresh draw of its inputs."""
-    status: str                       # ok | error | unusable | gone (measure.CallResult)
+    status: str                       # ok | error | unusable | gone (CallResult)
     message: str = ""                 # the exception, the unusable return, or why the worker is gone
     kind: str = ""                    # status gone: how (timeout, crashed, ...; session.WorkerGone)
     check: Check | None = None        # the tight comparison with the exact reference (status ok)
