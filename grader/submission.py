@@ -16,8 +16,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # What the graded package gets from the grader, never from the submission.
 TRUSTED_FILES = {"utils.py": ROOT / "assignment" / "utils.py"}
 WORKER_PACKAGE = "_grader_worker"
-WORKER_FILES = ("main.py", "evidence.py", "layout.py", "compile.py", "graphs.py", "vmm.py",
-                "movement.py", "provenance.py", "fence.py", "trace.py", "capture.py", "ptx.py")
+WORKER_FILES = ("main.py", "evidence.py", "layout.py", "graphs.py", "vmm.py", "movement.py", "fence.py",
+                "trace.py", "capture.py",
+                "compile.py", "compile_rows.py", "compile_pool.py", "compile_child.py",
+                "ptx.py", "ptx_parse.py", "ptx_lanes.py",
+                "provenance.py", "provenance_flags.py", "provenance_rules.py", "provenance_host.py")
 MAX_FILE_BYTES = 2 * 1024 * 1024
 
 

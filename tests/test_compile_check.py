@@ -1,4 +1,4 @@
-"""The compile check (grader/worker/compile.py): what a CPU run launched in the
+"""The compile check (grader/worker/compile.py and the compile_*.py beside it): what a CPU run launched in the
 interpreter is compiled for sm_90 by Triton's own compiler and ptxas, so a
 kernel that only the interpreter accepts fails on the CPU as it would on a GPU."""
 
@@ -270,10 +270,12 @@ def test_rows_fit_in_one_reply():
     """Thirty failing variants with long messages still make a small reply."""
     import json
 
-    rows = [cc._row(kernel="k", file="w8a8.py", line=i, error="File x\n" + "e" * 5000, note="n" * 5000)
-            for i in range(cc.MAX_VARIANTS + 2)]
-    rows = cc._fit(rows)
-    assert len(json.dumps(rows)) <= cc.MAX_JSON_BYTES
+    from grader.worker import compile_rows
+
+    rows = [compile_rows._row(kernel="k", file="w8a8.py", line=i, error="File x\n" + "e" * 5000, note="n" * 5000)
+            for i in range(compile_rows.MAX_VARIANTS + 2)]
+    rows = compile_rows._fit(rows)
+    assert len(json.dumps(rows)) <= compile_rows.MAX_JSON_BYTES
     assert all(r["error"].startswith("File x") for r in rows)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.worker import ptx
+from grader.worker import ptx, ptx_lanes, ptx_parse
 from tests.helpers import HAS_CUDA, compile_ptx, problem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,8 +165,8 @@ def test_bank_conflicts_cost_passes_and_unknown_lanes_count_as_contiguous():
 \tadd.s64 \t%rd4, %rd1, %rd3;
 \tld.global.v4.b32 \t{ %r6, %r7, %r8, %r9 }, [ %rd4 + 0 ];""")
     lines = text.splitlines()
-    code = [ptx._parse(x) for x in lines]
-    lanes = ptx._Lanes(code, ptx._params(lines)).run([i for i, c in enumerate(code) if c])
+    code = [ptx_parse._parse(x) for x in lines]
+    lanes = ptx_lanes._Lanes(code, ptx_lanes._params(lines)).run([i for i, c in enumerate(code) if c])
     assert [lanes.cost[i] for i in sorted(lanes.cost)] == [
         (1, 1),     # 32 words in 32 banks
         (32, 1),    # a 128-byte stride: every lane in bank 0, 32 passes

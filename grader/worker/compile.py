@@ -30,64 +30,49 @@ one loop trip and what its memory accesses cost a warp). On a GPU run
 ``record`` keeps what the real launches reported and ``check`` returns that
 instead.
 
+The check is cut into four files:
+
+    compile.py        the recorder (the worker's launch hook) and the check:
+                      which variants are compiled, which results are known or
+                      cached, the rows returned
+    compile_rows.py   what a row is: the target's limits, picking and describing
+                      variants, judging a result, the results cache, the fit
+    compile_pool.py   the child processes: shares, crashes, the deadline
+    compile_child.py  the child: compiles one share for the target and says
+                      what each compile found
+
 This file runs in the untrusted worker and depends on torch and triton only.
 Nothing here raises into the caller: failures become a variant's error.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import io
-import json
 import os
-import pickle
-import re
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 
-if __package__:
-    from . import ptx as ptx_reader
-else:   # run as a script (a child started without its package): ptx.py sits beside it, on sys.path
-    import importlib
+from .compile_pool import _run_children
+from .compile_rows import (
+    GPU_LABEL,
+    MAX_VARIANTS,
+    _apply,
+    _cache_key,
+    _clip,
+    _def_line,
+    _descriptions,
+    _fit,
+    _pick,
+    _read_cached,
+    _relative,
+    _row,
+    _sources_digest,
+    _Variant,
+    _write_cached,
+    limits_for,
+)
 
-    ptx_reader = importlib.import_module("ptx")
-
-MAX_VARIANTS = 30      # variants compiled (and rows returned) per check
-MAX_TEXT = 2000        # characters per string in a row
-MAX_ERROR_LINES = 15
-MAX_JSON_BYTES = 48000  # all rows of one check, as JSON: they travel in one reply line
 DEFAULT_BUDGET_S = 60.0
-
-# Per compute capability: the most dynamic shared memory one block may opt in
-# to (CUDA C++ Programming Guide, "Technical Specifications per Compute
-# Capability"), registers per thread and per block (= per SM), threads per block.
-_SHARED = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448, 100: 232448, 103: 232448, 120: 101376}
-_REGISTERS_PER_THREAD = 255
-_REGISTERS_PER_BLOCK = 65536
-_THREADS_PER_BLOCK = 1024
-
-GPU_LABEL = "gpu:"     # a label of a launch at a test's GPU shape (capture.py); others are CPU-shape calls
-
-
-def limits_for(target: str) -> dict:
-    """Resource limits of ``target`` ("cuda:90"): shared_bytes, registers_per_thread,
-    registers_per_block, threads_per_block."""
-    cc = int(target.split(":")[1])
-    return {"shared_bytes": _SHARED.get(cc, _SHARED[90]), "registers_per_thread": _REGISTERS_PER_THREAD,
-            "registers_per_block": _REGISTERS_PER_BLOCK, "threads_per_block": _THREADS_PER_BLOCK}
-
-
-def _clip(text, n: int = MAX_TEXT) -> str:
-    text = "" if text is None else str(text)
-    return text if len(text) <= n else text[: n - 15] + " ...(truncated)"
-
-
-def _kib(n: int) -> str:
-    return f"{n / 1024:.0f} KiB"
 
 
 # ---------------------------------------------------------------------------
@@ -125,16 +110,6 @@ def _portable(value):
     if src is not None:
         return _JitRef(src.__module__, src.__qualname__, src.__code__.co_filename, src.__code__.co_firstlineno)
     return value
-
-
-class _Variant:
-    __slots__ = ("key", "group", "module", "qualname", "name", "file", "line", "signature", "constexprs",
-                 "attrs", "options", "launches", "error", "describe", "details", "aligned", "id", "labels",
-                 "warps", "stages")
-
-    def label(self, label) -> None:
-        if label and label not in self.labels:
-            self.labels.append(label)
 
 
 class CompileCheck:
@@ -322,15 +297,6 @@ class CompileCheck:
                          error=_clip(f"compile check failed: {type(e).__name__}: {e}\n{traceback.format_exc()}"))]
 
 
-def _row(**fields) -> dict:
-    row = {"kernel": "?", "file": "", "line": 0, "variant": "", "launches": 0, "checked": False, "ok": True,
-           "status": "skipped", "error": "", "registers": None, "spills": None, "shared_bytes": None,
-           "launchable": None, "why_not": "", "warning": "", "note": "", "tests": [], "cpu_tests": [],
-           "ids": [], "num_warps": None, "num_stages": None, "loop": {}, "key": ""}
-    row.update(fields)
-    return row
-
-
 def _is_interpreted(fn) -> bool:
     try:
         from triton.runtime.interpreter import InterpretedFunction
@@ -344,20 +310,6 @@ def _gpu_target(target: str):
 
     backend, cc = target.split(":")
     return GPUTarget(backend, int(cc), 32)
-
-
-def _def_line(fn) -> int:
-    """Line of the ``def`` of ``fn`` (co_firstlineno is the first decorator's)."""
-    import inspect
-
-    try:
-        lines, start = inspect.getsourcelines(fn)
-    except (OSError, TypeError):
-        return getattr(getattr(fn, "__code__", None), "co_firstlineno", 0)
-    for i, text in enumerate(lines):
-        if re.match(r"\s*(async\s+)?def\s", text):
-            return start + i
-    return start
 
 
 def _launch_error(e: Exception, v: _Variant) -> str:
@@ -377,88 +329,6 @@ def _package_root(module: str) -> str | None:
         return list(path)[0]
     f = getattr(top, "__file__", None)
     return os.path.dirname(f) if f else None
-
-
-def _relative(path: str, root: str | None) -> str:
-    if root:
-        try:
-            rel = os.path.relpath(path, root)
-            if not rel.startswith(".."):
-                return rel.replace(os.sep, "/")
-        except ValueError:
-            pass
-    return os.path.basename(path)
-
-
-def _pick(variants: list[_Variant], gpu_only: bool = False) -> tuple[list[list[_Variant]], int, int]:
-    """Variants grouped (same compile up to divisibility hints), at most MAX_VARIANTS
-    groups: every kernel's first group before any kernel's second. Also the
-    number of groups left out, and (``gpu_only``) of groups no GPU shape launches."""
-    groups: dict[str, list[_Variant]] = {}
-    for v in variants:
-        groups.setdefault(v.group, []).append(v)
-    # A variant a GPU shape launches is compiled with its own specialization (its
-    # divisibility hints are the GPU's); launches of the CPU shapes that differ
-    # from it only in those hints join it rather than compile again.
-    split: dict[str, list[_Variant]] = {}
-    cpu_only = 0
-    for key, members in groups.items():
-        gpu = [m for m in members if any(lab.startswith(GPU_LABEL) for lab in m.labels)]
-        if not gpu:
-            if gpu_only:
-                cpu_only += 1
-            else:
-                split[key] = members
-            continue
-        for m in gpu:
-            split[m.key] = [m]
-        best = max(gpu, key=lambda m: m.aligned)
-        split[best.key] += [m for m in members if m not in gpu]
-    groups = split
-    by_kernel: dict[tuple, list] = {}
-    for members in groups.values():
-        by_kernel.setdefault((members[0].file, members[0].line), []).append(members)
-    order, rank = [], 0
-    while len(order) < len(groups):
-        for lists in by_kernel.values():
-            if rank < len(lists):
-                order.append(lists[rank])
-        rank += 1
-    return order[:MAX_VARIANTS], max(0, len(order) - MAX_VARIANTS), cpu_only
-
-
-def _descriptions(reps: list[_Variant]) -> list[str]:
-    """Each variant's constexprs and launch options, plus, where two variants of
-    one kernel would read alike, the argument types or specializations that differ."""
-    out = []
-    for v in reps:
-        alike = [w for w in reps if w is not v and (w.file, w.line, w.describe) == (v.file, v.line, v.describe)]
-        extra = [d for name, d in v.details.items() if any(w.details.get(name) != d for w in alike)]
-        out.append("; ".join(x for x in (v.describe, ", ".join(extra)) if x))
-    return out
-
-
-def _cache_key(rep: _Variant, target: str, sources: str, root: str | None) -> str:
-    """Same Triton, target, package sources and variant: same result. Paths are made
-    relative (every run stages the submission in a new folder)."""
-    import triton
-
-    text = repr((triton.__version__, target, sources, _relative(rep.file, root), rep.line, rep.qualname,
-                 sorted(rep.signature.items()), sorted(map(repr, rep.constexprs.items())),
-                 sorted(map(repr, rep.options.items())), sorted(map(repr, rep.attrs.items()))))
-    return hashlib.sha256(text.encode()).hexdigest()[:40]
-
-
-def _sources_digest(root: str | None) -> str:
-    h = hashlib.sha256()
-    if root and os.path.isdir(root):
-        for dirpath, _, files in sorted(os.walk(root)):
-            for f in sorted(files):
-                if f.endswith(".py"):
-                    with contextlib.suppress(OSError), open(os.path.join(dirpath, f), "rb") as fh:
-                        h.update(f.encode() + b"\0" + fh.read())
-    return h.hexdigest()
-
 
 def _check(cc: CompileCheck, target: str, lim: dict, deadline: float, jobs, root, cache_dir, known: dict,
            gpu_only: bool) -> list[dict]:
@@ -526,500 +396,6 @@ def _check(cc: CompileCheck, target: str, lim: dict, deadline: float, jobs, root
     return _fit(rows)
 
 
-def _fit(rows: list[dict], limit: int = MAX_JSON_BYTES) -> list[dict]:
-    """Rows small enough for one reply: an error already shown for an earlier
-    variant of the same kernel is referred to, and long strings are cut."""
-    shown = {}
-    for i, row in enumerate(rows):
-        for k in ("error", "why_not", "warning", "note", "variant"):
-            row[k] = _clip(row[k])
-        key = (row["file"], row["line"], row["error"])
-        if row["error"] and key in shown:
-            lines = row["error"].splitlines()
-            final = next((ln for ln in lines[1:] if ln[:1].strip() and not ln.startswith("File ")), "")
-            row["error"] = "\n".join([lines[0], final[:300], f"(the same error as for {rows[shown[key]]['variant']})"])
-        elif row["error"]:
-            shown[key] = i
-    budget = MAX_TEXT
-    while len(json.dumps(rows)) > limit and budget > 100:
-        budget //= 2
-        for row in rows:
-            for k in ("error", "note", "variant", "why_not", "warning"):
-                row[k] = _clip(row[k], budget)
-    return rows
-
-
-def _apply(row: dict, res: dict, lim: dict) -> None:
-    """Fill ``row`` from a child's result and judge whether the variant launches."""
-    status = res.get("status", "internal")
-    row.update(checked=True, status=status, ok=status == "ok", error=res.get("error", ""),
-               registers=res.get("registers"), spills=res.get("spills"), shared_bytes=res.get("shared_bytes"),
-               loop=res.get("loop") or {})
-    if status != "ok":
-        row["launchable"] = False
-        row["why_not"] = "it does not compile" if status == "error" else "the compile check could not compile it"
-        return
-    why = []
-    shared, regs, warps = res.get("shared_bytes"), res.get("registers"), res.get("num_warps") or 4
-    if shared is not None and shared > lim["shared_bytes"]:
-        why.append(f"needs {_kib(shared)} ({shared} bytes) of shared memory; the target allows "
-                   f"{_kib(lim['shared_bytes'])} ({lim['shared_bytes']} bytes)")
-    threads = 32 * warps
-    if threads > lim["threads_per_block"]:
-        why.append(f"{threads} threads per block; the target allows {lim['threads_per_block']}")
-    if regs is not None:
-        per_block = -(-regs // 8) * 8 * threads  # registers are allocated 8 per thread at a time
-        if per_block > lim["registers_per_block"]:
-            why.append(f"{regs} registers x {threads} threads = {per_block} registers per block; "
-                       f"the target has {lim['registers_per_block']}")
-    row["launchable"] = not why
-    row["why_not"] = "; ".join(why)
-    if res.get("spills"):
-        row["warning"] = (f"{res['spills']} bytes of registers spilled to local memory "
-                          f"({regs} registers per thread): slow, but it runs")
-    notes = [row["note"], res.get("note", "")]
-    if not res.get("final"):
-        notes.append("registers not measured: ptxas did not run within the time budget")
-    row["note"] = "; ".join(n for n in notes if n)
-
-
-def _read_cached(path: str):
-    try:
-        with open(path) as f:
-            res = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return res if isinstance(res, dict) and res.get("status") in ("ok", "error") else None
-
-
-def _write_cached(path: str, res: dict) -> None:
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(res, f)
-        os.replace(tmp, path)
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def _child_env() -> dict:
-    env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)  # the child compiles as a GPU run would
-    paths = [p for p in sys.path if p and os.path.isdir(p)]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    return env
-
-
-def _child_argv(jobfile: str, outfile: str) -> list[str]:
-    spec = globals().get("__spec__")
-    if spec is not None and spec.name and spec.name != "__main__":
-        return [sys.executable, "-m", spec.name, jobfile, outfile]
-    return [sys.executable, os.path.abspath(__file__), jobfile, outfile]
-
-
-def _run_children(todo: list[dict], deadline: float, jobs) -> dict[int, dict]:
-    """Compile ``todo`` in up to ``jobs`` child processes; results by job id.
-
-    A child that dies mid-variant (a compiler crash) costs that variant only:
-    the rest of its share goes to a fresh child. At ``deadline`` every child is
-    killed and whatever it had finished is kept."""
-    n = max(1, min(jobs or min(_cores(), 4), len(todo)))
-    shares = [todo[i::n] for i in range(n)]
-    results: dict[int, dict] = {}
-    work = tempfile.mkdtemp(prefix="compile-check-")
-    running = []  # (proc, share, outfile, logfile)
-    env = _child_env()
-    serial = 0
-
-    def start(share):
-        nonlocal serial
-        serial += 1
-        jobfile = os.path.join(work, f"jobs{serial}.pkl")
-        outfile = os.path.join(work, f"out{serial}.jsonl")
-        with open(jobfile, "wb") as f:
-            pickle.dump(share, f)
-        log = open(os.path.join(work, f"log{serial}.txt"), "wb")
-        proc = subprocess.Popen(_child_argv(jobfile, outfile), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, env=env, cwd=work, start_new_session=True)
-        log.close()
-        running.append((proc, share, outfile, log.name))
-
-    def collect(share, outfile, logname, rc):
-        started, done = [], {}
-        with contextlib.suppress(OSError), open(outfile) as f:
-            for line in f:
-                with contextlib.suppress(ValueError):
-                    msg = json.loads(line)
-                    if msg.get("event") == "start":
-                        started.append(msg["id"])
-                    elif msg.get("event") == "result":
-                        done[msg["id"]] = {**done.get(msg["id"], {}), **msg}
-        results.update(done)
-        if rc is None:
-            return []
-        rest = [j for j in share if j["id"] not in done]
-        if rc != 0 and rest:
-            # The child died: the variant it was on is the cause; the others get a new child.
-            crashed = [i for i in started if i not in done][:1] or [rest[0]["id"]]
-            results[crashed[0]] = {"status": "internal", "error": _clip(
-                f"compile check failed: the compiler process ended ({_exit_reason(rc)}) while compiling "
-                f"this variant\n{_tail(logname)}")}
-            rest = [j for j in rest if j["id"] != crashed[0]]
-        return rest
-
-    try:
-        for share in shares:
-            start(share)
-        while running:
-            time.sleep(0.05)
-            for item in list(running):
-                proc, share, outfile, logname = item
-                rc = proc.poll()
-                if rc is None:
-                    continue
-                running.remove(item)
-                rest = collect(share, outfile, logname, rc)
-                if rest and time.monotonic() < deadline:
-                    start(rest)
-            if time.monotonic() >= deadline:
-                break
-    finally:
-        for proc, share, outfile, logname in running:
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, 9)
-            with contextlib.suppress(Exception):
-                proc.wait(timeout=5)
-            collect(share, outfile, logname, None)
-        with contextlib.suppress(OSError):
-            import shutil
-            shutil.rmtree(work, ignore_errors=True)
-    return results
-
-
-def _exit_reason(rc: int) -> str:
-    if rc < 0:
-        import signal
-        with contextlib.suppress(ValueError):
-            return f"signal {signal.Signals(-rc).name}"
-        return f"signal {-rc}"
-    return f"exit status {rc}"
-
-
-def _tail(path: str, n: int = 8) -> str:
-    with contextlib.suppress(OSError), open(path, "rb") as f:
-        lines = f.read()[-4000:].decode("utf-8", "replace").splitlines()
-        return "\n".join(lines[-n:])
-    return ""
-
-
-# ---------------------------------------------------------------------------
-# The child: import the submission as a GPU run would and compile
-# ---------------------------------------------------------------------------
-
-class _PTXReady(Exception):
-    """Raised in place of ptxas to stop triton.compile once the PTX exists."""
-
-
-def _child_main(jobfile: str, outfile: str) -> None:
-    os.environ.pop("TRITON_INTERPRET", None)
-    with open(jobfile, "rb") as f:
-        share = pickle.load(f)
-    out = open(outfile, "a", buffering=1)
-
-    def emit(**msg):
-        out.write(json.dumps(msg) + "\n")
-        out.flush()
-
-    import triton
-    from triton import knobs
-    from triton.backends.nvidia import compiler as nv
-
-    original = nv.CUDABackend.make_cubin
-
-    def stop_at_ptx(self, src, metadata, opt, capability):
-        raise _PTXReady(self, src, metadata, opt, capability)
-
-    nv.CUDABackend.make_cubin = stop_at_ptx
-    ready = []  # (job, backend, ptx, metadata, options, capability)
-    for job in share:
-        emit(event="start", id=job["id"])
-        res = _front_end(job, triton)
-        if isinstance(res, tuple):
-            ready.append((job, *res))
-            shared = res[2].get("shared") if isinstance(res[2], dict) else None
-            emit(event="result", id=job["id"], status="ok", shared_bytes=shared,
-                 num_warps=getattr(res[3], "num_warps", None), note="", loop=ptx_reader.read(res[1]))
-        else:
-            emit(event="result", id=job["id"], final=True, **res)
-    nv.CUDABackend.make_cubin = original
-    knobs.nvidia.dump_ptxas_log = True
-    limit = _SHARED.get(int(share[0]["target"].split(":")[1]), _SHARED[90]) if share else 0
-    for job, backend, ptx, metadata, opt, capability in ready:
-        if (metadata.get("shared") or 0) > limit:
-            emit(event="result", id=job["id"], final=True, note="not assembled: it cannot launch anyway")
-            continue
-        emit(event="start", id=job["id"])
-        emit(event="result", id=job["id"], final=True,
-             **_assemble(backend, ptx, metadata, opt, capability, original))
-    out.close()
-
-
-def _find_kernel(job):
-    """The JITFunction for ``job`` in the freshly imported module (by file and def line)."""
-    import importlib
-
-    from triton.runtime.jit import JITFunction
-
-    module = importlib.import_module(job["module"])
-    obj = module
-    for part in job["qualname"].split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            break
-    candidates = [obj] + list(vars(module).values())
-    for c in candidates:
-        jf = c
-        for _ in range(8):
-            if isinstance(jf, JITFunction) or not hasattr(jf, "fn"):
-                break
-            jf = jf.fn
-        if isinstance(jf, JITFunction) and jf.fn.__code__.co_filename == job["file"] and \
-                jf.fn.__name__ == job["name"] and _def_line(jf.fn) == job["line"]:
-            return jf
-    return None
-
-
-def _resolve(value):
-    if isinstance(value, tuple):
-        return tuple(_resolve(v) for v in value)
-    if isinstance(value, list):
-        return [_resolve(v) for v in value]
-    if type(value).__name__ == "_JitRef":  # the child runs this file as __main__
-        jf = _find_kernel({"module": value.module, "qualname": value.qualname, "file": value.file,
-                           "name": value.qualname.split(".")[-1], "line": _def_line_of(value)})
-        if jf is None:
-            raise LookupError(f"the @triton.jit function {value.qualname} passed as a constexpr")
-        return jf
-    return value
-
-
-def _def_line_of(ref: _JitRef) -> int:
-    try:
-        with open(ref.file) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return ref.line
-    for i in range(ref.line - 1, min(len(lines), ref.line + 50)):
-        if re.match(r"\s*(async\s+)?def\s", lines[i]):
-            return i + 1
-    return ref.line
-
-
-@contextlib.contextmanager
-def _captured_fd2():
-    """Collect what C++ code writes to stderr (MLIR diagnostics) while compiling."""
-    with tempfile.TemporaryFile(mode="w+b") as tmp:
-        sys.stderr.flush()
-        saved = os.dup(2)
-        os.dup2(tmp.fileno(), 2)
-        box = []
-        try:
-            yield box
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            box.append(tmp.read()[-8000:].decode("utf-8", "replace"))
-
-
-def _front_end(job: dict, triton):
-    """Compile ``job`` up to PTX: (backend, ptx, metadata, options, capability) or a result dict."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    try:
-        jf = _find_kernel(job)
-        if jf is None:
-            return {"status": "skipped", "note": "not compiled: the kernel is not a module-level @triton.jit "
-                                                 "function (defined inside a function?)"}
-        constexprs = {k: _resolve(v) for k, v in job["constexprs"].items()}
-        backend_name, cc = job["target"].split(":")
-        target = GPUTarget(backend_name, int(cc), 32)
-        src = ASTSource(jf, job["signature"], constexprs, job["attrs"])
-    except Exception as e:  # noqa: BLE001
-        return {"status": "internal", "error": _clip(f"compile check failed: {type(e).__name__}: {e}")}
-    stderr = []
-    try:
-        with _captured_fd2() as stderr, contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
-            kernel = triton.compile(src, target=target, options=job["options"])
-    except _PTXReady as r:
-        return r.args
-    except OSError as e:
-        return {"status": "internal", "error": _clip(f"compile check failed: {type(e).__name__}: {e}")}
-    except Exception as e:  # noqa: BLE001 - the compiler rejects the kernel: the GPU run would fail too
-        return {"status": "error", "error": _describe(e, job, stderr[0] if stderr else "")}
-    # A finished compile (from Triton's cache): resources from the cubin itself.
-    return _from_cubin(kernel)
-
-
-def _from_cubin(kernel) -> dict:
-    md = kernel.metadata
-    regs = None
-    try:
-        import triton
-        tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(kernel.asm["cubin"])
-            f.flush()
-            text = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, timeout=60).stdout
-        m = re.search(r"REG:(\d+)", text)
-        regs = int(m.group(1)) if m else None
-    except Exception:  # noqa: BLE001
-        pass
-    text = kernel.asm.get("ptx", "") if hasattr(kernel, "asm") else ""
-    return {"status": "ok", "shared_bytes": getattr(md, "shared", None), "registers": regs, "spills": None,
-            "num_warps": getattr(md, "num_warps", None), "note": "",
-            "loop": ptx_reader.read(text.decode() if isinstance(text, bytes) else text)}
-
-
-def _assemble(backend, ptx, metadata, opt, capability, make_cubin) -> dict:
-    """ptxas on the PTX, as Triton runs it: registers and spills from its log."""
-    buf = io.StringIO()
-    try:
-        with _captured_fd2(), contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
-            make_cubin(backend, ptx, metadata, opt, capability)
-    except OSError as e:
-        return {"status": "internal", "error": _clip(f"compile check failed: ptxas: {type(e).__name__}: {e}")}
-    except Exception as e:  # noqa: BLE001 - ptxas rejects the PTX: so would the GPU run
-        text = str(e)
-        return {"status": "error", "error": _clip("ptxas failed on this kernel:\n" +
-                                                  "\n".join(text.splitlines()[:MAX_ERROR_LINES]))}
-    log = buf.getvalue()
-    regs = re.search(r"Used (\d+) registers", log)
-    stores = re.search(r"(\d+) bytes spill stores", log)
-    loads = re.search(r"(\d+) bytes spill loads", log)
-    spills = None
-    if stores or loads:
-        spills = max(int(stores.group(1)) if stores else 0, int(loads.group(1)) if loads else 0)
-    return {"registers": int(regs.group(1)) if regs else None, "spills": spills}
-
-
-# -- compile errors in the student's terms -----------------------------------
-
-def _jit_sources(root: str | None) -> dict[str, tuple]:
-    """Source text -> (file, def line, name) of every @triton.jit function of the
-    submission's modules (those under ``root``)."""
-    from triton.runtime.jit import JITFunction
-
-    found = {}
-    for mod in list(sys.modules.values()):
-        f = getattr(mod, "__file__", None) or ""
-        if not root or not os.path.abspath(f).startswith(os.path.abspath(root) + os.sep):
-            continue
-        for obj in list(vars(mod).values()):
-            for _ in range(8):
-                if isinstance(obj, JITFunction) or not hasattr(obj, "fn"):
-                    break
-                obj = obj.fn
-            if isinstance(obj, JITFunction):
-                with contextlib.suppress(Exception):
-                    found[obj.src] = (obj.fn.__code__.co_filename, _def_line(obj.fn), obj.fn.__name__)
-    return found
-
-
-def _locate(src: str, sources: dict, root: str | None):
-    """(file, def line, name) of the function whose source is ``src``."""
-    if src in sources:
-        return sources[src]
-    first = src.strip().splitlines()[0].strip() if src and src.strip() else ""
-    name = re.match(r"def\s+(\w+)", first)
-    if not (root and name):
-        return None
-    for dirpath, _, files in os.walk(root):
-        for fname in files:
-            if not fname.endswith(".py"):
-                continue
-            path = os.path.join(dirpath, fname)
-            with contextlib.suppress(OSError, UnicodeDecodeError), open(path) as fh:
-                for i, line in enumerate(fh.read().splitlines()):
-                    if line.strip() == first:
-                        return path, i + 1, name.group(1)
-    return None
-
-
-def _describe(exc: BaseException, job: dict, stderr: str) -> str:
-    """The compiler's error as the student needs it: the innermost place in the
-    submission's files (file, line, source line, caret), the final exception,
-    and where that place was called from."""
-    from triton.compiler.errors import CompilationError
-
-    root = job.get("root")
-    chain, e = [], exc
-    while e is not None and all(e is not c for c in chain) and len(chain) < 50:
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    sources = _jit_sources(root)
-    frames = []  # (file, line, name, source line, caret line) from outermost to innermost
-    for c in chain:
-        if not isinstance(c, CompilationError) or c.src is None or not hasattr(c.node, "lineno"):
-            continue
-        where = _locate(c.src, sources, root)
-        if where is None:
-            continue
-        file, def_line, name = where
-        src_lines = c.src.split("\n")
-        text = src_lines[c.node.lineno - 1] if 0 < c.node.lineno <= len(src_lines) else ""
-        caret = " " * getattr(c.node, "col_offset", 0) + "^"
-        frames.append((file, def_line + c.node.lineno - 1, name, text, caret))
-    final = chain[-1]
-    if isinstance(final, CompilationError):
-        msg = final.error_message or "compilation error"
-        kind = type(final).__name__
-    else:
-        msg, kind = str(final), type(final).__name__
-    lines = []
-    if frames:
-        file, line, name, text, caret = frames[-1]
-        indent = len(text) - len(text.lstrip())
-        lines += [f'File "{_relative(file, root)}", line {line}, in {name}', "    " + text.strip(),
-                  "    " + caret[indent:] if len(caret) > indent else "    ^"]
-    else:
-        loc = _mlir_location(stderr + "\n" + msg, root)
-        if loc:
-            lines.append(loc)
-    lines += f"{kind}: {msg}".splitlines()
-    if not frames and stderr.strip():
-        diag = [ln for ln in stderr.splitlines() if "error" in ln.lower()][:3]
-        lines += diag
-    body = lines[:MAX_ERROR_LINES]
-    for file, line, name, _, _ in reversed(frames[:-1]):
-        if len(body) >= MAX_ERROR_LINES + 3:
-            break
-        body.append(f'  called from "{_relative(file, root)}", line {line}, in {name}')
-    return _clip("\n".join(body))
-
-
-def _mlir_location(text: str, root: str | None) -> str | None:
-    """'File "w8a8.py", line N' from an MLIR diagnostic that points into the submission."""
-    for m in re.finditer(r'([^\s"():]+\.py)"?:(\d+):(\d+)', text):
-        path = m.group(1)
-        if root and os.path.abspath(path).startswith(os.path.abspath(root) + os.sep):
-            line = int(m.group(2))
-            src = ""
-            with contextlib.suppress(OSError, IndexError), open(path) as f:
-                src = f.read().splitlines()[line - 1].strip()
-            return f'File "{_relative(path, root)}", line {line}\n    {src}'
-    return None
-
-
 # ---------------------------------------------------------------------------
 # Module-level recorder used by the worker
 # ---------------------------------------------------------------------------
@@ -1051,7 +427,3 @@ def label(name: str | None) -> None:
 def last_id() -> int | None:
     """The id of the variant the last recorded launch has (None if it was not recorded)."""
     return _DEFAULT.last_id
-
-
-if __name__ == "__main__":
-    _child_main(sys.argv[1], sys.argv[2])

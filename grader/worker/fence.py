@@ -87,8 +87,9 @@ _CAPTURE = (
     ("triton.runtime.autotuner", "Autotuner.run", None),
     ("triton.runtime.autotuner", "Autotuner._bench", ("config",)),  # one captured launch per config
 )
-# Who wrote each value (provenance.py): every value-making method of the builder is wrapped by
-# name (its handles' flags joined); these have rules of their own, with the parameters they read.
+# Who wrote each value (provenance.py; its rules in provenance_rules.py): every value-making method of
+# the builder is wrapped by name (its handles' flags joined); these have rules of their own, with the
+# parameters they read.
 _PROVENANCE = (
     (_INTERP, "InterpreterBuilder", None),
     (_INTERP, "InterpreterBuilder.binary_op", ("lhs", "rhs", "op")),
