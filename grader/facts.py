@@ -65,6 +65,10 @@ class Timing:
     """A timed batch (grader/harness/measure.py), measured ``rounds`` times, next to the baseline's batch."""
     kernel_ms: list = field(default_factory=list)     # per call, one entry per round
     baseline_ms: list = field(default_factory=list)
+    # The fixed cost of one batch taken off each round's time, ms: the worker's probe
+    # (a command and a one-kernel graph of its own) and the harness's own one-kernel graph.
+    fixed_ms: list = field(default_factory=list)
+    baseline_fixed_ms: list = field(default_factory=list)
     calls: int = 0
     weight_sets: int = 0
     graph: bool = False

@@ -321,6 +321,7 @@ def timing_verdict(spec: TestSpec, timing: Timing, bandwidth_gbs: float, setting
     base = statistics.median(timing.baseline_ms)
     ratio = base / t
     details = {"kernel_ms": t, "baseline_ms": base, "ratio": ratio, "rounds": len(timing.kernel_ms),
+               "fixed_ms": statistics.median(timing.fixed_ms) if timing.fixed_ms else 0.0,
                "calls_per_batch": timing.calls, "weight_sets": timing.weight_sets,
                "cuda_graph": timing.graph}
     if timing.wrong:

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from grader.facts import Timing
+from grader.harness import measure
 from grader.harness.arena import CANARY, Arena, Plan
 from grader.harness.measure import timed_rounds
 from grader.worker.main import Worker, outputs_problem
@@ -99,15 +100,76 @@ def test_no_finalizer_runs_between_the_timed_run_and_the_copy():
     assert gc.isenabled()
 
 
+def test_no_finalizer_runs_between_the_probes_and_the_run():
+    # The probes' time is taken off the run's: nothing of the submission's may lengthen them.
+    _, worker, *_ = _batch("cpu", _product)
+    worker.probe_graph = type("G", (), {"replay": lambda self: None})()   # (a GPU worker's one-kernel graph)
+    assert gc.isenabled()
+    assert worker.probe({})["ok"]
+    assert not gc.isenabled()
+    worker.run({})
+    assert not gc.isenabled()
+    worker.collect({})
+    assert gc.isenabled()
+
+
 def test_the_clock_stops_before_the_outputs_are_collected():
     arena, worker, calls, xs, w = _batch("cpu", _product)
     session = Session(worker, delay_s={"collect": 0.5})
     timing = timed_rounds(session, Timing(calls=CALLS), 2, refresh=lambda r: arena.reset_outputs(
-        [c["out"] for c in calls]), time_baseline=lambda: 1e-3,
+        [c["out"] for c in calls]), time_baseline=lambda: (1e-3, 0.0),
         check=lambda: "" if all(torch.equal(arena.view(c["out"]), x @ w) for c, x in zip(calls, xs)) else "wrong")
-    assert session.ops == ["run", "collect"] * 2
+    assert session.ops == ["probe", "run", "collect"] * 2   # no probe on the CPU: nothing taken off
     assert timing.wrong == ""
     assert max(timing.kernel_ms) * CALLS < 250, timing.kernel_ms   # ms per batch: the 500 ms collect is not in it
+
+
+class ClockedSession:
+    """A session whose commands take known times on a fake clock (measure.time.perf_counter):
+    the first probe of a round ``switch_s`` (the GPU changing processes), the others
+    ``probe_s``, a run ``run_s``."""
+
+    def __init__(self, monkeypatch, probe_s: float, run_s: float, switch_s: float = 6e-4, probes: bool = True):
+        self.now, self.ops = 100.0, []
+        self.probe_s, self.run_s, self.switch_s, self.probes = probe_s, run_s, switch_s, probes
+        monkeypatch.setattr(measure.time, "perf_counter", lambda: self.now)
+
+    def request(self, msg: dict) -> dict:
+        op = msg["op"]
+        first = op == "probe" and (not self.ops or self.ops[-1] != "probe")
+        self.ops.append(op)
+        if op == "probe":
+            if not self.probes:
+                return {"ok": False, "error": "no timed batch was prepared"}
+            self.now += self.switch_s if first else self.probe_s
+        elif op == "run":
+            self.now += self.run_s
+        return {"ok": True}
+
+
+def test_the_fixed_cost_of_a_run_is_taken_off_on_both_sides(monkeypatch):
+    session = ClockedSession(monkeypatch, probe_s=2e-4, run_s=5e-3)
+    timing = timed_rounds(session, Timing(calls=10), 3, refresh=lambda r: None,
+                          time_baseline=lambda: (8e-3, 1e-4), check=lambda: "")
+    assert session.ops == (["probe"] * (1 + measure.PROBES) + ["run", "collect"]) * 3
+    assert timing.kernel_ms == pytest.approx([(5e-3 - 2e-4) * 1e3 / 10] * 3)   # the switch is in no round
+    assert timing.baseline_ms == pytest.approx([(8e-3 - 1e-4) * 1e3 / 10] * 3)
+    assert timing.fixed_ms == pytest.approx([0.2] * 3) and timing.baseline_fixed_ms == pytest.approx([0.1] * 3)
+    assert timing.ratio == pytest.approx(7.9 / 4.8)
+
+
+def test_at_most_half_a_batch_is_taken_off_whatever_a_probe_says(monkeypatch):
+    session = ClockedSession(monkeypatch, probe_s=4e-3, run_s=5e-3)
+    timing = timed_rounds(session, Timing(calls=10), 1, refresh=lambda r: None,
+                          time_baseline=lambda: (8e-3, 7e-3), check=lambda: "")
+    assert timing.kernel_ms == pytest.approx([0.25]) and timing.baseline_ms == pytest.approx([0.4])
+
+
+def test_a_worker_without_a_probe_has_nothing_taken_off(monkeypatch):
+    session = ClockedSession(monkeypatch, probe_s=2e-4, run_s=5e-3, probes=False)
+    timing = timed_rounds(session, Timing(calls=10), 1, refresh=lambda r: None,
+                          time_baseline=lambda: (8e-3, 0.0), check=lambda: "")
+    assert timing.kernel_ms == pytest.approx([0.5]) and timing.fixed_ms == [0.0]
 
 
 def _one_buffer():
@@ -123,7 +185,7 @@ def _one_buffer():
 def test_outputs_without_memory_of_their_own_make_the_timed_calls_wrong(make, says):
     arena, worker, calls, xs, w = _batch("cpu", make())
     session = Session(worker)
-    timing = timed_rounds(session, Timing(calls=CALLS), 1, refresh=lambda r: None, time_baseline=lambda: 1e-3,
+    timing = timed_rounds(session, Timing(calls=CALLS), 1, refresh=lambda r: None, time_baseline=lambda: (1e-3, 0.0),
                           check=lambda: "")
     assert says in timing.wrong
     assert all(_untouched(arena, c["out"]) for c in calls)
@@ -150,8 +212,17 @@ def test_a_timed_call_that_raises_is_wrong():
 
     arena, worker, calls, *_ = _batch("cpu", fn)
     timing = timed_rounds(Session(worker), Timing(calls=CALLS), 2, refresh=lambda r: None,
-                          time_baseline=lambda: 1e-3, check=lambda: "")
+                          time_baseline=lambda: (1e-3, 0.0), check=lambda: "")
     assert timing.wrong.startswith("a timed call raised an exception") and "boom" in timing.wrong
+
+
+@needs_gpu
+def test_gpu_the_probe_replays_the_workers_own_graph():
+    _, worker, *_ = _batch("cuda", _product)
+    assert worker.probe_graph is not None
+    worker.probe_cell.zero_()
+    assert worker.probe({})["ok"] and worker.probe_cell.item() == 1.0
+    worker.collect({})
 
 
 @needs_gpu

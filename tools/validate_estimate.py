@@ -206,9 +206,9 @@ def predict_rows(rows: list[dict], rubric, target, jobs: list[tuple], workers: i
     (``workers`` kernel files at once: each prediction is a sandboxed CPU worker).
     ``record``: the results file's head, whose ``clock`` says what its times include."""
     from grader.estimate import output_copy_ms
-    from tools.gpu_session import CLOCK
+    from tools.gpu_session import CALLS_ONLY, CLOCK
 
-    old_clock = (record or {}).get("clock", CLOCK) != CLOCK
+    old_clock = (record or {}).get("clock", CLOCK) not in (CLOCK, CALLS_ONLY)
     measured = {(r["kernels"], r["test"]): r.get("measurement", {}) for r in rows}
     out = []
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -4,11 +4,11 @@ Both run in the trusted grading process. The inputs are the harness's own
 (drawn from a seed the worker never sees), the outputs are read out of the
 harness's arena, and every output is checked here against a reference
 computed here. The clock is the harness's: host time around a batch of calls
-that the worker runs as one CUDA graph, so a call's time is its device time
-plus its share of one launch, with nothing the worker reports about itself.
-The clock times the calls only: each call writes an output of its own, and
-the worker copies those outputs into the arena after the clock has stopped,
-from the very run that was timed; then every one of them is checked.
+that the worker runs as one CUDA graph, less the fixed cost of such a run
+(``worker_fixed_s``), with nothing the worker's submission reports or runs
+in it. The clock times the calls only: each call writes an output of its
+own, and the worker copies those outputs into the arena after the clock has
+stopped, from the very run that was timed; then every one of them is checked.
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ from .session import Session, WorkerGone
 # GPU's free memory, so that a smaller card still grades (with shorter batches).
 MAX_TIMED_BYTES = 40 << 30
 MAX_CALLS = 1024
+# Timed probes per round; the least is the fixed cost taken off the round's batch. At most
+# FIXED_SHARE of a batch's time is taken off, whatever a probe measured.
+PROBES = 3
+FIXED_SHARE = 0.5
 
 
 def checked_call(session: Session, name: str, args: tuple, out_shape, label: str | None = None) -> CallResult:
@@ -170,11 +174,18 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
         arena.reset_outputs(out_specs)
         torch.cuda.synchronize()
 
-    def time_baseline() -> float:
+    cell = torch.zeros(1, device="cuda")
+    empty_graph = capture(lambda: cell.fill_(1.0))   # the harness's side of the fixed cost
+
+    def replayed_s(graph) -> float:
         t0 = time.perf_counter()
-        base_graph.replay()
+        graph.replay()
         torch.cuda.synchronize()
         return time.perf_counter() - t0
+
+    def time_baseline() -> tuple[float, float]:
+        fixed = min(replayed_s(empty_graph) for _ in range(PROBES))
+        return replayed_s(base_graph), fixed
 
     try:
         return timed_rounds(session, timing, rounds, refresh, time_baseline,
@@ -199,23 +210,29 @@ def timed_rounds(session, timing: Timing, rounds: int, refresh, time_baseline, c
     """The rounds of a timed test, appended to ``timing``.
 
     Each round: ``refresh(r)`` (fresh activations, output slots reset), the
-    baseline's batch (``time_baseline()``: seconds), then the worker's: the
-    clock runs from the "run" command to the worker's reply, which comes
-    after its calls and a device-wide synchronize, and nothing else. Then the
-    worker copies the outputs of that very run into the arena ("collect"),
-    outside the clock, and ``check()`` reads every one of them (the first
-    wrong one, in words, or ""). A worker that cannot collect its outputs
-    (they share memory, or are not plain tensors) has timed calls without an
-    output of their own: they count as wrong.
+    baseline's batch (``time_baseline()``: its seconds and the harness's
+    fixed cost of a one-kernel graph, seconds), then the worker's: the clock
+    runs from the "run" command to the worker's reply, which comes after its
+    calls and a device-wide synchronize, and nothing else; the fixed cost
+    of such a run, measured just before (``worker_fixed_s``), is taken off.
+    Then the worker copies the outputs of that very run into the arena
+    ("collect"), outside the clock, and ``check()`` reads every one of them
+    (the first wrong one, in words, or ""). A worker that cannot collect its
+    outputs (they share memory, or are not plain tensors) has timed calls
+    without an output of their own: they count as wrong.
     """
     calls = timing.calls
     r = 0
     while r < rounds or (more_rounds and r < rounds + extra_rounds and more_rounds(timing)):
         refresh(r)
-        timing.baseline_ms.append(time_baseline() * 1e3 / calls)
+        base_s, base_fixed = time_baseline()
+        timing.baseline_fixed_ms.append(base_fixed * 1e3)
+        timing.baseline_ms.append(_less_fixed(base_s, base_fixed) * 1e3 / calls)
+        fixed = worker_fixed_s(session)
+        timing.fixed_ms.append(fixed * 1e3)
         t0 = time.perf_counter()
         ran = session.request({"op": "run"})
-        timing.kernel_ms.append((time.perf_counter() - t0) * 1e3 / calls)
+        timing.kernel_ms.append(_less_fixed(time.perf_counter() - t0, fixed) * 1e3 / calls)
         collected = session.request({"op": "collect"})
         if timing.wrong:
             pass
@@ -228,6 +245,31 @@ def timed_rounds(session, timing: Timing, rounds: int, refresh, time_baseline, c
             timing.wrong = check()
         r += 1
     return timing
+
+
+def worker_fixed_s(session: Session) -> float:
+    """What a timed run costs the clock besides its calls, seconds: the least of PROBES
+    "probe" commands, each the worker's own one-kernel graph replayed and synchronized
+    (the command's round trip, a graph launch, the synchronize, the reply). No code of
+    the submission runs in a probe, and the worker's garbage collector is off from the
+    first probe to the collect, so nothing of the submission's can lengthen one. An
+    untimed probe goes first: the GPU switches from the harness's process to the
+    worker's (on an H100 0.6 ms, more than the rest together), and the run pays that
+    switch in no round, since the probes just ran in the worker. 0 when the worker
+    has no probe (the batch was never prepared)."""
+    if not session.request({"op": "probe"})["ok"]:
+        return 0.0
+    times = []
+    for _ in range(PROBES):
+        t0 = time.perf_counter()
+        session.request({"op": "probe"})
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def _less_fixed(elapsed: float, fixed: float) -> float:
+    """A batch's time less its fixed cost, never less than (1 - FIXED_SHARE) of it."""
+    return max(elapsed - fixed, (1 - FIXED_SHARE) * elapsed)
 
 
 def _first_wrong(arena, batch, sets, private, task, shape, act) -> str:

@@ -366,6 +366,8 @@ class Worker:
         submission takes part in."""
         if self.probe_graph is None:
             return {"ok": False, "error": "no timed batch was prepared"}
+        self._gc_was_on = self._gc_was_on or gc.isenabled()
+        gc.disable()   # until collect: no finalizer of the submission's runs between the probes and the run
         self.probe_graph.replay()
         self.sync()
         return {"ok": True}
