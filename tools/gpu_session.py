@@ -84,8 +84,9 @@ def grade_submission(name: str, path: str, out: Path, env: dict | None = None, a
         return {"submission": path, "error": f"grader exited {proc.returncode}: {last}",
                 "wall_s": round(wall, 1), "tests": {}}
     tests = {t["name"]: {k: t[k] for k in ("kind", "status", "score", "max_score")}
-             | {k: t["details"][k] for k in ("ratio", "kernel_ms", "baseline_ms", "calls_per_batch",
+             | {k: t["details"][k] for k in ("ratio", "kernel_ms", "baseline_ms", "fixed_ms", "calls_per_batch",
                                              "weight_sets", "cuda_graph") if k in t.get("details", {})}
+             | ({"message": str(t.get("message", ""))[:1500]} if t["status"] not in ("passed", "skipped") else {})
              for t in report["tests"]}
     return {"submission": path, "score": report["score"], "max_score": report["max_score"],
             "sandbox": report.get("versions", {}).get("sandbox"),
