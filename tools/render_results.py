@@ -85,8 +85,12 @@ def table() -> str:
                      + " / ".join(ratio(r, "draft", t.name) for r in runs) + " |")
 
     def score(run, who):
+        """Each grade's score, "of" its maximum where that is not 100 (a rubric with candidate
+        tests in, or a grade of some tasks only: ``tasks``)."""
         done = [g for g in recorded_grades(run, who) if "score" in g]
-        return "-" if not done else "/".join(f"{g['score']:g}" for g in done)
+        return "-" if not done else ", ".join(
+            f"{g['score']:g}" + ("" if g.get("max_score", 100) == 100 else f" of {g['max_score']:g}")
+            + (f" ({', '.join(g['tasks'])} only)" if g.get("tasks") else "") for g in done)
 
     scores = "; ".join(f"{h}: reference {score(r, 'reference')}, tutorial-style {score(r, 'naive')}, stub-plan "
                        f"draft {score(r, 'draft')}, reference "
