@@ -2,22 +2,16 @@
 
     y[m, 32i + r] = sum over stored blocks (i, j) of  x[m, 32j : 32j+32] . W_ij[r, :]
 
-Block row i of W holds output channels 32i..32i+31. Three kernels, and the
-configs after them say which one each shape gets:
+Block row i of W holds output channels 32i..32i+31. Three kernels; the configs say which one each shape gets:
 
-- ``_dds_kernel``, one block row per program: it walks that row's stored
-  blocks (crow_indices[i] .. crow_indices[i+1]) and gathers the 32 matching
-  columns of x for each. Zero blocks cost nothing, an empty block row writes
-  zeros. Programs run block-row fastest, so all block rows of one tile of x
-  run together and read it from L2. Best at small M (more programs).
-- ``_dds_rows_kernel``, the union walk: G block rows per program, each column
-  of x loaded once for all G rows. The one-row kernel reads each column of x
-  once per block row that stores it: at 25 % density 8 times x for
-  N = 1024, more traffic than a dense GEMM moves; G = 2 reads it 7 times.
-- ``_densify_kernel`` then ``_grouped_kernel``: the union walk as a GEMM over
-  a densified copy of the weight (two launches); dense weights at large M.
-
-docs/performance.md has the measurements behind every choice.
+- ``_dds_kernel``, one block row per program, walks that row's stored blocks (crow_indices[i] ..
+  crow_indices[i+1]) and gathers the 32 matching columns of x for each: zero blocks cost nothing. Block
+  rows run fastest, so all block rows of one tile of x run together and read it from L2. Best at small M.
+- ``_dds_rows_kernel``, the union walk: G block rows per program, each column of x loaded once for all G.
+  The one-row kernel reads each column of x once per block row that stores it: at 25 % density 8 times x
+  for N = 1024, more than a dense GEMM moves; G = 2 reads it 7 times.
+- ``_densify_kernel`` then ``_grouped_kernel``: the union walk as a GEMM over a densified copy of the
+  weight (two launches); dense weights at large M.
 """
 
 from __future__ import annotations
@@ -41,9 +35,8 @@ def _dds_kernel(
     pid_n = pid % num_block_rows
     pid_m = pid // num_block_rows
 
-    # Each step takes BLOCKS_PER_STEP stored blocks of the row at once: the
-    # gathered x columns and the stacked blocks make one dot of depth
-    # BLOCKS_PER_STEP * 32, which keeps the tensor cores busier than a 32-deep one.
+    # Each step takes BLOCKS_PER_STEP stored blocks of the row: the gathered x columns and the stacked blocks
+    # make one dot of depth BLOCKS_PER_STEP * 32, which keeps the tensor cores busier than a 32-deep one.
     STEP_K: tl.constexpr = BLOCKS_PER_STEP * BLOCK
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_b = tl.arange(0, BLOCK)
@@ -51,8 +44,7 @@ def _dds_kernel(
     slot = offs_s // BLOCK     # which stored block of the step
     within = offs_s % BLOCK    # column inside that block
     x_rows = x_ptr + (offs_m % M)[:, None] * stride_xm
-    # values[i] is W_ij as [BLOCK (n), BLOCK (k)], row-major; read it as its
-    # transpose [k, n], which is K-major, the layout the tensor cores want.
+    # values[i] is W_ij as [n, k], row-major: read as its transpose [k, n], K-major as the tensor cores want.
     w_tile = offs_b[None, :] * BLOCK + within[:, None]
 
     start = tl.load(crow_ptr + pid_n)
@@ -73,10 +65,8 @@ def _dds_kernel(
 
 @triton.jit
 def _pop_low_bit(bits):
-    """(index of the lowest set bit of ``bits``, that bit alone, ``bits`` without it); int32.
-
-    The lowest bit alone is a power of two, which float32 holds exactly (bit 31
-    too: -2**31); its exponent field is the index, no count-trailing-zeros
+    """(index of the lowest set bit of ``bits``, that bit alone, ``bits`` without it); int32. That bit is a power of
+    two, which float32 holds exactly (bit 31 too: -2**31): its exponent field is the index, no count-trailing-zeros
     instruction needed. bits = 0 gives (-127, 0, 0)."""
     low = bits & -bits
     return ((low.to(tl.float32).to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, low, bits ^ low
@@ -90,20 +80,15 @@ def _dds_rows_kernel(
 ):
     """[BLOCK_M, G * BLOCK] tile of y: block rows of group pid_g, row tile pid_m.
 
-    The program walks the union of its G block rows' columns and loads each union column of
-    x once for all G rows; one dot of width G * BLOCK multiplies the rows' blocks there,
-    zeros for the rows that store none (the union densified, no branch: see below). Which
-    row stores which column is derived from crow_indices and col_indices in this call, 32
-    block columns at a time: one bit mask per row. BSR keeps a row's columns sorted (torch's
-    invariant), so a row's next block is at w_offs, which advances at each union column the
-    row stores; the loop runs on bit arithmetic, with no index load for the pipeliner to
-    wait on. Element offsets into values are int32 (the wrapper keeps this kernel to weights
-    under 2**31 elements).
+    The program walks the union of its G block rows' columns and loads each union column of x once for all G
+    rows; one dot of width G * BLOCK multiplies the rows' blocks there, zeros for rows that store none. Which
+    row stores which column comes from crow_indices and col_indices in this call, 32 block columns at a time:
+    one bit mask per row. BSR keeps a row's columns sorted (torch's invariant), so a row's next block is at
+    w_offs, advanced at each union column the row stores: bit arithmetic, no index load for the pipeliner to
+    wait on. Offsets into values are int32 (the wrapper keeps this kernel to weights under 2**31 elements).
 
-    No branch around the dot: one accumulator per row with its dot under "if the row stores
-    this column" was miscompiled on the GPU (Triton 3.6, ptxas 12.8, 4 warps: the wgmma
-    descriptors of x computed in the first row's branch were reused by later rows' branches,
-    giving stale shared memory or an illegal address; docs/performance.md).
+    No branch around the dot: a per-row dot under "if the row stores this column" was miscompiled (Triton 3.6,
+    ptxas 12.8, 4 warps: later rows reused the first row's wgmma descriptors of x; docs/performance.md).
     """
     pid = tl.program_id(0)
     num_groups = tl.cdiv(NB, G)
@@ -115,16 +100,14 @@ def _dds_rows_kernel(
     offs_k = tl.arange(0, BLOCK)
     offs_n = tl.arange(0, GB)
     offs_c = tl.arange(0, CHUNK)
-    # The weight tile [BLOCK (k), GB (n)]: n = 32 r + i is row i of the block of
-    # the group's row r. values[b] is W_ij as [i, k] row-major, read transposed
-    # (K-major, as the dot wants it).
+    # The weight tile [BLOCK (k), GB (n)]: n = 32 r + i is row i of the block of the group's row r; values[b] is
+    # W_ij as [i, k] row-major, read transposed (K-major, as the dot wants it).
     w_tile = (offs_n % BLOCK)[None, :] * BLOCK + offs_k[:, None]
     row_of_n = offs_n // BLOCK
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     x_rows = x_ptr + (offs_m % M)[:, None] * stride_xm + offs_k[None, :] * stride_xk
 
-    # Per block row, scalars in tuples of G: its next stored block (index,
-    # and offset of its elements in values), the end of its blocks.
+    # Per block row, scalars in tuples of G: its next stored block (index, element offset), the end of its blocks.
     nexts = ()
     ends = ()
     w_offs = ()
@@ -137,8 +120,7 @@ def _dds_rows_kernel(
     acc = tl.zeros((BLOCK_M, GB), dtype=tl.float32)
 
     for c0 in range(0, KB, CHUNK):
-        # Bit t of a row's mask: the row stores the block at column c0 + t.
-        # With sorted columns, the chunk's blocks of a row are its next ones.
+        # Bit t of a row's mask: the row stores the block at column c0 + t (with sorted columns, its next ones).
         bitss = ()
         union = tl.zeros((), dtype=tl.int32)
         for r in tl.static_range(G):
@@ -155,8 +137,7 @@ def _dds_rows_kernel(
         for _ in range(count):
             j, low, rem = _pop_low_bit(rem)
             a = tl.load(x_rows + (c0 + j) * BLOCK * stride_xk)   # x[:, this column]
-            # Per output column of the tile: the offset of its row's next block,
-            # and 1 if that row stores this column (mask bit test).
+            # Per output column of the tile: its row's next block's offset, and 1 if that row stores this column.
             w_off = tl.zeros((GB,), dtype=tl.int32)
             has = tl.zeros((GB,), dtype=tl.int32)
             new_offs = ()
@@ -178,12 +159,9 @@ def _dds_rows_kernel(
 def _densify_kernel(values_ptr, crow_ptr, col_ptr, w_ptr, list_ptr, count_ptr, NB, KB, K,
                     G: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr, ROW_CAP: tl.constexpr,
                     UNION_CHUNK: tl.constexpr):
-    """Program (i, c): the dense rows of block row i at block columns c * CHUNK .. c * CHUNK + CHUNK - 1.
-
-    w: [NB * BLOCK, K] fp16, the weight with its zero blocks written out.
-    Program (g * G, 0) also writes group g's union column list (list: [groups,
-    KB] int32, in increasing order) and its length (count: [groups] int32).
-    """
+    """Program (i, c): the dense rows of block row i at block columns c * CHUNK .. c * CHUNK + CHUNK - 1 of w
+    ([NB * BLOCK, K] fp16, the weight with its zero blocks written out). Program (g * G, 0) also writes group g's
+    union column list (list: [groups, KB] int32, increasing) and its length (count: [groups] int32)."""
     i = tl.program_id(0)
     offs_s = tl.arange(0, ROW_CAP)
     offs_b = tl.arange(0, BLOCK)
@@ -224,12 +202,9 @@ def _grouped_kernel(
     stride_xm, stride_xk, stride_ym, stride_yn,
     G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, STEPS: tl.constexpr, LIST_CAP: tl.constexpr,
 ):
-    """One [BLOCK_M, G * BLOCK] tile of y: rows pid_m * BLOCK_M.., block rows of group pid_g.
-
-    w is the densified [N, K] weight. Each step takes STEPS union columns:
-    x[:, those columns] ([BLOCK_M, STEPS * BLOCK]) times w[group rows, those
-    columns]^T ([STEPS * BLOCK, G * BLOCK]), zeros where a row stores no block.
-    """
+    """One [BLOCK_M, G * BLOCK] tile of y: rows pid_m * BLOCK_M.., block rows of group pid_g. w is the densified
+    [N, K] weight. Each step takes STEPS union columns: x[:, those columns] ([BLOCK_M, STEPS * BLOCK]) times
+    w[group rows, those columns]^T ([STEPS * BLOCK, G * BLOCK]), zeros where a row stores no block."""
     pid = tl.program_id(0)
     pid_g = pid % num_groups
     pid_m = pid // num_groups
@@ -242,9 +217,8 @@ def _grouped_kernel(
     w_rows = w_ptr + (offs_n % N)[None, :] * K
 
     count = tl.load(count_ptr + pid_g)
-    # The whole union list lives in registers: a column index loaded inside
-    # the loop would make every x and w load depend on a load of the same
-    # iteration, which the software pipeliner cannot run ahead of.
+    # The whole union list lives in registers: a column index loaded inside the loop would make every x and w
+    # load depend on a load of the same iteration, which the software pipeliner cannot run ahead of.
     offs_l = tl.arange(0, LIST_CAP)
     union = tl.load(list_ptr + pid_g * KB + offs_l, mask=offs_l < count, other=-1)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -252,8 +226,8 @@ def _grouped_kernel(
         tt = t + tl.arange(0, STEPS)
         kb = tl.sum(tl.where(offs_l[None, :] == tt[:, None], union[None, :], 0), axis=1)   # union[tt]
         kb = tl.where(tt < count, kb, -1)
-        # The column offsets are data; the hints say they form runs of BLOCK
-        # contiguous columns, so the loads are vectorized like a dense GEMM's.
+        # The column offsets are data; the hints say they form runs of BLOCK contiguous columns, so the loads
+        # are vectorized like a dense GEMM's (without them: 7-10x slower).
         kb_k = tl.reshape(tl.broadcast_to(kb[:, None], (STEPS, BLOCK)), (STEP_K,))
         ok = tl.max_constancy(kb_k, [BLOCK]) >= 0
         k_off = tl.max_contiguous(tl.multiple_of(kb_k * BLOCK + offs_s % BLOCK, [BLOCK]), [BLOCK])
@@ -266,52 +240,35 @@ def _grouped_kernel(
 
 
 # ----------------------------------------------------------------------------- configs
-
-# Each config holds one kernel's constexprs plus num_warps and num_stages; the constexprs say
-# which kernel runs (_kernel_of). Names: BLOCK_M, then blocks per step (bps) of _dds_kernel, or
-# the group (g) of _dds_rows_kernel, or union columns per step (steps) of _grouped_kernel; warps
-# (w, when not 4), stages (s). Figures: device times on an H100 (`python -m bench.sweep dds`,
-# 2026-11-25, N = K = 1024), fp16 torch.matmul in brackets; those that came close are in
-# docs/performance.md ("What did not work").
+# Each config holds one kernel's constexprs (they say which kernel runs: _kernel_of), num_warps and num_stages.
+# Names: BLOCK_M, then blocks per step (bps), group (g) or union columns per step (steps); warps (w), stages (s).
+# Times: H100, `python -m bench.sweep dds` of 2026-11-25, N = K = 1024, fp16 torch.matmul in brackets; the rest in
+# docs/performance.md.
 CONFIGS = {
-    # _dds_kernel. Small M: 1 or 2 row tiles, so few programs and each one's
-    # time is its chain of dependent loads (crow, col, then x and W); more
-    # blocks per step make the chain shorter: 16 blocks per step at M = 16
-    # (7.2-9.0 us at 25 % in three runs, 10.3 at 100 % [8.1-8.3]; the previous
-    # choice, 32 rows and 4 blocks per step: 9.0 / 13.7).
+    # _dds_kernel. Small M: few programs, each timed by its chain of dependent loads (crow, col, then x and W);
+    # more blocks per step shorten it: 16 at M = 16, 10.3 us at 100 % [8.1-8.3] (32 rows, 4 per step: 13.7).
     "m16_bps4_s2": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=4), num_warps=4, num_stages=2),
     "m16_bps16_s1": triton.Config(dict(BLOCK_M=16, BLOCKS_PER_STEP=16), num_warps=4, num_stages=1),
-    # M = 256: 8 blocks per step from 25 %, 8.2 / 10.1 / 12.1 us at 25 / 50 / 100 %
-    # [8.4-8.5] (4 per step: 9.2 / 11.2 / 13.5); at 5 % 4 per step, 6.3-6.7 us
-    # against 6.5-7.2 in two runs of three.
+    # M = 256: 8 blocks per step from 25 %, 12.1 us at 100 % [8.4-8.5] (4 per step: 13.5); 4 per step at 5 %.
     "m64_bps4_s2": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=4), num_warps=4, num_stages=2),
     "m64_bps8_s2": triton.Config(dict(BLOCK_M=64, BLOCKS_PER_STEP=8), num_warps=4, num_stages=2),
-    # The large-M choice before the union walk: 21.3 us at 4096 @ 25 % [18.1].
+    # The large-M choice before the union walk, now _ONE_ROW_FALLBACK (weights of 2**31 elements or more).
     "m128_bps2_s2": triton.Config(dict(BLOCK_M=128, BLOCKS_PER_STEP=2), num_warps=4, num_stages=2),
-    # _dds_rows_kernel. The accumulator ([BLOCK_M, 32 G] fp32) bounds BLOCK_M x G
-    # at 128 x warps. G = 1 (a row's own blocks, 32 per step, loads pipelined over
-    # the bit walk): M = 1024, 8.1 / 10.2 / 12.3 / 15.1 us at 5-100 % [9.4-9.5],
-    # the one-row kernel 8.9 / 12.6 / 15.8 / 19.7; with 64 rows the fastest at
-    # 16384 @ 5 % (30.5 us, G = 2 31.0).
+    # _dds_rows_kernel. The accumulator ([BLOCK_M, 32 G] fp32) bounds BLOCK_M x G at 128 x warps. G = 1 (a row's
+    # own blocks, loads pipelined over the bit walk) at M = 1024: 10.2 us at 25 % [9.5] (one-row kernel: 12.6).
     "rows_m128_g1_s4": triton.Config(dict(BLOCK_M=128, G=1), num_warps=4, num_stages=4),
-    # G = 2, up to 25 %: 4096 @ 25 % 17.7 us [18.1], 65536 @ 25 % 179.6 [184.9],
-    # 65536 @ 5 % 97.9 [183.8]; 8 warps with 256 rows: 2-7 % slower there.
+    # G = 2 up to 25 %: 97.9 us at 65536 @ 5 % [183.8], 17.7 at 4096 @ 25 % [18.1] (one-row kernel: 21.3).
     "rows_m128_g2_s3": triton.Config(dict(BLOCK_M=128, G=2), num_warps=4, num_stages=3),
-    # G = 4 from 50 %: 4096 @ 50 % 21.1 us [18.4], 65536 @ 50 % 248.1 [191.3];
-    # 4 stages instead of 3: 4-7 % faster; 5 stages: the same as 4.
+    # G = 4 from 50 %: 21.1 us at 4096 @ 50 % [18.4]; 4 stages are 4-7 % faster than 3.
     "rows_m128_g4_s4": triton.Config(dict(BLOCK_M=128, G=4), num_warps=4, num_stages=4),
-    # _densify_kernel + _grouped_kernel: the union as a GEMM over a densified copy
-    # of the weight (two launches); dense weights at M >= 16384: 259.2 us at
-    # 65536 [200.3], the union walk (G = 4) 281.5.
+    # _densify_kernel + _grouped_kernel, dense weights at M >= 16384: 259.2 us at 65536 [200.3] (union walk: 281.5).
     "m256_g4_steps2_w8_s3": triton.Config(dict(G=4, BLOCK_M=256, STEPS=2), num_warps=8, num_stages=3),
 }
 
-# When set, every call runs this config whatever the shape: the tests force each
-# code path with it, and bench/sweep.py times each config through it.
+# When set, every call runs this config: the tests force each path with it, bench/sweep.py times configs by it.
 FORCE_CONFIG: triton.Config | None = None
 
-# The union walk keeps int32 element offsets into values: a weight of 2**31
-# elements or more (4 GB of fp16) takes this one-row config instead.
+# The union walk keeps int32 offsets into values: a weight of 2**31 elements or more (4 GB) takes this config.
 _ONE_ROW_FALLBACK = "m128_bps2_s2"
 
 
@@ -339,7 +296,6 @@ def _kernel_of(cfg: triton.Config) -> str:
 
 
 # ----------------------------------------------------------------------------- wrapper
-
 def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:
     """Dense x BSR-sparse matrix multiply: y = x @ W^T, skipping zero blocks.
 
@@ -368,7 +324,6 @@ def dds_mm(x: torch.Tensor, weight_bsr: torch.Tensor) -> torch.Tensor:
     meta, options = cfg.kwargs, dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     NB, KB = N // BSR_BLOCK, K // BSR_BLOCK
     tiles = triton.cdiv(M, meta["BLOCK_M"])
-
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     if _kernel_of(cfg) == "one_row":
         _dds_kernel[(tiles * NB, 1, 1)](x, values, crow, col, y, M, NB, x.stride(0), x.stride(1),

@@ -2,17 +2,10 @@
 
     y[m, n] = sum_k x[m, k] * q[n, k] * s[k // group_size, n]
 
-``qweight[r, n]`` holds ``q[n, 8r + j]`` in bits 4j..4j+3. ``_w4a16_kernel``
-loads a packed tile [BLOCK_K // 8, 1, BLOCK_N] (every word once), widens it to
-[BLOCK_K // 8, 8, BLOCK_N] by extracting nibble j into slot j, and reshapes
-that to [BLOCK_K, BLOCK_N]: row 8r + j is exactly k = 8r + j, so the unpacked
-tile lines up with a plain [BLOCK_M, BLOCK_K] tile of x. The unpack runs in
-the threads, once per weight per row tile, before the tile can reach the
-tensor cores: it is what decides the speed, and ``_nibbles`` keeps it cheap.
-Per-channel scales are applied once, to the fp32 result; group-wise scales
-to each unpacked tile. At large M, ``_dequantize_kernel`` writes the scaled
-fp16 weight once and the same GEMM kernel runs over it. docs/performance.md
-has the measurements behind every choice.
+``qweight[r, n]`` holds ``q[n, 8r + j]`` in bits 4j..4j+3. ``_w4a16_kernel`` unpacks each weight tile in the
+threads before the tensor cores take it, once per row tile: that unpack sets the speed (``_nibbles``). Per-channel
+scales apply once, to the fp32 result, group-wise ones to each unpacked tile. At large M ``_dequantize_kernel``
+writes the scaled fp16 weight once and the same GEMM kernel runs over it.
 """
 
 from __future__ import annotations
@@ -28,9 +21,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor  # TMA, described on
 from .utils import check_w4a16_inputs
 
 # ----------------------------------------------------------------------------- kernels
-
-# Helpers shared by w8a8.py and w4a16.py, copied (the grader stages one file per task;
-# tests/test_api.py checks that the copies agree).
+# Helpers copied between w8a8.py and w4a16.py (the grader stages one file per task; tests/test_api.py checks).
 
 @triton.jit
 def _release_next_kernel(PDL: tl.constexpr):
@@ -48,8 +39,7 @@ def _wait_for_previous_kernel(PDL: tl.constexpr):
 
 @triton.jit
 def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """(pid_m, pid_n) of program ``pid`` in grouped order: GROUP_M consecutive row tiles
-    share each column tile in L2 (Triton tutorial 03, "L2 cache optimizations")."""
+    """(pid_m, pid_n) of ``pid`` in tutorial 03's grouped order: GROUP_M row tiles share a column tile in L2."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     group = GROUP_M * num_pid_n
@@ -69,10 +59,9 @@ def _split_k_range(pid_k, K, SPLIT_K: tl.constexpr, BLOCK_K: tl.constexpr):
 @triton.jit
 def _split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m, pid_n, pid_k, offs_m, offs_n, M, N,
                     BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):
-    """(acc, store): the SPLIT_K partial sums of tile (pid_m, pid_n) added up without a second
-    kernel. Each program stores its partial in ws[pid_k] and bumps the tile's counter; the
-    last to arrive adds all partials in a fixed order (a deterministic sum), resets the
-    counter and stores the tile; the others store nothing."""
+    """(acc, store): tile (pid_m, pid_n)'s SPLIT_K partial sums added up without a second kernel. Each
+    program stores its partial in ws[pid_k] and bumps the tile's counter; the last to arrive sums them
+    in a fixed order (deterministic), resets the counter and stores the tile; the others store nothing."""
     last = True
     if SPLIT_K > 1:
         tile = pid_m * tl.cdiv(N, BLOCK_N) + pid_n
@@ -91,15 +80,10 @@ def _split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m, pid_n, pid_k, offs_m, offs_n, M
 
 @triton.jit
 def _nibbles(packed, TINY: tl.constexpr = False):
-    """[R, 1, C] int32 words -> [R, 8, C] fp16, the 8 signed nibbles of each word along the
-    middle axis, in [-8, 7] (TINY: scaled by 2**-24)."""
-    # Bit arithmetic, no int-to-float conversion (a quarter-rate instruction): XOR with
-    # 0x88888888 maps each signed nibble q to q + 8 in [0, 15]; the fp16 with bit pattern
-    # 0x6400 | b is exactly 1024 + b, so subtracting 1032 gives q. With the 3-D word tile
-    # (below) this made the kernel 1.12-1.29x faster at M = 1-384 than shifts and conversions.
-    # TINY, for one scale per channel (the dot may see any fixed multiple of q): b alone is the
-    # fp16 subnormal b * 2**-24, so the OR goes (the tensor cores take subnormals; products are
-    # fp32): 12.82 vs 13.09 us at 1 x 4096^2.
+    """[R, 1, C] int32 words -> [R, 8, C] fp16: the 8 signed nibbles q in [-8, 7] of each word (TINY: q * 2**-24)."""
+    # No int-to-float conversion (quarter rate): XOR 0x88888888 maps q to b = q + 8 in [0, 15], the fp16 of bits
+    # 0x6400 | b is 1024 + b, and - 1032 gives q (with the 3-D word tile, 1.12-1.29x faster at M = 1-384). TINY, for
+    # per-channel scales: b alone, the fp16 subnormal b * 2**-24 (tensor cores take it): 12.82 vs 13.09 us at 4096^2.
     biased = packed ^ -0x77777778  # 0x88888888 as an int32: q -> q + 8
     shift = (4 * tl.arange(0, 8))[None, :, None]
     if TINY:
@@ -115,9 +99,8 @@ def _dequantize_kernel(
     stride_qr, stride_qn, stride_sg, stride_sn, stride_wk, stride_wn,
     BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr,
 ):
-    """w[k, n] = q[n, k] * s[k // group_size, n] as fp16, one [BLOCK_K, BLOCK_N] tile of the [K, N]
-    output, stored from the [BLOCK_K // 8, 8, BLOCK_N] unpacked words as they are (no reshape);
-    the 8 nibbles of a word share one scale (group_size is a multiple of 8)."""
+    """One [BLOCK_K, BLOCK_N] tile of w[k, n] = q[n, k] * s[k // group_size, n] (fp16 [K, N]), stored from the
+    unpacked [BLOCK_K // 8, 8, BLOCK_N] words as they are; a word's 8 nibbles share a scale (group_size % 8 == 0)."""
     _release_next_kernel(PDL)  # the GEMM may start now; it waits for w before reading it
     BLOCK_R: tl.constexpr = BLOCK_K // 8
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -139,13 +122,9 @@ def _w4a16_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     TINY_Q: tl.constexpr = False,
 ):
-    """One [BLOCK_M, BLOCK_N] tile of y; SPLIT_K programs per tile, reduced by _split_k_reduce.
-
-    qw is the packed [K // 8, N] int32 weight, or with DEQUANTIZED the scaled fp16 [K, N]
-    weight from _dequantize_kernel. With TMA, x and the packed words come through the tensor
-    descriptors x_desc and qw_desc (whole tiles, zero past the edges: the threads, busy
-    unpacking, compute no addresses or masks). TINY_Q: the tile holds q * 2**-24, the scale
-    applied at the end is s * 2**24."""
+    """One [BLOCK_M, BLOCK_N] tile of y; SPLIT_K programs per tile. qw is the packed [K // 8, N] int32 weight,
+    or with DEQUANTIZED the scaled fp16 [K, N] one. TMA loads whole tiles of x and qw, zero past the edges: the
+    threads, busy unpacking, compute no addresses or masks. TINY_Q: the tile holds q * 2**-24, the scale s * 2**24."""
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)
     k_start, k_end = _split_k_range(pid_k, K, SPLIT_K, BLOCK_K)
@@ -170,8 +149,7 @@ def _w4a16_kernel(
         if TMA:  # split-K slices are whole BLOCK_K tiles, so only the last one is ragged, at K itself
             a = x_desc.load([pid_m * BLOCK_M, k0])
         else:
-            # Rows past M are masked (zero-filled without a memory read); safe_m
-            # only keeps their addresses in bounds. At M = 1 that is 15 of 16 rows.
+            # Rows past M are masked, not read (safe_m only keeps addresses in bounds): 15 of 16 rows at M = 1.
             a = tl.load(x_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
         if DEQUANTIZED:
             w = tl.load(q_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
@@ -181,8 +159,8 @@ def _w4a16_kernel(
                 packed = tl.reshape(qw_desc.load([k0 // 8, pid_n * BLOCK_N]), (BLOCK_R, 1, BLOCK_N))
             else:
                 packed = tl.load(q_ptrs, mask=offs_r[:, None, None] < k_left // 8, other=0)
-            # [BLOCK_R, 1, BLOCK_N] words: every thread widens its own words in place and writes
-            # them to shared memory as whole vectors (a 2-D tile went one fp16 at a time).
+            # [BLOCK_R, 1, BLOCK_N] words, each loaded once: every thread widens its own in place and writes them
+            # to shared memory as whole vectors (from a 2-D tile they went one fp16 at a time).
             if GROUPED:  # one scale per word: its 8 nibbles share a group (group_size is a multiple of 8)
                 g = (k0 + 8 * offs_r) // group_size
                 w = _nibbles(packed) * tl.load(
@@ -209,13 +187,11 @@ def _w4a16_kernel(
 
 
 # ----------------------------------------------------------------------------- configs
-
 def _config(block_m: int, block_n: int, block_k: int, split_k: int = 1, warps: int = 4, stages: int = 3,
             group_m: int = 8, tma: bool = False, dequant: bool = False, pdl: bool = False,
             tiny: bool = False) -> tuple[str, triton.Config]:
-    """(name, config) of one tile choice: BLOCK_MxBLOCK_NxBLOCK_K, split-K (sk), warps (w), group (g),
-    stages (s), and the flags tma, dequant (the dequantize pass, then the GEMM over its output),
-    pdl (that GEMM launched with PDL) and tiny (TINY_Q), tma and pdl where the GPU allows them."""
+    """(name, config): BLOCK_MxBLOCK_NxBLOCK_K, split-K (sk), warps (w), group (g), stages (s), tma, dequant
+    (the dequantize pass, then the GEMM over its output), pdl (that GEMM launched with PDL), tiny (TINY_Q)."""
     name = (f"{block_m}x{block_n}x{block_k}" + ("" if split_k == 1 else f"_sk{split_k}")
             + ("" if warps == 4 else f"_w{warps}") + ("" if group_m <= 8 else f"_g{group_m}") + f"_s{stages}"
             + "_tma" * tma + "_dequant" * dequant + "_pdl" * pdl + "_tiny" * tiny)
@@ -224,37 +200,28 @@ def _config(block_m: int, block_n: int, block_k: int, split_k: int = 1, warps: i
                                num_warps=warps, num_stages=stages)
 
 
+# Times: H100, `python -m bench.sweep w4a16` of 2026-11-25; the rest in docs/performance.md.
 _DECODE = dict(block_m=16, group_m=1)
 CONFIGS = dict([
-    # M <= 16 (decode) is bound by streaming the weight: 16-row tiles (rows past M are masked,
-    # not read), split-K to put more programs to work on it, the q * 2**-24 unpack.
-    # 4096^2: 12.82-13.49 us at M = 1-16 (split-K 8: 12.90-13.50, no better); K = 11008:
-    # split-K 8, 21.31-22.14 us (split-K 4: 22.82-23.10); N = 11008: 128-wide tiles,
-    # 4 stages, 21.97-22.51 us (64-wide: 23.87-24.06).
+    # M <= 16 (decode) is bound by streaming the weight: 16-row tiles, split-K for more programs, the q * 2**-24
+    # unpack: 12.82-13.49 us at 4096^2. Split-K 8 at K = 11008: 21.31-22.14 us (split-K 4: 22.82-23.10);
+    # 128-wide tiles at N = 11008: 21.97-22.51 us (64-wide: 23.87-24.06).
     _config(**_DECODE, block_n=64, block_k=128, split_k=4, tiny=True),
     _config(**_DECODE, block_n=64, block_k=128, split_k=8, tiny=True),
     _config(**_DECODE, block_n=128, block_k=128, split_k=4, stages=4, tiny=True),
-    # M = 17-767: x and the packed words through TMA (up to 10 % faster than pointers in an
-    # earlier version); at M <= 64 the q * 2**-24 unpack (16.64 vs 17.06 us at 64 x 4096^2).
-    _config(64, 64, 128, 4, tma=True, tiny=True),
-    _config(64, 64, 128, 2, tma=True),
-    _config(128, 64, 64, 2, tma=True),
-    _config(128, 64, 64, 2, stages=4, tma=True),
-    _config(128, 64, 64, tma=True),
-    _config(128, 128, 64, stages=4, tma=True),
-    _config(128, 128, 64, 2, tma=True),
-    _config(128, 128, 64, tma=True),
-    # M >= 768: dequantize once, then an fp16 GEMM launched with PDL (about 1 us saved).
+    # M = 17-767: x and the packed words through TMA (once up to 10 % faster than pointers), q * 2**-24 at M <= 64.
+    _config(64, 64, 128, 4, tma=True, tiny=True), _config(64, 64, 128, 2, tma=True),
+    _config(128, 64, 64, 2, tma=True), _config(128, 64, 64, 2, stages=4, tma=True), _config(128, 64, 64, tma=True),
+    _config(128, 128, 64, stages=4, tma=True), _config(128, 128, 64, 2, tma=True), _config(128, 128, 64, tma=True),
+    # M >= DEQUANT_MIN_M: dequantize once, then an fp16 GEMM launched with PDL (about 1 us saved).
     _config(128, 256, 64, warps=8, stages=4, dequant=True, pdl=True),
 ])
 
-# Large M is compute-bound and a fused kernel unpacks every weight tile once per row tile:
-# from this M on, dequantize once (0.5 bytes read, 2 written per weight) and run a plain fp16
-# GEMM (66.4 us at 1024 x 4096^2, the best fused tile 68.8).
+# Large M is compute-bound and a fused kernel unpacks each weight tile once per row tile: from this M on,
+# dequantize once (0.5 bytes read, 2 written per weight), then an fp16 GEMM: 66.4 us at 1024 x 4096^2 (fused: 68.8).
 DEQUANT_MIN_M = 768
 
-# When set, every call runs this config whatever the shape: the tests force each
-# code path with it, and bench/sweep.py times each config through it.
+# When set, every call runs this config: the tests force each path with it, bench/sweep.py times configs by it.
 FORCE_CONFIG: triton.Config | None = None
 
 
@@ -266,8 +233,7 @@ def _select_config(M: int, N: int, K: int) -> str:
         return "16x64x128_sk8_s3_tiny" if K > 8192 else "16x64x128_sk4_s3_tiny"
     if M <= 64:
         return "64x64x128_sk2_s3_tma" if N > 8192 else "64x64x128_sk4_s3_tma_tiny"
-    # 128-row tiles: split-K 2 where the N tiles alone are too few to fill the GPU,
-    # wider N tiles from M = 256 on for wide weights.
+    # 128-row tiles: split-K 2 where the N tiles alone cannot fill the GPU, wider ones from M = 256 for wide N.
     if M < 512 and N > 8192:
         if M <= 128:
             return "128x64x64_sk2_s3_tma"
@@ -276,14 +242,12 @@ def _select_config(M: int, N: int, K: int) -> str:
         return "128x64x64_sk2_s4_tma" if 128 < M <= 256 else "128x64x64_sk2_s3_tma"
     if M < DEQUANT_MIN_M:
         return "128x128x64_s3_tma" if N > 8192 else "128x128x64_sk2_s3_tma"
-    # 128x256 tiles from the first dequantized M on: with 128x128 tiles M = 768-1023 ran
-    # 1.24-1.48x slower than with these (1.45-1.94 waves of programs; docs/performance.md).
+    # 128x256 tiles from M = 768 on: 128x128 ones left 1.45-1.94 waves of programs there, 1.24-1.48x slower.
     return "128x256x64_w8_s4_dequant_pdl"
 
 
 # ----------------------------------------------------------------------------- wrapper
-
-# Host helpers shared by w8a8.py and w4a16.py, copied like the kernels' above.
+# Host helpers copied between w8a8.py and w4a16.py, like the kernel helpers.
 
 def _interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
@@ -300,21 +264,18 @@ def _dependent_launch(t: torch.Tensor) -> bool:
 
 
 def _tma_ready(*tensors: torch.Tensor) -> bool:
-    """Whether these 2-D tensors can be read through TMA descriptors: Hopper or the
-    interpreter, contiguous rows, base address and row stride 16-byte aligned."""
+    """Whether TMA can read these 2-D tensors: Hopper or the interpreter, unit-stride, 16-byte aligned rows."""
     if not (_interpreting() or _hopper_or_newer(tensors[0])):
         return False
     return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
                for t in tensors)
 
 
-_COUNTERS: dict = {}
+_COUNTERS: dict = {}   # the split-K tile counters of each device; every call leaves them zero (one stream)
 
 
 def _split_k_workspace(y: torch.Tensor, split_k: int, tiles: int, dtype: torch.dtype):
-    """(ws, counters) for ``_split_k_reduce``: ws [split_k, M, N] (y itself, unused, without
-    split-K) and at least ``tiles`` zeroed int32 tile counters, kept per device (the kernel
-    leaves each counter it used at zero; calls on one stream only)."""
+    """(ws, counters) for ``_split_k_reduce``: ws [split_k, M, N] (y without split-K), >= ``tiles`` counters."""
     ws = torch.empty((split_k, *y.shape), device=y.device, dtype=dtype) if split_k > 1 else y
     counters = _COUNTERS.get(y.device)
     if counters is None or counters.numel() < tiles:
@@ -327,9 +288,8 @@ def _dequantize(qweight, scales, group_size: int, pdl: bool = False) -> torch.Te
     K, N = 8 * qweight.shape[0], qweight.shape[1]
     w = torch.empty((K, N), device=qweight.device, dtype=torch.float16)
     _dequantize_kernel[(triton.cdiv(K, 64), triton.cdiv(N, 128), 1)](
-        qweight, scales, w, N, K, group_size, qweight.stride(0), qweight.stride(1),
-        scales.stride(0), scales.stride(1), w.stride(0), w.stride(1),
-        BLOCK_K=64, BLOCK_N=128, PDL=pdl, num_warps=4)
+        qweight, scales, w, N, K, group_size, qweight.stride(0), qweight.stride(1), scales.stride(0), scales.stride(1),
+        w.stride(0), w.stride(1), BLOCK_K=64, BLOCK_N=128, PDL=pdl, num_warps=4)
     return w
 
 
@@ -358,7 +318,6 @@ def w4a16_mm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> to
     meta["PDL"] = meta["PDL"] and _dependent_launch(x)
     meta["TMA"] = meta["TMA"] and not meta["DEQUANTIZED"] and _tma_ready(x, qweight)
     tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
-
     w = _dequantize(qweight, scales, group_size, meta["PDL"]) if meta["DEQUANTIZED"] else qweight
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     ws, counters = _split_k_workspace(y, meta["SPLIT_K"], tiles, torch.float32)

@@ -1,16 +1,11 @@
-"""W8A8: fp16 activations quantized per token inside the kernel, int8 weights
-quantized per output channel, int8 x int8 -> int32 on the tensor cores.
+"""W8A8: fp16 activations quantized per token in the kernel, int8 weights per output channel, int8 x int8 -> int32.
 
     y[m, n] = s_x[m] * s_w[n] * sum_k q_x[m, k] * q_w[n, k]
     q_x[m, k] = clamp(round_half_even(x[m, k] / s_x[m]), -128, 127)
 
-Two kernels. ``_quantize_rows_kernel`` quantizes x to int8 once (quantizing
-inside the GEMM would redo the same division for every N tile);
-``_w8a8_gemm_kernel`` multiplies q_x by the weight, both int8 and K-major (the
-weight stays [N, K]: ``qweight_t`` is read as the view it is), and
-dequantizes. The configs, after the kernels, say which tiles each M gets: a
-weight stream at small M, split-K in between, grouped tiles through TMA at
-large M. docs/performance.md has the measurements behind every choice.
+``_quantize_rows_kernel`` quantizes x once (in the GEMM the division would be redone per N tile);
+``_w8a8_gemm_kernel`` multiplies q_x by the weight, both int8 and K-major, and dequantizes. The configs
+give each M its tiles: a weight stream at small M, split-K in between, grouped TMA tiles at large M.
 """
 
 from __future__ import annotations
@@ -26,9 +21,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor  # TMA, described on
 from .utils import check_w8a8_inputs
 
 # ----------------------------------------------------------------------------- kernels
-
-# Helpers shared by w8a8.py and w4a16.py, copied (the grader stages one file per task;
-# tests/test_api.py checks that the copies agree).
+# Helpers copied between w8a8.py and w4a16.py (the grader stages one file per task; tests/test_api.py checks).
 
 @triton.jit
 def _release_next_kernel(PDL: tl.constexpr):
@@ -46,8 +39,7 @@ def _wait_for_previous_kernel(PDL: tl.constexpr):
 
 @triton.jit
 def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """(pid_m, pid_n) of program ``pid`` in grouped order: GROUP_M consecutive row tiles
-    share each column tile in L2 (Triton tutorial 03, "L2 cache optimizations")."""
+    """(pid_m, pid_n) of ``pid`` in tutorial 03's grouped order: GROUP_M row tiles share a column tile in L2."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     group = GROUP_M * num_pid_n
@@ -67,10 +59,9 @@ def _split_k_range(pid_k, K, SPLIT_K: tl.constexpr, BLOCK_K: tl.constexpr):
 @triton.jit
 def _split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m, pid_n, pid_k, offs_m, offs_n, M, N,
                     BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):
-    """(acc, store): the SPLIT_K partial sums of tile (pid_m, pid_n) added up without a second
-    kernel. Each program stores its partial in ws[pid_k] and bumps the tile's counter; the
-    last to arrive adds all partials in a fixed order (a deterministic sum), resets the
-    counter and stores the tile; the others store nothing."""
+    """(acc, store): tile (pid_m, pid_n)'s SPLIT_K partial sums added up without a second kernel. Each
+    program stores its partial in ws[pid_k] and bumps the tile's counter; the last to arrive sums them
+    in a fixed order (deterministic), resets the counter and stores the tile; the others store nothing."""
     last = True
     if SPLIT_K > 1:
         tile = pid_m * tl.cdiv(N, BLOCK_N) + pid_n
@@ -87,9 +78,7 @@ def _split_k_reduce(acc, ws_ptr, cnt_ptr, pid_m, pid_n, pid_k, offs_m, offs_n, M
     return acc, last
 
 
-# Adding then subtracting 1.5 * 2**23 rounds a float32 of magnitude < 2**22 to
-# the nearest integer, ties to even (the hardware's default rounding), and it
-# works the same on the GPU and in the CPU interpreter.
+# x + 1.5 * 2**23 - 1.5 * 2**23 rounds |x| < 2**22 to an integer, ties to even, on the GPU and in the interpreter.
 _ROUND_MAGIC = tl.constexpr(12582912.0)
 
 
@@ -127,10 +116,8 @@ def _w8a8_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     TMA: tl.constexpr = False,
 ):
-    """One [BLOCK_M, BLOCK_N] tile of y = dequant(A @ W), A = q_x [M, K], W the [K, N] K-major
-    view of the int8 weight; SPLIT_K programs per tile, reduced by _split_k_reduce. With TMA,
-    A and the [N, K] weight come through tensor descriptors (whole tiles, zero past the edges:
-    no addresses or masks in the threads)."""
+    """One [BLOCK_M, BLOCK_N] tile of y = dequant(A @ W), A = q_x, W the K-major [K, N] view of the weight;
+    SPLIT_K programs per tile. TMA loads whole tiles, zero past the edges: no addresses or masks to compute."""
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)  # each of the SPLIT_K programs of a tile sums its own slice of K
     k_start, k_end = _split_k_range(pid_k, K, SPLIT_K, BLOCK_K)
@@ -138,8 +125,7 @@ def _w8a8_gemm_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = k_start + tl.arange(0, BLOCK_K)
-    # Out-of-range rows/columns read a valid row/column instead of being
-    # masked; their results are dropped by the masked store.
+    # Rows/columns past M/N read a valid one instead of being masked; the masked store drops them.
     safe_m = offs_m % M
     safe_n = offs_n % N
     a_ptrs = a_ptr + safe_m[:, None] * stride_am + offs_k[None, :] * stride_ak
@@ -172,11 +158,9 @@ def _w8a8_gemm_kernel(
 
 
 # ----------------------------------------------------------------------------- configs
-
 def _config(block_m: int, block_n: int, block_k: int, split_k: int = 1, warps: int = 4, stages: int = 3,
             group_m: int = 8, pdl: bool = False, tma: bool = False) -> tuple[str, triton.Config]:
-    """(name, config) of one GEMM tile choice: BLOCK_MxBLOCK_NxBLOCK_K, split-K (sk), warps (w),
-    group (g), stages (s), and the flags pdl and tma (each used where the GPU allows it)."""
+    """(name, config): BLOCK_MxBLOCK_NxBLOCK_K, split-K (sk), warps (w), group (g), stages (s), pdl, tma."""
     name = (f"{block_m}x{block_n}x{block_k}" + ("" if split_k == 1 else f"_sk{split_k}")
             + ("" if warps == 4 else f"_w{warps}") + ("" if group_m <= 8 else f"_g{group_m}") + f"_s{stages}"
             + "_pdl" * pdl + "_tma" * tma)
@@ -184,32 +168,25 @@ def _config(block_m: int, block_n: int, block_k: int, split_k: int = 1, warps: i
                                     GROUP_M=group_m, PDL=pdl, TMA=tma), num_warps=warps, num_stages=stages)
 
 
-# Times: H100, `python -m bench.sweep w8a8` of 2026-11-25 (MAINTAINING.md, "Retuning a kernel").
+# Times: H100, `python -m bench.sweep w8a8` of 2026-11-25; the rest in docs/performance.md.
 CONFIGS = dict([
-    # M <= 16 (decode) is a GEMV in disguise, bound by how fast each program streams its
-    # weight rows: 512-byte runs of each row per load, one program per 64 output channels,
-    # no split-K, 5 stages: 15.28-15.52 us at 4096^2 (split-K 4 with 256-wide tiles: 16.0-18.4).
-    # PDL: the GEMM is resident, waiting, while the quantize pass runs: 0.7-1.3 us per call.
+    # M <= 16 (decode) is bound by streaming the weight: 512-byte runs of 64 rows, 5 stages: 15.3-15.5 us
+    # at 4096^2 (split-K 4: 16.0-18.4). PDL: the GEMM waits, resident, while x is quantized: 0.7-1.3 us.
     _config(16, 64, 512, stages=5, group_m=1, pdl=True),
-    # M = 65-512: split-K where K is long or the tiles few; the last program of each tile
-    # reduces the int32 partials (an atomic tile counter), so no second kernel.
+    # M = 65-512: split-K where K is long or the tiles few, reduced in the same kernel.
     _config(64, 128, 128, 2, stages=4),
     _config(128, 64, 128, 2, stages=4),
     _config(128, 64, 128),
     _config(64, 64, 128, stages=4),
     _config(64, 128, 128, stages=4),
-    # M = 17-64, N <= 8192: still a weight stream, 512-byte runs, 32 channels per program:
-    # 18.08 us at 64 x 4096^2 (64x128x128 split-K 2: 22.72).
+    # M = 17-64, N <= 8192: still a weight stream, 32 rows per program: 18.1 us at 64 x 4096^2 (split-K 2: 22.7).
     _config(64, 32, 512, stages=4, group_m=1),
-    # M > 512: grouped tile order (L2 reuse of weight tiles) and TMA loads, 2-4 % faster than
-    # the same tiles by pointers (138.7 vs 143.7 us at 4096^3). An int8 dot waits for its wgmma
-    # every K tile (Triton 3.6 pipelines only fp32 accumulators); with 96 KB of shared memory
-    # two CTAs share an SM, one computing while the other waits.
+    # M > 512: grouped tile order and TMA loads: 138.7 us at 4096^3 (pointers: 143.7). An int8 dot waits
+    # for its wgmma every K tile; at 96 KB of shared memory two CTAs share an SM and hide the wait.
     _config(128, 128, 128, tma=True),
 ])
 
-# When set, every call runs this config whatever the shape: the tests force each
-# code path with it, and bench/sweep.py times each config through it.
+# When set, every call runs this config: the tests force each path with it, bench/sweep.py times configs by it.
 FORCE_CONFIG: triton.Config | None = None
 
 
@@ -233,8 +210,7 @@ def _select_config(M: int, N: int, K: int) -> str:
 
 
 # ----------------------------------------------------------------------------- wrapper
-
-# Host helpers shared by w8a8.py and w4a16.py, copied like the kernels' above.
+# Host helpers copied between w8a8.py and w4a16.py, like the kernel helpers.
 
 def _interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
@@ -251,21 +227,18 @@ def _dependent_launch(t: torch.Tensor) -> bool:
 
 
 def _tma_ready(*tensors: torch.Tensor) -> bool:
-    """Whether these 2-D tensors can be read through TMA descriptors: Hopper or the
-    interpreter, contiguous rows, base address and row stride 16-byte aligned."""
+    """Whether TMA can read these 2-D tensors: Hopper or the interpreter, unit-stride, 16-byte aligned rows."""
     if not (_interpreting() or _hopper_or_newer(tensors[0])):
         return False
     return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
                for t in tensors)
 
 
-_COUNTERS: dict = {}
+_COUNTERS: dict = {}   # the split-K tile counters of each device; every call leaves them zero (one stream)
 
 
 def _split_k_workspace(y: torch.Tensor, split_k: int, tiles: int, dtype: torch.dtype):
-    """(ws, counters) for ``_split_k_reduce``: ws [split_k, M, N] (y itself, unused, without
-    split-K) and at least ``tiles`` zeroed int32 tile counters, kept per device (the kernel
-    leaves each counter it used at zero; calls on one stream only)."""
+    """(ws, counters) for ``_split_k_reduce``: ws [split_k, M, N] (y without split-K), >= ``tiles`` counters."""
     ws = torch.empty((split_k, *y.shape), device=y.device, dtype=dtype) if split_k > 1 else y
     counters = _COUNTERS.get(y.device)
     if counters is None or counters.numel() < tiles:
@@ -273,12 +246,8 @@ def _split_k_workspace(y: torch.Tensor, split_k: int, tiles: int, dtype: torch.d
     return ws, counters
 
 
-def w8a8_mm(
-    x: torch.Tensor,
-    qweight_t: torch.Tensor,
-    input_scale: torch.Tensor,
-    weight_scale: torch.Tensor,
-) -> torch.Tensor:
+def w8a8_mm(x: torch.Tensor, qweight_t: torch.Tensor, input_scale: torch.Tensor,
+            weight_scale: torch.Tensor) -> torch.Tensor:
     """W8A8 matrix multiply: y = dequant(quant(x) @ qweight_t).
 
     Args:
@@ -308,11 +277,9 @@ def w8a8_mm(
     cfg = FORCE_CONFIG if FORCE_CONFIG is not None else CONFIGS[_select_config(M, N, K)]
     meta = dict(cfg.kwargs)
     meta["PDL"] = meta["PDL"] and _dependent_launch(x)
-    # TMA for q_x (a fresh contiguous [M, K] tensor: its rows are 16-byte aligned when K is)
-    # and for the rows of the [N, K] weight that qweight_t views.
+    # TMA for q_x (fresh and contiguous: its rows are 16-byte aligned when K is) and the [N, K] weight.
     meta["TMA"] = meta["TMA"] and K % 16 == 0 and _tma_ready(qweight_t.t())
     meta["EVEN_K"] = K % (meta["BLOCK_K"] * meta["SPLIT_K"]) == 0
-
     y = torch.empty((M, N), device=x.device, dtype=torch.float16)
     a = torch.empty((M, K), device=x.device, dtype=torch.int8)
     tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
@@ -322,7 +289,6 @@ def w8a8_mm(
         w_desc = TensorDescriptor.from_tensor(qweight_t.t(), [meta["BLOCK_N"], meta["BLOCK_K"]])
     else:
         a_desc = w_desc = None
-
     qm, qk = (1, 256) if M <= 16 else (4, 512)   # few rows per tile: rows past M still pay for their divisions
     _quantize_rows_kernel[(triton.cdiv(M, qm), triton.cdiv(K, qk), 1)](
         x, input_scale, a, M, K, x.stride(0), x.stride(1), a.stride(0), a.stride(1),
