@@ -30,7 +30,7 @@ from .utils import check_w4a16_inputs
 # ----------------------------------------------------------------------------- kernels
 
 # Helpers shared by w8a8.py and w4a16.py, copied (the grader stages one file per task;
-# tests/test_api.py checks that the copies agree).
+# tests/kernels/test_api.py checks that the copies agree).
 
 @triton.jit
 def _release_next_kernel(PDL: tl.constexpr):

@@ -5,7 +5,7 @@ upload files and the merge, and the multi-GPU batch's scheduling.
 A fake grade command stands in for the grader: it reads the submission's
 w8a8.py, whose one line ``# fake: correctness=C performance=P`` says what
 report to write, and records which GPU it was given and when it ran.
-tests/test_batch.py runs the real grader end to end.
+tests/classroom/test_batch.py runs the real grader end to end.
 """
 
 import csv
@@ -30,8 +30,8 @@ from grader.rubric import DEFAULT_RUBRIC, load_rubric
 from tests.fakes import install_fake_grade
 from tests.helpers import scaled
 
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = Path(__file__).parent / "fixtures" / "lms"
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = Path(__file__).parents[1] / "fixtures" / "lms"
 CLASS_COLUMNS = ["id", "name", "email", "sid", "total", "max", "correctness", "bonus", "performance",
                  "w8a8", "w4a16", "dds", "flags", "submitted_at", "graded_at", "rubric_hash", "device",
                  "partial", "seed", "layout", "lms_id", "original_name", "error"]

@@ -18,11 +18,11 @@ from tests.helpers import HAS_CUDA, problem, w8a8_reference
 
 # slow: Triton's compiler for sm_90 on every config, and grades
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(HAS_CUDA, reason="checks what the CPU interpreter launched")]
-FIXTURES = Path(__file__).parent / "fixtures" / "compile"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "compile"
 # These tests assert what compiles and what does not, never how fast: the check's
 # wall-clock budget is out of their way on any machine (one test sets a tiny one on purpose).
 NO_BUDGET = 24 * 3600
-UTILS = Path(__file__).parent.parent / "assignment" / "utils.py"
+UTILS = Path(__file__).parents[2] / "assignment" / "utils.py"
 
 
 @pytest.fixture(scope="module")
@@ -284,7 +284,7 @@ def test_grading_on_the_cpu_fails_a_kernel_the_gpu_compiler_rejects(tmp_path):
     grade still fails W8A8, naming the file, the line and the global."""
     from tests.fakes import grade_files
 
-    src = (Path(__file__).parent / "fixtures" / "compile" / "w8a8_global.py").read_text()
+    src = (Path(__file__).parents[1] / "fixtures" / "compile" / "w8a8_global.py").read_text()
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
     tests = [t for t in result.tests if t.kind == "correctness"]
     assert tests and all(t.score == 0 for t in tests)

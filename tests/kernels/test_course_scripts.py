@@ -44,7 +44,7 @@ from grader.compare import check_task_output
 from solutions import course_compat
 from tests.helpers import DEVICE
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED = random.randrange(2**31)  # fresh inputs every run; printed on failure
 COURSE_BOUND = 0.5  # the scripts' pass criterion: max |y - fp16 nn.Linear| <= 0.5
 

@@ -1,5 +1,5 @@
 """grade.py's phases and what they hand the harness. The harness imports no phase
-(tests/test_import_graph.py): the static check's findings, the judge's rule for what voids a
+(tests/engine/test_import_graph.py): the static check's findings, the judge's rule for what voids a
 task and the judge's allowance of host reads come in as arguments, and it applies them as
 given. No worker starts here."""
 

@@ -18,7 +18,7 @@ from grader.rubric import RubricError, parse_rubric
 from grader.tasks import TASKS, get
 from tests.helpers import HAS_CUDA
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "fixtures" / "toy_task"
 
 

@@ -208,7 +208,7 @@ def test_performance_not_run_is_never_a_failure_on_gradescope(tmp_path, mode):
 
 
 def test_every_correctness_test_of_the_default_rubric_runs_on_the_cpu():
-    # (its totals are the handout's: tests/test_docs.py; make docs writes them there)
+    # (its totals are the handout's: tests/engine/test_docs.py; make docs writes them there)
     assert all(t.cpu_shape for t in load_rubric().tests if t.kind == "correctness")
 
 

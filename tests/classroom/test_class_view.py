@@ -157,7 +157,7 @@ def test_a_truncated_zip_is_named_as_such(tmp_path):
 
 
 def test_reports_are_group_readable_only_as_readme_says(tmp_path):
-    from tests.test_report import _result  # a small GradeResult
+    from tests.engine.test_report import _result  # a small GradeResult
     write_reports(_result("ok"), tmp_path / "grade-report")
     assert stat.S_IMODE((tmp_path / "grade-report").stat().st_mode) == 0o750
     assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "grade-report").iterdir()} == {0o640}

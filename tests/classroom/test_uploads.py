@@ -12,8 +12,8 @@ from classroom import batch
 from classroom.cli import main
 from classroom.lms import gradebook
 from grader.rubric import DEFAULT_RUBRIC, load_rubric, rubric_hash
+from tests.classroom.test_lms import CLASS_COLUMNS, FAKE_GRADE, SAMPLES, _moodle
 from tests.fakes import install_fake_grade
-from tests.test_lms import CLASS_COLUMNS, FAKE_GRADE, SAMPLES, _moodle
 
 HASH = rubric_hash(DEFAULT_RUBRIC)
 FINAL = {"max": "100", "correctness": "55", "performance": "30", "total": "85", "flags": "", "partial": "False",

@@ -24,7 +24,7 @@ from tools.gpu_session import CLOCK, kernel_only_ms
 
 # slow: grades and interpreter runs of whole kernel sets
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(HAS_CUDA, reason="the estimate is made by CPU runs")]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 H100 = next(t for t in load_targets() if "H100" in t.name)
 
 

@@ -15,7 +15,7 @@ import pytest
 from grader.worker import ptx, ptx_lanes, ptx_parse
 from tests.helpers import HAS_CUDA, compile_ptx, problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ROWS_SIG = {"x_ptr": "*fp16", "y_ptr": "*fp32", "N": "i32", "stride": "i32", "BLOCK_M": "constexpr",
             "BLOCK_N": "constexpr"}
 

@@ -20,8 +20,8 @@ import pytest
 
 from grader.staticcheck import MAX_SOURCE_BYTES, Finding, check_source
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "static"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "static"
 LEGIT = [p for d in ("assignment", "solutions", "calibration/naive") for p in sorted((ROOT / d).glob("*.py"))
          if p.name in ("w8a8.py", "w4a16.py", "dds.py")]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from grader.submission import WORKER_FILES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("grader", "classroom")
 # What the worker may import besides its own package: it is staged alone into the jail.
 WORKER_THIRD_PARTY = {"torch", "triton", "numpy"}
@@ -164,7 +164,7 @@ def test_the_engine_imports_run_down_its_layers():
             there = _layer(d)
             if here is not None and there is not None and there > here:
                 upward.append(f"{n} ({LAYERS[here][0]}) imports {d} ({LAYERS[there][0]})")
-    assert not upward, ("imports up the engine's layers (tests/test_import_graph.py LAYERS; hand the "
+    assert not upward, ("imports up the engine's layers (tests/engine/test_import_graph.py LAYERS; hand the "
                         "lower module what it needs as data or a callable instead): " + "; ".join(upward))
 
 

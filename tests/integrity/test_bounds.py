@@ -16,7 +16,7 @@ import triton.language as tl
 from grader.worker.movement import Movement, tensor_range
 from tests.fakes import grade_files
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STUDENT = ROOT / "tests" / "fixtures" / "student"
 
 

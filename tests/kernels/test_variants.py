@@ -16,7 +16,7 @@ never stores is NaN.
 
 On the CPU the cases use the rubric's ``cpu_shape`` in the interpreter; with a
 CUDA GPU, ``test_*_gpu`` use the full ``shape`` plus K = 11008 cases, and must
-give the same verdicts: ``python -m pytest tests/test_variants.py``. Set
+give the same verdicts: ``python -m pytest tests/kernels/test_variants.py``. Set
 ``VARIANT_SEED`` to replay a run (the seed is in every failure message) and
 ``VARIANT_VERDICTS=file`` to write every verdict as a JSON line.
 """
@@ -44,7 +44,7 @@ from tests.helpers import DEVICE, make_inputs, needs_gpu
 
 pytestmark = pytest.mark.slow  # every variant kernel run in the interpreter without a GPU
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ROOT / "tests" / "variants"
 NAMES = sorted(p.stem for p in VARIANTS.glob("*_*_*.py"))
 FAITHFUL = [n for n in NAMES if "_faithful_" in n]

@@ -16,7 +16,7 @@ import pytest
 from grader.rubric import load_rubric, parse_rubric, tomllib
 from tools.dist import build, public_rubric
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTION_FILES = sorted((ROOT / "solutions").glob("*.py"))
 # Helpers that only the reference kernels define (solutions/w8a8.py, w4a16.py).
 REFERENCE_HELPERS = ["split_k_reduce", "split_k_workspace", "split_k_range", "_COUNTERS",

@@ -2,14 +2,14 @@
 submission folder (no links): its layers and utils are assignment's files, and
 each kernel file takes from .utils only what the student's utils.py defines.
 
-What the stubs do when called, and what they may not contain: tests/test_stubs.py."""
+What the stubs do when called, and what they may not contain: tests/kernels/test_stubs.py."""
 
 import ast
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KERNEL_FILES = ("w8a8.py", "w4a16.py", "dds.py")
 
 

@@ -1,6 +1,6 @@
 """The kernel trace of a GPU call (grader/worker/trace.py) and what the judge makes of
 it, on the CPU: PyTorch's profiler events are simulated with the fields the trace
-reads, the classification and the flags are real. tests/test_integrity.py's GPU
+reads, the classification and the flags are real. tests/integrity/test_integrity.py's GPU
 tests (-m gpu) run the same code on the device."""
 
 from __future__ import annotations

@@ -21,13 +21,13 @@ import pytest
 
 from grader.rubric import load_rubric, set_values, tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
-CHECKS = ["tests/test_docs.py", "tests/test_rubric.py", "tests/test_scoring.py",
-          "tests/test_dist.py::test_public_rubric_filter_keeps_comments_and_totals",
-          "tests/test_calibrate.py::test_the_recorded_runs_give_the_placed_thresholds",
-          "tests/test_calibrate.py::test_the_calibration_entry_renders_in_the_docs",
-          "tests/test_grader.py::test_every_correctness_test_of_the_default_rubric_runs_on_the_cpu",
-          "tests/test_scores_unchanged.py::test_scores_are_what_they_were[reference]"]
+ROOT = Path(__file__).resolve().parents[2]
+CHECKS = ["tests/engine/test_docs.py", "tests/engine/test_rubric.py", "tests/engine/test_scoring.py",
+          "tests/classroom/test_dist.py::test_public_rubric_filter_keeps_comments_and_totals",
+          "tests/engine/test_calibrate.py::test_the_recorded_runs_give_the_placed_thresholds",
+          "tests/engine/test_calibrate.py::test_the_calibration_entry_renders_in_the_docs",
+          "tests/engine/test_grader.py::test_every_correctness_test_of_the_default_rubric_runs_on_the_cpu",
+          "tests/engine/test_scores_unchanged.py::test_scores_are_what_they_were[reference]"]
 SLOW = "not local_check_script"   # test_docs's handout script: it reads no rubric
 
 

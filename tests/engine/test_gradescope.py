@@ -27,7 +27,7 @@ from tests.fakes import submission
 from tests.helpers import scaled, validate_gradescope
 from tools.gradescope_zip import build, main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ("w8a8.py", "w4a16.py", "dds.py")
 SOLUTION_DDS = (ROOT / "solutions" / "dds.py").read_text()
 HANG = "def w8a8_mm(x, qweight_t, input_scale, weight_scale):\n    n = 0\n    while True:\n        n += 1\n"

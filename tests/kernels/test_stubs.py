@@ -28,7 +28,7 @@ import pytest
 from grader.compare import check_task_output
 from tests.helpers import problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TASKS = {"w8a8": "w8a8_mm", "w4a16": "w4a16_mm", "dds": "dds_mm"}
 
 # Constants that only an answer needs, anywhere in a stub file.

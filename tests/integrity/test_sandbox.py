@@ -24,7 +24,7 @@ import pytest
 from grader.harness import gpulock, sandbox
 from grader.harness.sandbox import Jail, SandboxError, spawn
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ROOT_USER = os.geteuid() == 0
 
 

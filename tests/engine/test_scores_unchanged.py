@@ -8,7 +8,7 @@ points: changing a test's points or a threshold in the rubric changes nothing
 here. A change that should change a verdict (a new test, a renamed one, a
 tolerance, a new check) changes this file too; regenerate it with
 
-    python -m tests.test_scores_unchanged --write
+    python -m tests.engine.test_scores_unchanged --write
 
 which grades every fixture with the grader of the checkout (a few minutes on
 the CPU): run it with a grader you trust, and read the diff.
@@ -34,9 +34,9 @@ from grader.rubric import load_rubric  # noqa: E402
 
 pytestmark = pytest.mark.slow  # full grades of every fixture
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "fixtures" / "fixture_scores.json"
-REGENERATE = "python -m tests.test_scores_unchanged --write"
+REGENERATE = "python -m tests.engine.test_scores_unchanged --write"
 FIXTURES = ("bug_variants", "from_the_handout", "naive", "reference", "stubs")
 BUGS = {"w8a8": "w8a8_bug_half_away", "w4a16": "w4a16_bug_unsigned_unpack", "dds": "dds_bug_transposed_block"}
 

@@ -36,7 +36,7 @@ SEED = random.randrange(2**31)  # fresh inputs every run; printed on failure
 MODULES = {"w8a8": w8a8_solution, "w4a16": w4a16_solution, "dds": dds_solution}
 HOPPER = HAS_CUDA and torch.cuda.get_device_capability()[0] >= 9
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU or newer: PDL and TMA launch there only "
-                                                     "(tests/test_compile_check.py compiles them for sm_90 on the CPU)")
+                                  "(tests/worker/test_compile_check.py compiles them for sm_90 on the CPU)")
 
 
 def _check(task, out, ref, shape):

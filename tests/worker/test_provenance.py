@@ -4,7 +4,7 @@ Each test runs a small kernel of this file under ``Provenance`` as a checked cal
 (the call's inputs named, this module's kernels the submission's own) and reads its
 report of the returned tensor: elements no kernel of the call stored (``unwritten``),
 stored from data that is not the call's inputs (``foreign``), stored nonzero from no
-input (``inputless``). The grader-level attacks are in tests/test_integrity.py.
+input (``inputless``). The grader-level attacks are in tests/integrity/test_integrity.py.
 """
 
 from __future__ import annotations
@@ -355,7 +355,7 @@ def test_honest_kernels_store_every_output_element_from_their_inputs(tmp_path, m
 def test_a_record_that_fails_turns_itself_off_and_leaves_the_call_alone(monkeypatch):
     """A bug in the record's own bookkeeping (simulated) must never change what the kernel
     computes nor flag the submission: the record says it failed, and the worker reports the
-    check as off (tests/test_fence.py: its sentence in every report)."""
+    check as off (tests/worker/test_fence.py: its sentence in every report)."""
     def broken(*args):
         raise ValueError("a rule without a case")
     monkeypatch.setattr(Provenance, "_loaded", broken)

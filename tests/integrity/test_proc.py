@@ -32,7 +32,7 @@ from grader.worker.fence import interpreter_problem
 from tests.docker_users import DockerUsers
 from tests.fakes import install_fake_grade, rubric_toml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # ------------------------------------------------------------------------ one definition
 
@@ -53,7 +53,7 @@ NOWHERE = {"kill -1": r"kill\b[^\n]*[\"' ]-1\b(?![.\d])", "an environment token"
 def _trusted_files() -> list[Path]:
     files = [*ROOT.glob("grader/**/*.py"), *ROOT.glob("classroom/**/*.py"), *ROOT.glob("tools/**/*.py"),
              *ROOT.glob("tools/**/*.sh"), *ROOT.glob("bench/**/*.py")]
-    # grader/worker/ runs inside the jail and may import nothing trusted (tests/test_import_graph.py):
+    # grader/worker/ runs inside the jail and may import nothing trusted (tests/engine/test_import_graph.py):
     # what it starts (the compile check's children) it ends itself, and whatever it leaves, the
     # supervisor's kill_tree kills.
     return sorted(p for p in files if "worker" not in p.relative_to(ROOT).parts[:2])

@@ -7,7 +7,7 @@ import pytest
 from grader.tracebacks import explain_error, final_exception
 from tests.fakes import by_name, grade_files
 
-FIXTURES = Path(__file__).parent / "fixtures" / "student"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "student"
 
 CHAINED = '''Traceback (most recent call last):
   File "/venv/triton/runtime/interpreter.py", line 1511, in __call__

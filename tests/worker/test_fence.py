@@ -1,7 +1,7 @@
 """The private Triton APIs the worker hooks into (grader/worker/fence.py): all listed,
 all present in the installed Triton, and a missing one turns its check off with a
 reason instead of failing a student's call (the end-to-end simulation is in
-tests/test_integrity.py: every report format says which check is off and why)."""
+tests/integrity/test_integrity.py: every report format says which check is off and why)."""
 
 from __future__ import annotations
 
