@@ -45,6 +45,7 @@ def test_visible_only_is_the_student_bundles_rubric():
     assert sum(t.hidden_points for t in mine.tasks.values()) > 0
 
 
+@pytest.mark.slow   # a CPU grade through python -m grader grade
 def test_grade_with_tests_visible_runs_no_hidden_test(tmp_path):
     rubric = tmp_path / "rubric.toml"
     rubric.write_text(runner_rubric(scaled(60)))
@@ -242,6 +243,7 @@ def _table(text: str) -> list[str]:
     return lines[start:end]
 
 
+@pytest.mark.slow   # the stubs graded twice: by the runner and by python -m grader grade
 def test_submit_prints_make_grades_table_and_writes_the_reports(server, tmp_path):
     token = server.tokens()["alice"]
     env = dict(os.environ, SERVER=server.url, TOKEN=token)
@@ -343,6 +345,7 @@ def _started_order(server, jobs) -> list[str]:
         return [r["id"] for r in sorted(rows, key=lambda r: r["started"])]
 
 
+@pytest.mark.slow   # a worker busy until its time limit (HANGS)
 def test_two_students_at_once_are_served_in_turn(server):
     tokens = server.tokens()
     _, slow = server.submit(tokens["frank"], HANGS)
@@ -360,6 +363,7 @@ def test_two_students_at_once_are_served_in_turn(server):
     assert frank["report"]["tasks"][0]["status"] == "timeout"
 
 
+@pytest.mark.slow   # a worker busy until its time limit (HANGS), twice
 def test_a_worker_killed_mid_job_gives_it_back_and_it_is_graded_once(server):
     token = server.tokens()["henry"]
     _, job = server.submit(token, HANGS)
@@ -382,6 +386,7 @@ def test_a_worker_killed_mid_job_gives_it_back_and_it_is_graded_once(server):
     assert "worker job0 ended (status -9" in said and f"job {job['job']} queued again" in said
 
 
+@pytest.mark.slow   # a worker busy until its time limit (HANGS), twice
 def test_a_restart_keeps_the_queue_the_quotas_and_the_tokens(tmp_path):
     srv = RunnerServer(tmp_path, ("alice", "bob", "carol"), quota=1)
     try:

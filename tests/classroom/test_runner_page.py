@@ -73,6 +73,7 @@ def browser():
         shutil.rmtree(profile, ignore_errors=True)
 
 
+@pytest.mark.slow   # the runner's worker busy until its time limit (HANGS)
 def test_the_status_page_shows_queue_and_leaderboard(tmp_path, browser):
     from selenium.webdriver.common.by import By
     srv = RunnerServer(tmp_path, ("stu_ann", "stu_ben", "stu_cat", "stu_dan", "stu_eve"), task_timeout_s=scaled(60))

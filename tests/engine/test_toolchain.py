@@ -321,6 +321,7 @@ def _ptx_facts(python: Path, package_root: Path, toolchain_dir: Path | None = No
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow   # three CPU grades through python -m grader grade
 def test_a_cpu_run_compiles_with_the_grading_triton_whatever_the_environment_holds(tmp_path, newer_env):
     """An environment whose own Triton is newer than the pinned one: its CPU grade reports what
     the pinned compiler emits for a kernel with gathered 2-D loads (the same compile table as a
