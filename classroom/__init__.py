@@ -10,6 +10,6 @@ class files, talk to the platforms. ``python -m classroom``; see docs/classroom.
     lms/         the platforms: submission layouts, rosters, gradebook uploads
     cli.py       the command line
 
-Nothing in ``grader/`` imports this package (tests/test_import_graph.py): the
+Nothing in ``grader/`` imports this package (tests/engine/test_import_graph.py): the
 engine grades one submission and ships alone to students and to Gradescope.
 """

@@ -18,7 +18,7 @@ transposed blocks, ...) and their texts live in its module in grader/tasks/,
 run at the stage the task names (``Task.signatures``).
 
 Bug variants that show each signature live in tests/variants/;
-tests/test_variants.py checks that every signature names its bug's cause and
+tests/kernels/test_variants.py checks that every signature names its bug's cause and
 no other, and that no faithful kernel and no reference solution gets one.
 """
 

@@ -53,7 +53,7 @@ arena are corrected by that copy: ``output_copy_ms``).
 
 The constants below were fitted to the times the grader measured for the
 tutorial-style kernels and the kernels written from the handout on an H100
-and an H200 (tests/test_estimate.py checks the fit; tools/
+and an H200 (tests/engine/test_estimate.py checks the fit; tools/
 validate_estimate.py measures it again on a GPU for more kernels), except
 ``LSU_LINES_PER_CYCLE``, the L1's documented 128 bytes a cycle. The
 prediction is shown as a range (time divided and multiplied by

@@ -1,5 +1,5 @@
 """Grade one submission. This module owns the order of the phases; each reads and writes
-the facts of grader/facts.py, and the imports run one way (tests/test_import_graph.py):
+the facts of grader/facts.py, and the imports run one way (tests/engine/test_import_graph.py):
 
     static   = static_findings(...)  the allowlist over each kernel file (grader/staticcheck/)
     runs     = run_workers(...)      sandboxed workers, inputs, checks, clocks (grader/harness/run.py),

@@ -21,7 +21,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor  # TMA, described on
 from .utils import check_w8a8_inputs
 
 # ----------------------------------------------------------------------------- kernels
-# Helpers copied between w8a8.py and w4a16.py (the grader stages one file per task; tests/test_api.py checks).
+# Helpers copied between w8a8.py and w4a16.py (the grader stages one file per task;
+# tests/kernels/test_api.py checks).
 
 @triton.jit
 def _release_next_kernel(PDL: tl.constexpr):

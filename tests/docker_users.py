@@ -141,7 +141,7 @@ class DockerUsers:
 
 if __name__ == "__main__":
     # python -m tests.docker_users CMD...: run CMD as the image's grader user, e.g. the sandbox's
-    # tests as the image runs them: python -m tests.docker_users python -m pytest tests/test_sandbox.py
+    # tests as the image runs them: python -m tests.docker_users python -m pytest tests/integrity/test_sandbox.py
     if why := DockerUsers.unavailable():
         sys.exit(why)
     users = DockerUsers()

@@ -1,4 +1,5 @@
-"""A real course GPU runner on loopback for the tests (tests/test_runner.py, tests/test_runner_page.py).
+"""A real course GPU runner on loopback for the tests (tests/classroom/test_runner.py,
+tests/classroom/test_runner_page.py).
 
 ``RunnerServer(tmp, students, ...)`` runs ``python -m classroom serve --device
 cpu`` as a child process on a free port, with a small rubric (tests/fakes.py's

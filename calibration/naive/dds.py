@@ -3,7 +3,7 @@
     y[m, 32i + r] = sum over stored blocks (i, j) of  x[m, 32j : 32j+32] . W_ij[r, :]
 
 Tutorial-style baseline: the stub's plan written out in the simplest way. The kernel keeps the
-stub's signature: tests/test_stubs.py splices this body into the stub to check the stub's wrapper.
+stub's signature: tests/kernels/test_stubs.py splices this body into the stub to check the stub's wrapper.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 (two's-complement) int4 in [-8, 7].
 
 Tutorial-style baseline: the stub's plan written out in the simplest way. The kernel keeps the
-stub's signature: tests/test_stubs.py splices this body into the stub to check the stub's wrapper.
+stub's signature: tests/kernels/test_stubs.py splices this body into the stub to check the stub's wrapper.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ quantized per output channel, int8 x int8 -> int32 on the tensor cores.
     q_x[m, k] = clamp(round_half_even(x[m, k] / s_x[m]), -128, 127)
 
 Tutorial-style baseline: the stub's plan written out in the simplest way. The kernel keeps the
-stub's signature: tests/test_stubs.py splices this body into the stub to check the stub's wrapper.
+stub's signature: tests/kernels/test_stubs.py splices this body into the stub to check the stub's wrapper.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ the command's status. The command itself dies with the supervisor
 (``PR_SET_PDEATHSIG``) should the supervisor be killed first.
 
 :func:`kill_tree` is the project's one definition of killing a process tree
-(tests/test_proc.py holds the tree to it). It signals only the supervisor's
+(tests/integrity/test_proc.py holds the tree to it). It signals only the supervisor's
 own children, whose process ids cannot be reused before it reaps them, round
 after round as their descendants are re-parented to it: whatever else runs
 on the machine, under whatever user, is never touched. A child of another

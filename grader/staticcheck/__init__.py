@@ -44,7 +44,7 @@ write:
   the ``extra`` and ``random`` modules as such, inline PTX, Triton's type
   internals): through them a file reaches Triton's runtime (knobs, drivers,
   launch hooks, the builtins). A new Triton's new names are refused until a
-  maintainer lists them (tests/test_staticcheck.py walks every public name).
+  maintainer lists them (tests/integrity/test_staticcheck.py walks every public name).
 - math (no ``fsum``/``sumprod``), functools (``lru_cache``/``cache`` for config
   caching, ``partial``, ``wraps``; not ``reduce``), typing (plain type names;
   not ``get_type_hints``, which evaluates strings), dataclasses, itertools,
@@ -55,7 +55,7 @@ write:
   writing the environment, files, processes and signals are refused. The
   sandbox gives the worker an environment of its own (harness/session.py:
   ``TRITON_INTERPRET=1`` on a CPU run, none of the student's variables), as
-  the handout says; tests/test_integrity.py holds the two together.
+  the handout says; tests/integrity/test_integrity.py holds the two together.
 
 **Values** (tensors, dicts, your own objects) have unknown types, so their
 attributes are checked by name: outside a ``@triton.jit`` function a value

@@ -58,7 +58,7 @@ runtime.driver.active.get_current_target runtime.driver.active.get_current_devic
 runtime.driver.active.utils.get_device_properties
 """
 # triton.language (tl.*): what a kernel needs, by name. Every other public name is in
-# TL_REFUSED, with the reason (tests/test_staticcheck.py checks that the two cover them all).
+# TL_REFUSED, with the reason (tests/integrity/test_staticcheck.py checks that the two cover them all).
 _TL = """
 program_id num_programs arange zeros zeros_like full cdiv constexpr static_range range static_assert
 static_print device_print device_assert debug_barrier multiple_of max_contiguous max_constancy assume

@@ -16,7 +16,7 @@ is never silently off.
 Each entry of ``PRIVATE`` is (check, platform, module, attribute path, the
 parameters the patch relies on or None). ``platform`` is "cpu" (the CPU
 interpreter), "cuda" (a GPU run) or "both". Add an entry with every new patch:
-tests/test_fence.py checks that each patch the worker installs is listed here.
+tests/worker/test_fence.py checks that each patch the worker installs is listed here.
 
 This file runs in the untrusted worker and in the trusted harness; it depends
 on triton only.

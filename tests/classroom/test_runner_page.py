@@ -1,0 +1,113 @@
+"""The runner's status page (GET /) rendered in a real headless browser (Debian's chromium through
+selenium): the queue's places and the running job without a name, the leaderboard's display
+names (as text, never markup), performance points per task and best kernel time per test."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from classroom.runner.store import Quota, Store
+from tests.helpers import scaled
+from tests.runner_server import FAST, HANGS, RunnerServer
+
+CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if Path(p).is_file()), None)
+CHROMEDRIVER = shutil.which("chromedriver") or ("/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").is_file()
+                                                 else None)
+selenium = pytest.importorskip("selenium", reason="selenium is in requirements-dev.txt: pip install -r it")
+pytestmark = pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
+                                reason="needs Debian's chromium and chromium-driver "
+                                       "(apt-get install chromium chromium-driver; .ci/run installs them)")
+
+# A display name with markup in it: the page must show these characters, not run them.
+MARKUP_NAME = "<b>bold</b> & <script>document.title='owned'</script>"
+
+
+def _report(points: float, kernel_ms: float) -> str:
+    """A GPU report of one DDS run: correct, timed, ``points`` of 3 performance points."""
+    tests = [{"name": "dds/c0", "task": "dds", "kind": "correctness", "score": 2, "max_score": 2,
+              "status": "passed", "message": "ok", "details": {}},
+             {"name": "dds/perf", "task": "dds", "kind": "performance", "score": points, "max_score": 3,
+              "status": "passed" if points == 3 else "partial", "message": "ratio",
+              "details": {"kernel_ms": kernel_ms, "baseline_ms": 0.02}}]
+    tasks = [{"task": "dds", "title": "dds", "score": 2, "max_score": 2, "summary": "ran", "status": "ok"}]
+    return json.dumps({"score": 2 + points, "max_score": 5, "tests": tests, "tasks": tasks})
+
+
+def _finish(srv: RunnerServer, student: str, name: str, report: str) -> None:
+    """A finished, opted-in job of ``student`` put straight into the store (the server's one worker
+    is busy: nothing else can lease it meanwhile)."""
+    store = Store(srv.data)
+    try:
+        store.submit(student, FAST, Quota(0, 24), display_name=name)
+        now = time.time()
+        job = store.lease("test-owner", "test", 3600, now=now - 90)   # a 90 s grade, as on a GPU
+        assert job is not None and job.student == student
+        assert store.finish("test-owner", job.id, report, "# report", now=now)
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    profile = tempfile.mkdtemp(prefix="runner-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--no-first-run", f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(scaled(60))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.mark.slow   # the runner's worker busy until its time limit (HANGS)
+def test_the_status_page_shows_queue_and_leaderboard(tmp_path, browser):
+    from selenium.webdriver.common.by import By
+    srv = RunnerServer(tmp_path, ("stu_ann", "stu_ben", "stu_cat", "stu_dan", "stu_eve"), task_timeout_s=scaled(60))
+    try:
+        tokens = srv.tokens()
+        _, busy = srv.submit(tokens["stu_ann"], HANGS)                  # the one worker, busy
+        srv.wait_job(tokens["stu_ann"], busy["job"], states=("running",))
+        _finish(srv, "stu_ben", "ben's fast one", _report(2.5, 0.0321))
+        _finish(srv, "stu_ben", "Ben B", _report(1.0, 0.0123))          # later: his name; best of both runs
+        _finish(srv, "stu_cat", MARKUP_NAME, _report(3.0, 0.0456))
+        for student in ("stu_dan", "stu_eve"):
+            assert srv.submit(tokens[student], FAST)[0] == 201          # waiting behind ann's job
+
+        browser.get(srv.url + "/")
+        assert browser.title == "Course GPU runner"
+        summary = browser.find_element(By.ID, "summary")
+        assert (summary.get_attribute("data-queued"), summary.get_attribute("data-running")) == ("2", "1")
+        queue = browser.find_elements(By.CSS_SELECTOR, "#queue tr.queued")
+        assert [r.get_attribute("data-position") for r in queue] == ["1", "2"]
+        assert [r.find_elements(By.TAG_NAME, "td")[0].text for r in queue] == ["1", "2"]
+        etas = [float(r.get_attribute("data-eta-s")) for r in queue]
+        assert 0 < etas[0] < etas[1]
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#running tr.running")) == 1
+        assert "stu_" not in browser.page_source and busy["job"] not in browser.page_source   # no id, no job
+
+        board = browser.find_elements(By.CSS_SELECTOR, "#leaderboard tr.board-row")
+        names = [r.find_element(By.CSS_SELECTOR, "td.name").text for r in board]
+        assert names == [MARKUP_NAME, "Ben B"]                         # best total first; markup as text
+        assert browser.find_elements(By.CSS_SELECTOR, "#leaderboard b") == []
+        cells = {r.find_element(By.CSS_SELECTOR, "td.name").text: r for r in board}
+        ben = cells["Ben B"]
+        assert ben.find_element(By.CSS_SELECTOR, 'td[data-task="dds"]').text == "2.5"    # best points
+        assert ben.find_element(By.CSS_SELECTOR, 'td[data-test="dds/perf"]').text == "12.3 µs"  # best time
+        assert cells[MARKUP_NAME].find_element(By.CSS_SELECTOR, 'td[data-test="dds/perf"]').text == "45.6 µs"
+        assert browser.title == "Course GPU runner"                   # no script ran
+    finally:
+        srv.stop()

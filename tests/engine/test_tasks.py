@@ -1,0 +1,112 @@
+"""The task registry (grader/tasks/): what each task declares is consistent with
+the stubs, the reference and the handout, and a fourth task needs nothing but
+its own module and its rubric table."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader import tasks
+from grader.grade import grade
+from grader.rubric import RubricError, parse_rubric
+from grader.tasks import TASKS, get
+from tests.helpers import HAS_CUDA
+
+ROOT = Path(__file__).resolve().parents[2]
+TOY = ROOT / "tests" / "fixtures" / "toy_task"
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_each_task_matches_its_stub_reference_and_handout(name):
+    task = get(name)
+    handout = (ROOT / "handout.md").read_text()
+    assert f"## {task.handout_section}" in handout
+    for folder in ("assignment", "solutions"):
+        module = importlib.import_module(f"{folder}.{Path(task.file).stem}")
+        params = list(inspect.signature(getattr(module, task.entry)).parameters)
+        assert tuple(params) == task.arg_names, f"{folder}/{task.file}: {params}"
+    args, extras = task.make_inputs((5, 64, 64), {}, seed=3)
+    assert len(args) == len(task.arg_names) and extras["weight"].shape == (64, 64)
+    assert all(0 <= i < len(args) for i in task.activation_args)
+    assert set(task.defaults({})) == set(task.options)
+    ref = task.reference(*args)
+    assert ref.shape == (5, 64) and torch.isfinite(ref.double()).all()
+    # The same seed gives the same numbers; another seed does not.
+    again, _ = task.make_inputs((5, 64, 64), {}, seed=3)
+    other, _ = task.make_inputs((5, 64, 64), {}, seed=4)
+    assert torch.equal(args[0], again[0]) and not torch.equal(args[0], other[0])
+
+
+def test_a_task_cannot_be_registered_twice():
+    with pytest.raises(ValueError, match="already registered"):
+        tasks.register(get("w8a8"))
+    with pytest.raises(KeyError, match="unknown task 'nope'; the registry has w8a8, w4a16, dds"):
+        get("nope")
+
+
+# ----------------------------------------------------------------------------- a fourth task
+
+@pytest.fixture
+def toy():
+    spec = importlib.util.spec_from_file_location("toy_task", TOY / "task.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tasks.register(module.TASK)
+    yield module.TASK
+    tasks.unregister("toy")
+
+
+def _toy_rubric(**test_extra) -> dict:
+    tests = [dict(name="toy/small", task="toy", kind="correctness", points=2, shape=[64, 64, 64],
+                  cpu_shape=[5, 64, 96]),
+             dict(name="toy/zero_rows_scaled", task="toy", kind="correctness", points=3, shape=[64, 64, 64],
+                  cpu_shape=[17, 32, 64], **{"zero_rows": 3, "scale": 0.125, **test_extra}),
+             dict(name="toy/perf", task="toy", kind="performance", points=5, shape=[256, 256, 256],
+                  full_ratio=0.9, zero_ratio=0.2)]
+    return {"schema_version": 1, "settings": {"cpu_task_timeout_s": 300},
+            "tasks": {"toy": {"movement_shape": [16, 64, 64]}}, "tests": tests}
+
+
+@pytest.mark.slow
+def test_a_fourth_task_is_one_module_and_its_rubric_table(toy, tmp_path):
+    rubric = parse_rubric(_toy_rubric())
+    assert rubric.tasks["toy"].file == "toy.py" and rubric.tasks["toy"].title == toy.title
+    sub = tmp_path / "submission"
+    sub.mkdir()
+    shutil.copy(TOY / "toy.py", sub / "toy.py")
+    result = grade(sub, rubric, seed=11, log=lambda *_: None)   # the GPU where there is one
+    by_name = {t.name: t for t in result.tests}
+    assert by_name["toy/small"].status == "passed" and by_name["toy/zero_rows_scaled"].status == "passed", \
+        [t.message for t in result.tests]
+    (task,) = result.tasks
+    assert task.task == "toy" and task.status == "ok" and task.kernels, task.summary
+    if HAS_CUDA:   # timed against the fp16 baseline, with the toy's own memory floor
+        assert "ratio" in by_name["toy/perf"].details and by_name["toy/perf"].details["memory_floor_ms"] > 0
+        return
+    assert by_name["toy/perf"].status == "not_run" and result.score == 5
+    # The CPU run's data-movement table names the toy's own tensors, against its own floor.
+    rows = {r["name"]: r for r in task.movement["tensors"]}
+    assert set(rows) == {"x", "w", "output"} and rows["w"]["minimum"] == 2 * 64 * 64
+    assert task.movement["min_flops"] == 2 * 16 * 64 * 64
+
+
+def test_the_rubric_asks_the_toy_task_for_options_and_shapes(toy):
+    with pytest.raises(RubricError, match="unknown key 'density'"):
+        parse_rubric(_toy_rubric(density=0.5))
+    with pytest.raises(RubricError, match="scale must be a number >= 0"):
+        parse_rubric(_toy_rubric(scale=-1))
+    data = _toy_rubric()
+    data["tests"][0]["cpu_shape"] = [5, 64, 95]
+    with pytest.raises(RubricError, match="cpu_shape: K must be even"):
+        parse_rubric(data)
+
+
+def test_without_its_module_the_task_is_unknown():
+    with pytest.raises(RubricError, match="unknown task 'toy'"):
+        parse_rubric(_toy_rubric())

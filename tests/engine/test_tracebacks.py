@@ -1,0 +1,86 @@
+"""Failures point at the student's own file and line, whatever wrapped the error."""
+
+from pathlib import Path
+
+import pytest
+
+from grader.tracebacks import explain_error, final_exception
+from tests.fakes import by_name, grade_files
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "student"
+
+CHAINED = '''Traceback (most recent call last):
+  File "/venv/triton/runtime/interpreter.py", line 1511, in __call__
+    self.fn(**args)
+  File "/tmp/grade-1/stage/submission/w8a8.py", line 11, in _k
+    y = tl.extra.cuda.libdevice.rint(x)
+        ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/venv/triton/language/core.py", line 42, in wrapper
+    raise ValueError("Did you forget to add @triton.jit ?")
+ValueError: Did you forget to add @triton.jit ?
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/tmp/grade-1/stage/_grader_worker/main.py", line 81, in call
+    y = self.fn(*args)
+  File "/tmp/grade-1/stage/submission/w8a8.py", line 18, in w8a8_mm
+    _k[(1,)](x, y, M * N, BLOCK=64)
+  File "/venv/triton/runtime/interpreter.py", line 1515, in __call__
+    raise InterpreterError(repr(e)) from e
+triton.runtime.errors.InterpreterError: ValueError('Did you forget to add @triton.jit ?')
+'''
+
+SYNTAX = '''Traceback (most recent call last):
+  File "/tmp/grade-1/stage/_grader_worker/main.py", line 160, in main
+    fn = getattr(importlib.import_module(f"{package}.{module_name}"), entry)
+  File "<frozen importlib._bootstrap>", line 1204, in _gcd_import
+  File "/tmp/grade-1/stage/submission/w4a16.py", line 7
+    def w4a16_mm(x:
+                ^
+SyntaxError: '(' was never closed
+'''
+
+
+def test_root_cause_in_the_kernel_wins_over_the_launch_site():
+    text = explain_error(CHAINED)
+    assert text.splitlines()[0] == "w8a8.py, line 11, in _k:"
+    assert "libdevice.rint(x)" in text and text.endswith("ValueError: Did you forget to add @triton.jit ?")
+    assert "interpreter.py" not in text
+
+
+def test_syntax_error_keeps_line_and_caret():
+    text = explain_error(SYNTAX)
+    assert text.splitlines()[0] == "w4a16.py, line 7:"
+    assert "def w4a16_mm(x:" in text and "^" in text and text.endswith("SyntaxError: '(' was never closed")
+
+
+def test_no_frame_of_the_submission_falls_back_to_the_last_lines():
+    assert explain_error("Traceback (most recent call last):\nRuntimeError: boom") .endswith("RuntimeError: boom")
+    assert explain_error("") == "(no error text)"
+
+
+@pytest.mark.slow
+def test_interpreter_error_reaches_the_report_as_the_students_line(tmp_path):
+    src = (FIXTURES / "w8a8_libdevice_error.py").read_text()
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
+    msg = by_name(result)["w8a8/c0"].message
+    assert "w8a8.py, line 11, in _k:" in msg and "libdevice.rint" in msg
+
+
+def test_final_exception_names_the_root_cause_in_one_line():
+    # The report's table shows only the verdict's first line: it must name the error.
+    assert final_exception(CHAINED) == "ValueError: Did you forget to add @triton.jit ?"
+    assert final_exception(SYNTAX) == "SyntaxError: '(' was never closed"
+    assert final_exception("") == "(no error text)"
+
+
+@pytest.mark.slow
+def test_the_first_line_of_an_error_verdict_names_the_exception(tmp_path):
+    # The report's table shows a verdict's first line only.
+    src = "import torch\n\n\ndef dds_mm(x, w_bsr):\n    return {}['no such key']\n"
+    result = grade_files(tmp_path, {"dds": src}, ["dds"])
+    tests = [t for t in result.tests if t.kind == "correctness"]
+    assert tests and all(t.score == 0 for t in tests)
+    for t in tests:
+        assert t.message.splitlines()[0] == "raised KeyError: 'no such key'", t.message
