@@ -11,7 +11,6 @@ each command to it.
 from __future__ import annotations
 
 import gc
-import time
 
 import pytest
 import torch
@@ -40,15 +39,20 @@ class _Launches:
 
 
 class Session:
-    """Forwards each command to an in-process Worker, as the sandboxed session would,
-    waiting ``delay_s[op]`` before it (the time a slow command takes)."""
+    """Forwards each command to an in-process Worker, as the sandboxed session would. With
+    ``delay_s``, the harness's clock (measure.time.perf_counter) is a fake one that each
+    command moves on by ``delay_s[op]`` and nothing else, so what the clock includes does
+    not depend on how fast this machine runs the commands."""
 
-    def __init__(self, worker: Worker, delay_s: dict | None = None):
+    def __init__(self, worker: Worker, delay_s: dict | None = None, monkeypatch=None):
         self.worker, self.delay_s, self.ops = worker, delay_s or {}, []
+        self.now = 0.0
+        if delay_s is not None:
+            monkeypatch.setattr(measure.time, "perf_counter", lambda: self.now)
 
     def request(self, msg: dict) -> dict:
         self.ops.append(msg["op"])
-        time.sleep(self.delay_s.get(msg["op"], 0))
+        self.now += self.delay_s.get(msg["op"], 0)
         try:
             return getattr(self.worker, msg["op"])(msg)
         except Exception as e:  # noqa: BLE001 - as the worker's main loop replies
@@ -113,15 +117,15 @@ def test_no_finalizer_runs_between_the_probes_and_the_run():
     assert gc.isenabled()
 
 
-def test_the_clock_stops_before_the_outputs_are_collected():
+def test_the_clock_stops_before_the_outputs_are_collected(monkeypatch):
     arena, worker, calls, xs, w = _batch("cpu", _product)
-    session = Session(worker, delay_s={"collect": 0.5})
+    session = Session(worker, delay_s={"run": 0.03, "collect": 0.5}, monkeypatch=monkeypatch)
     timing = timed_rounds(session, Timing(calls=CALLS), 2, refresh=lambda r: arena.reset_outputs(
         [c["out"] for c in calls]), time_baseline=lambda: (1e-3, 0.0),
         check=lambda: "" if all(torch.equal(arena.view(c["out"]), x @ w) for c, x in zip(calls, xs)) else "wrong")
     assert session.ops == ["probe", "run", "collect"] * 2   # no probe on the CPU: nothing taken off
     assert timing.wrong == ""
-    assert max(timing.kernel_ms) * CALLS < 250, timing.kernel_ms   # ms per batch: the 500 ms collect is not in it
+    assert timing.kernel_ms == pytest.approx([30 / CALLS] * 2)   # the run's 30 ms, not the collect's 500
 
 
 class ClockedSession:
