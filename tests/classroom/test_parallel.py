@@ -114,7 +114,9 @@ def test_two_jobs_grade_two_students_at_once_with_their_share_of_threads(tmp_pat
     assert sorted(r["name"] for r in runs) == sorted(p.name for p in folder.iterdir())   # each once
     overlapping = [(a, b) for a in runs for b in runs if a is not b and a["start"] < b["end"] and b["start"] < a["end"]]
     assert overlapping, "no two students were graded at the same time"
-    assert all(sum(1 for b in runs if b["start"] < a["end"] and a["start"] < b["end"]) <= 2 for a in runs)
+    # At most two at any moment: count the runs under way when each one starts (a slow run may
+    # overlap two short ones that followed each other in the other slot; that is still two at once).
+    assert all(sum(1 for b in runs if b["start"] <= a["start"] < b["end"]) <= 2 for a in runs)
     threads = str(max(1, slots.usable_cores() // 2))
     assert {r["threads"] for r in runs} == {threads} and {r["threads"] for r in serial} == {"unset"}
     _same_grades(tmp_path / "serial", tmp_path / "two")
