@@ -13,9 +13,11 @@ import pytest
 import torch
 
 from grader import tasks
+from grader.compare import check_sanity
 from grader.grade import grade
 from grader.rubric import RubricError, parse_rubric
 from grader.tasks import TASKS, get
+from grader.tasks.common import SPIKE_MAX, activations
 from tests.helpers import HAS_CUDA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +43,26 @@ def test_each_task_matches_its_stub_reference_and_handout(name):
     again, _ = task.make_inputs((5, 64, 64), {}, seed=3)
     other, _ = task.make_inputs((5, 64, 64), {}, seed=4)
     assert torch.equal(args[0], again[0]) and not torch.equal(args[0], other[0])
+
+
+def test_activation_spikes_stay_within_their_bound():
+    # 192 spikes of 8 sigma: unbounded, about nine of them would pass 16.
+    x = activations(96, 4096, 0, torch.Generator().manual_seed(5)).float()
+    assert x.abs().max() == SPIKE_MAX
+    assert (x.abs() > 4.5).sum(dim=1).ge(1).float().mean() > 0.5   # still larger than the Gaussian body
+
+
+def test_the_exact_w8a8_reference_passes_the_sanity_check_at_the_largest_spike():
+    # One decode row at the GPU shape with both spikes at SPIKE_MAX, the largest the
+    # generator makes: exact quantization is then furthest from the fp16 layer.
+    task = get("w8a8")
+    for seed in (0, 1):
+        (x, qweight_t, _, weight_scale), extras = task.make_inputs((1, 4096, 4096), {}, seed)
+        x[0, :2] = torch.tensor([SPIKE_MAX, -SPIKE_MAX], dtype=torch.float16)
+        input_scale = (x.float().abs().amax(dim=1, keepdim=True) / 127)
+        check = check_sanity(task.reference(x, qweight_t, input_scale, weight_scale), x, extras["weight"], "w8a8")
+        assert check.passed, check.message
+        assert "relative error vs the fp16 nn.Linear 0.03" in check.message   # 3.8 %, the bound 5 %
 
 
 def test_a_task_cannot_be_registered_twice():
