@@ -21,7 +21,7 @@ from .diagnose import outside_words
 from .facts import HIDDEN_CALL, CallResult, Draw, Runs, TaskRun, Timing, problem
 from .rubric import Rubric, Settings, TestSpec
 from .staticcheck import forbidden_message
-from .tracebacks import explain_error, final_exception
+from .tracebacks import explain_error, final_exception, known_error
 from .worker.evidence import LIBRARY_MATMUL_OPS
 from .worker.fence import sentence
 
@@ -265,6 +265,9 @@ def _draw_verdict(d: Draw) -> Verdict:
     if d.status == "error":
         # The first line (the report's table) names the exception; the frame follows.
         message = f"raised {final_exception(d.message)}\n" + explain_error(d.message)
+        hint = known_error(d.message)
+        if hint:
+            message += f"\n{hint}"
         if d.outside:
             message += f"\n(before that, kernel {d.outside['kernel']} {outside_words(d.outside)} " \
                        f"{_outside_of(d.outside)}: a load or store without its mask?)"

@@ -18,6 +18,29 @@ _CHAINED = re.compile(r"^(The above exception was the direct cause of the follow
                       r"During handling of the above exception, another exception occurred:)$", re.M)
 
 
+# Errors whose own words point the wrong way, and what they mean: (every string the
+# traceback holds, the hint). The first match wins. Triton's interpreter raises "Did you
+# forget to add @triton.jit ?" for a function that exists only in compiled code (a helper
+# without @triton.jit runs fine there); the compiler refuses that helper in other words.
+KNOWN_ERRORS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("Did you forget to add @triton.jit", "InterpreterError", "libdevice"),
+     "likely cause: libdevice (tl.extra.cuda.libdevice) does not run in Triton's CPU interpreter, so a CPU "
+     "grade cannot check this kernel; plain float32 arithmetic can round (the handout's \"Rounding\" "
+     "paragraph)"),
+    (("Did you forget to add @triton.jit", "InterpreterError"),
+     "likely cause: this function exists only in compiled code (tl.extra.cuda.*) and does not run in "
+     "Triton's CPU interpreter; a CPU grade can check only what tl.* builds"),
+    (("Unsupported function referenced",),
+     "likely cause: a kernel calls a Python function that has no @triton.jit; Triton's CPU interpreter runs "
+     "it, but compiled code (the GPU) needs @triton.jit on every function a kernel calls"),
+)
+
+
+def known_error(text: str) -> str | None:
+    """The hint for an error whose own words mislead (KNOWN_ERRORS), or None."""
+    return next((hint for needles, hint in KNOWN_ERRORS if all(n in text for n in needles)), None)
+
+
 def explain_error(text: str, max_lines: int = 8) -> str:
     """``file, line N, in f:`` + source line(s) + the final exception, or the text's last lines.
 

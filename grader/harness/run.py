@@ -30,7 +30,7 @@ from ..facts import HIDDEN_CALL, CallResult, CaseRun, Draw, Runs, TaskRun, Timed
 from ..rubric import Rubric, TestSpec
 from ..submission import Submission
 from ..tasks import get
-from ..tracebacks import explain_error
+from ..tracebacks import explain_error, known_error
 from ..worker import fence
 from . import capture, movement
 from .measure import checked_call, timed_batches
@@ -426,9 +426,11 @@ def _compile_verdicts(run: TaskRun, rows: list[dict], group: list, captured: set
     if not bad:
         return
 
-    def why(r):
-        return (f"compile error for the GPU: {r.get('error', '')}" if r.get("status") == "error" else
-                f"would not launch on the GPU: kernel {r.get('kernel')} {r.get('why_not', '')}")
+    def why(r, where: str = ""):
+        if r.get("status") == "error":
+            hint = known_error(r.get("error", ""))
+            return f"compile error for the GPU{where}: {r.get('error', '')}" + (f"\n{hint}" if hint else "")
+        return f"would not launch on the GPU{where}: kernel {r.get('kernel')} {r.get('why_not', '')}"
 
     unlabelled = [r for r in bad if not r.get("tests") and not r.get("cpu_tests")]
     if unlabelled:
@@ -444,7 +446,7 @@ def _compile_verdicts(run: TaskRun, rows: list[dict], group: list, captured: set
         if at_cpu:
             run.cases[name].compile_error = why(at_cpu[0])
         elif at_gpu:
-            run.cases[name].compile_error = why(at_gpu[0]) + " (at this test's GPU shape)"
+            run.cases[name].compile_error = why(at_gpu[0], " at this test's GPU shape")
     for r in bad:   # tests this worker did not run: the performance tests, whose GPU shape launches it
         for name in r.get("tests") or []:
             if name not in names and not hidden:

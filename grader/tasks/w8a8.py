@@ -164,7 +164,8 @@ TASK = Task(
     floor_parts=floor_parts, dot_flops=dot_flops,
     causes={
         "ties": ("rounding mode: the errors come only from elements where x / s is exactly k + 0.5; round "
-                 "half to even (torch.round), not half away from zero", "2. Quantization in one page"),
+                 "half to even (torch.round), not half away from zero, nor half up (floor(v + 0.5))",
+                 "2. Quantization in one page"),
         "clamp": ("no clamp: the errors come only from elements where x / s lies outside [-128, 127]; clamp "
                   "before the conversion to int8, which wraps around", None),
     },

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.tracebacks import explain_error, final_exception
+from grader.tracebacks import KNOWN_ERRORS, explain_error, final_exception, known_error
 from tests.fakes import by_name, grade_files
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "student"
@@ -66,6 +66,34 @@ def test_interpreter_error_reaches_the_report_as_the_students_line(tmp_path):
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
     msg = by_name(result)["w8a8/c0"].message
     assert "w8a8.py, line 11, in _k:" in msg and "libdevice.rint" in msg
+    # Triton's own words ("Did you forget to add @triton.jit ?") point the wrong way.
+    assert "libdevice (tl.extra.cuda.libdevice) does not run in Triton's CPU interpreter" in msg
+
+
+def test_errors_whose_words_mislead_get_a_likely_cause():
+    assert "libdevice" in known_error(CHAINED) and "Rounding" in known_error(CHAINED)
+    other_extern = CHAINED.replace("libdevice.rint", "gdc_wait").replace("libdevice", "")
+    assert "exists only in compiled code" in known_error(other_extern)
+    compiled = 'File "/venv/triton/runtime/jit.py", line 142\nRuntimeError: Unsupported function referenced: ' \
+               "<function _round at 0x7f0f3ead8540>"
+    assert "needs @triton.jit on every function a kernel calls" in known_error(compiled)
+    assert known_error(SYNTAX) is None and known_error("KeyError: 'no such key'") is None
+
+
+FAITHFUL = (Path(__file__).parents[1] / "variants" / "w8a8_faithful_div_rn.py").read_text()
+
+
+@pytest.mark.slow
+def test_a_helper_without_jit_passes_the_interpreter_and_is_named_by_the_compile_check(tmp_path):
+    # The interpreter runs a plain Python helper inside a kernel; the compiler refuses it.
+    helper = "def _round_half_even(v):\n    return (v + _MAGIC) - _MAGIC\n\n\n@triton.jit\ndef _w8a8_kernel("
+    src = FAITHFUL.replace("@triton.jit\ndef _w8a8_kernel(", helper, 1) \
+                  .replace("q = ((v + _MAGIC) - _MAGIC).to(tl.int8)", "q = _round_half_even(v).to(tl.int8)")
+    assert src.count("_round_half_even") == 2
+    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
+    msg = by_name(result)["w8a8/c0"].message
+    assert msg.startswith("passed in the interpreter, but compile error for the GPU"), msg
+    assert "needs @triton.jit on every function a kernel calls" in msg
 
 
 def test_final_exception_names_the_root_cause_in_one_line():
@@ -84,3 +112,10 @@ def test_the_first_line_of_an_error_verdict_names_the_exception(tmp_path):
     assert tests and all(t.score == 0 for t in tests)
     for t in tests:
         assert t.message.splitlines()[0] == "raised KeyError: 'no such key'", t.message
+
+
+def test_the_troubleshooting_table_quotes_every_known_error():
+    table = (Path(__file__).parents[2] / "troubleshooting.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| likely cause:")]
+    for _, hint in KNOWN_ERRORS:
+        assert any(line.startswith(f"| {hint} |") for line in rows), hint

@@ -56,6 +56,7 @@ SEEDS = 3  # fresh inputs per case: SEED, SEED + 1, ...
 # likely causes its failures may get.
 BUGS = {
     "w8a8_bug_half_away": (["rounding_ties"], {"ties"}),
+    "w8a8_bug_half_up": (["rounding_ties"], {"ties"}),
     "w8a8_bug_no_clamp": (["rounding_ties"], {"clamp"}),
     "w8a8_bug_missing_weight_scale": (["decode_m1", "ragged_m33", "large_m4096"], {"scale"}),
     "w4a16_bug_unsigned_unpack": (["decode_m1", "ragged_m33", "group128"], {"unsigned_unpack"}),
