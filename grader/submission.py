@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TRUSTED_FILES = {"utils.py": ROOT / "assignment" / "utils.py"}
 WORKER_PACKAGE = "_grader_worker"
 WORKER_FILES = ("main.py", "evidence.py", "layout.py", "graphs.py", "vmm.py", "movement.py", "fence.py",
-                "trace.py", "capture.py",
+                "trace.py", "capture.py", "hooks.py",
                 "compile.py", "compile_rows.py", "compile_pool.py", "compile_child.py",
                 "ptx.py", "ptx_parse.py", "ptx_lanes.py",
                 "provenance.py", "provenance_flags.py", "provenance_rules.py", "provenance_host.py")

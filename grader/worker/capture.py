@@ -45,6 +45,8 @@ import warnings
 import numpy as np
 import torch
 
+from .hooks import Hooks
+
 SECTOR = 32                 # bytes: the unit of a memory transaction
 MAX_LAUNCHES = 12           # launch records kept per call
 MAX_FULL_PROGRAMS = 6       # programs run to the end per launch
@@ -194,7 +196,7 @@ class _Counter:
         self.prog: _Program | None = None   # None: confine only, count nothing
         self.stop_at_step = False
         self.outside = 0                     # loads and stores that had lanes masked off
-        self._saved = []
+        self._hooks = Hooks()
 
     def _site(self) -> tuple:
         f = sys._getframe(2)
@@ -318,9 +320,7 @@ class _Counter:
             if name in patches or name in FREE_OPS or not callable(originals[name]):
                 continue
             patches[name] = counted(name, originals[name], OP_WEIGHTS.get(name, 1.0))
-        self._saved = [(B, n, originals[n]) for n in patches]
-        for name, fn in patches.items():
-            setattr(B, name, fn)
+        self._hooks.install({(B, name): fn for name, fn in patches.items()})
 
     def _dot(self, a, b) -> None:
         p = self.prog
@@ -335,9 +335,7 @@ class _Counter:
         p.dots += 1
 
     def restore(self) -> None:
-        while self._saved:
-            cls, name, fn = self._saved.pop()
-            setattr(cls, name, fn)
+        self._hooks.restore()
 
 
 # ---------------------------------------------------------------------------
@@ -397,7 +395,7 @@ class Capture:
         self.launches: list[dict] = []
         self.dropped = 0
         self.errors: list[str] = []
-        self._saved = []
+        self._hooks = Hooks()
         self._trial = None        # the autotuner call being captured: its trial launches
 
     # -- patching ---------------------------------------------------------------
@@ -407,7 +405,7 @@ class Capture:
 
         G, A = interp.GridExecutor, autotuner.Autotuner
         me = self
-        orig_run, orig_bench = A.run, A._bench
+        orig_run = A.run
 
         def call(executor, *args, **kwargs):
             me._launch(executor, args, kwargs)
@@ -437,15 +435,10 @@ class Capture:
                         me.launches[i]["trial"] = True
                 me._trial = outer
 
-        self._saved = [(G, "__call__", G.__call__), (A, "run", orig_run), (A, "_bench", orig_bench)]
-        G.__call__ = call
-        A.run = run
-        A._bench = bench
+        self._hooks.install({(G, "__call__"): call, (A, "run"): run, (A, "_bench"): bench})
 
     def restore(self) -> None:
-        while self._saved:
-            cls, name, fn = self._saved.pop()
-            setattr(cls, name, fn)
+        self._hooks.restore()
 
     def __enter__(self):
         self.install()

@@ -59,9 +59,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .hooks import Hooks
+
 MAX_LAUNCHES = 20          # launch rows kept (all launches are counted in the totals)
 MAX_TEXT = 100
-_ABSENT = object()
 
 
 def _storages(value, found: list) -> None:
@@ -162,7 +163,7 @@ class Movement:
         self._keep = []          # storages of the launches' tensors: alive, so no address is reused
         self._storage_keys: dict[int, str] = {}
         self._current: dict | None = None
-        self._saved: list = []
+        self._hooks = Hooks()
         self._paused = 0         # inside an autotuner's benchmark: its trial launches are not the call's
 
     # ----------------------------------------------------------------- counting
@@ -338,17 +339,10 @@ class Movement:
         patches.update({(G, "__call__"): call, (A, "_bench"): bench})
         # Look every original up first: a Triton that lacks one changes nothing.
         orig = {(cls, name): getattr(cls, name) for cls, name in patches}
-        self._saved = [(cls, name, cls.__dict__.get(name, _ABSENT)) for cls, name in patches]
-        for (cls, name), fn in patches.items():
-            setattr(cls, name, fn)
+        self._hooks.install(patches)
 
     def restore(self) -> None:
-        while self._saved:
-            cls, name, fn = self._saved.pop()
-            if fn is _ABSENT:   # inherited before: the subclass's own entry goes again
-                delattr(cls, name)
-            else:
-                setattr(cls, name, fn)
+        self._hooks.restore()
 
     def __enter__(self):
         self.install()

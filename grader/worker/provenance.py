@@ -66,8 +66,8 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from . import provenance_flags
+from .hooks import Hooks
 from .provenance_flags import (
-    _ABSENT,
     FOREIGN,
     INPUT,
     KERNEL,
@@ -98,7 +98,7 @@ class Provenance:
         self.own = False          # the running launch is one of the submission's kernels
         self.error = ""           # the record's own failure: then it is off for the call, never wrong
         self._keep = []           # storages seen: alive, so that no address is reused during the call
-        self._saved: list = []
+        self._hooks = Hooks()
         self._mode = None
 
     # -- memory
@@ -245,9 +245,7 @@ class Provenance:
         original_call = G.__call__
         patches = {key: after(key, rule) for key, rule in rules.items()}
         patches[G, "__call__"] = call
-        self._saved = [(owner, name, vars(owner).get(name, _ABSENT)) for owner, name in patches]
-        for (owner, name), fn in patches.items():
-            setattr(owner, name, fn)
+        self._hooks.install(patches)
         self._mode = _HostWrites(self)
         self._mode.__enter__()
 
@@ -255,12 +253,7 @@ class Provenance:
         if self._mode is not None:
             mode, self._mode = self._mode, None
             mode.__exit__(None, None, None)
-        while self._saved:
-            owner, name, fn = self._saved.pop()
-            if fn is _ABSENT:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, fn)
+        self._hooks.restore()
 
     def __enter__(self):
         self.install()
