@@ -25,8 +25,10 @@ file (date, GPU, versions), ``device`` (this GPU's properties),
 sums them up with the new ones (to split a run over two sessions, e.g.
 ``--kernels reference,naive,from_the_handout``, then the slow ones).
 
-The predictions need Triton's CPU interpreter, which some GPU machines cannot
-run (Triton 3.6 under numpy >= 2.4: ``fence.interpreter_problem``). There the
+The predictions need Triton's CPU interpreter in the sandboxed workers, which
+some GPU machines cannot run (Triton 3.6 under numpy >= 2.4: ``fence.interpreter_problem``,
+tried with the PYTHONPATH a worker gets: a numpy pinned on this process's
+PYTHONPATH does not reach the workers). There the
 GPU run records its measurements only and says so; ``--predict`` then makes
 the predictions for OUT/results.json on a machine whose interpreter works (a
 laptop, CI; no GPU needed), as a student's CPU grade would, and fills in the
@@ -66,6 +68,16 @@ KERNELS = {"reference": "solutions", "naive": "calibration/naive",
            "slow/gathered": "tests/fixtures/slow/gathered"}
 FACTOR = 1.5
 SEED = 20261125
+
+
+def workers_interpreter_problem() -> str:
+    """Why the predictions' sandboxed workers could not run Triton's interpreter here, or "":
+    tried with the PYTHONPATH such a worker gets (the grading Triton's folder, when this
+    process put one first), not this process's."""
+    from grader import toolchain
+    from grader.worker.fence import interpreter_problem
+
+    return interpreter_problem(pythonpath=toolchain.side_path() or "")
 
 
 def device_record() -> dict:
@@ -254,12 +266,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from grader.rubric import load_rubric
-    from grader.worker.fence import interpreter_problem
 
     rubric = load_rubric()
     results = args.out / "results.json"
     if args.predict:
-        return _predict_recorded(results, rubric, interpreter_problem())
+        return _predict_recorded(results, rubric, workers_interpreter_problem())
     import torch
 
     if not torch.cuda.is_available():
@@ -278,7 +289,7 @@ def main(argv=None) -> int:
     target = target_for(record["gpu"], record["device"], record["bench_quick"])
     chosen = [k for k in args.kernels.split(",") if k]
     jobs = [(k, task) for k in chosen for task in rubric.tasks if (ROOT / KERNELS[k] / get(task).file).exists()]
-    no_predictions = interpreter_problem()
+    no_predictions = workers_interpreter_problem()
     if no_predictions:
         print(f"measuring only: {no_predictions}", flush=True)
     started = time.time()

@@ -251,12 +251,18 @@ assert out.item() == 2.0
 
 
 @functools.lru_cache(maxsize=None)
-def interpreter_problem() -> str:
+def interpreter_problem(pythonpath: str | None = None) -> str:
     """Why Triton's CPU interpreter cannot run kernels on this machine, or "" when it can
-    (one small kernel, run in a fresh process with TRITON_INTERPRET=1)."""
+    (one small kernel, run in a fresh process with TRITON_INTERPRET=1). ``pythonpath``:
+    the PYTHONPATH the process gets instead of this one's; a grading worker gets its own
+    (grader/harness/session.py), so packages that only this process's PYTHONPATH holds
+    (a numpy pinned there, say) do not reach it."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
     try:
         proc = subprocess.run([sys.executable, "-c", _INTERPRETER_PROBE], capture_output=True, text=True,
-                              env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300)
+                              env=env, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"Triton's interpreter could not be tried here ({type(e).__name__})"
     if proc.returncode == 0:

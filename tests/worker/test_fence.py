@@ -192,3 +192,18 @@ def test_every_attribute_the_provenance_patches_is_listed():
     assert {"InterpreterBuilder.create_masked_load", "InterpreterBuilder.create_masked_store", "_implicit_cvt",
             "BlockPointerHandle.materialize_pointers", "ReduceScanOpInterface.apply"} <= named
     assert all(p in listed or p.startswith("InterpreterBuilder.") for p in paths), sorted(paths - listed)
+
+
+@pytest.mark.slow
+def test_the_interpreter_probe_runs_with_the_workers_pythonpath(tmp_path, monkeypatch):
+    # A package on this process's PYTHONPATH only (here a numpy that cannot import; on the
+    # GPU machines, the pinned numpy) never reaches a grading worker, which gets its own.
+    (tmp_path / "numpy").mkdir()
+    (tmp_path / "numpy" / "__init__.py").write_text("raise ImportError('this numpy is broken')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    fence.interpreter_problem.cache_clear()
+    try:
+        assert "this numpy is broken" in fence.interpreter_problem()
+        assert fence.interpreter_problem(pythonpath="") == ""
+    finally:
+        fence.interpreter_problem.cache_clear()
