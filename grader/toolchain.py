@@ -160,6 +160,13 @@ def side_path() -> str | None:
     return _ACTIVE.side if _ACTIVE is not None else None
 
 
+def worker_pythonpath(*first: str) -> str:
+    """The whole PYTHONPATH of a grading worker (grader/harness/session.py): ``first``
+    (its staged packages), then the grading Triton's folder if this process has one.
+    Nothing of this process's own PYTHONPATH reaches a worker."""
+    return os.pathsep.join([*first, *filter(None, [side_path()])])
+
+
 def _shown(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(ROOT))

@@ -72,12 +72,11 @@ SEED = 20261125
 
 def workers_interpreter_problem() -> str:
     """Why the predictions' sandboxed workers could not run Triton's interpreter here, or "":
-    tried with the PYTHONPATH such a worker gets (the grading Triton's folder, when this
-    process put one first), not this process's."""
+    tried with the PYTHONPATH such a worker gets, not this process's."""
     from grader import toolchain
     from grader.worker.fence import interpreter_problem
 
-    return interpreter_problem(pythonpath=toolchain.side_path() or "")
+    return interpreter_problem(pythonpath=toolchain.worker_pythonpath())
 
 
 def device_record() -> dict:

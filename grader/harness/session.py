@@ -453,7 +453,7 @@ class Session:
         env.update(HOME=str(self.scratch), TMPDIR=str(self.scratch), PYTHONNOUSERSITE="1",
                    PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1",
                    TRITON_CACHE_DIR=str(self.scratch / "triton-cache"),
-                   PYTHONPATH=os.pathsep.join([str(self.tmp / "stage"), *filter(None, [toolchain.side_path()])]))
+                   PYTHONPATH=toolchain.worker_pythonpath(str(self.tmp / "stage")))
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""

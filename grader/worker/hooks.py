@@ -27,10 +27,6 @@ class Hooks:
     def __init__(self) -> None:
         self._saved: list[tuple[type, str, object]] = []
 
-    @property
-    def installed(self) -> bool:
-        return bool(self._saved)
-
     def install(self, patches: dict) -> None:
         """Install ``patches`` ({(owner, name): replacement}); the caller looks up every
         original it calls before this, so a name that is missing changes nothing."""

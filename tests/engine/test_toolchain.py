@@ -14,6 +14,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -366,3 +367,13 @@ def test_a_cpu_run_compiles_with_the_grading_triton_whatever_the_environment_hol
     assert other["results"]["output"].startswith(f"Toolchain: Compiled with Triton {newer}")
     assert other["stdout"].startswith(f"toolchain: Compiled with Triton {newer}")
     assert _table(other["json"]) != table
+
+
+def test_a_workers_pythonpath_is_its_packages_and_the_grading_triton_only(monkeypatch):
+    # Nothing of the grading process's own PYTHONPATH: a worker imports what its environment holds.
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/pinned-numpy")
+    monkeypatch.setattr(toolchain, "_ACTIVE", None)
+    assert toolchain.worker_pythonpath("/stage") == "/stage"
+    assert toolchain.worker_pythonpath() == ""
+    monkeypatch.setattr(toolchain, "_ACTIVE", SimpleNamespace(side="/grading-triton"))
+    assert toolchain.worker_pythonpath("/stage") == os.pathsep.join(["/stage", "/grading-triton"])
