@@ -33,6 +33,10 @@ KNOWN_ERRORS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("Unsupported function referenced",),
      "likely cause: a kernel calls a Python function that has no @triton.jit; Triton's CPU interpreter runs "
      "it, but compiled code (the GPU) needs @triton.jit on every function a kernel calls"),
+    # The same helper on the GPU's second call (Triton has cached the kernel), or a plain constant.
+    (("Cannot access global variable", "from within @jit'ed function"),
+     "likely cause: a kernel uses a module-level name that is neither a @triton.jit function nor a "
+     "tl.constexpr(...) value: put @triton.jit on a helper function; write a constant as NAME = tl.constexpr(value)"),
 )
 
 

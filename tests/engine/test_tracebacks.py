@@ -77,6 +77,9 @@ def test_errors_whose_words_mislead_get_a_likely_cause():
     compiled = 'File "/venv/triton/runtime/jit.py", line 142\nRuntimeError: Unsupported function referenced: ' \
                "<function _round at 0x7f0f3ead8540>"
     assert "needs @triton.jit on every function a kernel calls" in known_error(compiled)
+    cached = ('NameError("Cannot access global variable _round from within @jit\'ed function. Triton kernels '
+              'can only access global variables that are instanstiated as constexpr")')
+    assert "put @triton.jit on a helper function" in known_error(cached)
     assert known_error(SYNTAX) is None and known_error("KeyError: 'no such key'") is None
 
 
