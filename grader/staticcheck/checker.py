@@ -16,23 +16,30 @@ from .policy import (
     ALLOWED_PATHS,
     ALLOWED_STORE_DUNDERS,
     BUILTIN_NAMES,
+    DATA,
     DISPATCH_HOOKS,
+    DUNDERS_ALLOWED,
     HOST_COPY_ATTRS,
     KERNEL_DECORATORS,
     LIBRARY_ATTRS,
     LIBRARY_METHODS,
     MATMUL_DUNDERS,
     MODULE_TREES,
+    NAME,
     PRODUCT_NAMES,
     PY_INTERNAL_ATTRS,
     REFUSED_BUILTINS,
     REFUSED_IN_KERNEL,
+    REFUSED_SYNTAX,
+    SYNTAX,
     UTILS,
     VALUE_ATTRS,
+    WALK,
     _is_product,
     _kernel_siblings,
     _path_reason,
     _tree_covered,
+    is_dunder,
 )
 from .scopes import CLASS, FUNCTION, MODULE, SCOPE_NODES, _bound_in, _decorated, _Scope
 
@@ -250,8 +257,48 @@ class _Checker:
                 or any(module.startswith(t + ".") for t in MODULE_TREES)
                 or any(module.startswith(e + ".") for e in self.extra))
 
+    # -- the grammar: every node and field against policy.SYNTAX, before any meaning is read
+    def check_syntax(self) -> set[int]:
+        """Flag every construct outside policy.SYNTAX; the ids of the refused nodes (not walked further)."""
+        refused: set[int] = set()
+        stack: list[ast.AST] = [self.tree]
+        while stack:
+            node = stack.pop()
+            kind = type(node).__name__
+            fields = SYNTAX.get(kind)
+            if fields is None:
+                words, why = REFUSED_SYNTAX.get(kind, (f"the construct ast.{kind}", "the check does not know it "
+                                                       "(a newer Python's syntax)"))
+                self.flag(node, "syntax-refused", f"{words} has no place in a kernel file: {why}")
+                refused.add(id(node))
+                continue
+            for field in node._fields:
+                value = getattr(node, field, None)
+                rule = fields.get(field, f"the field {field} of ast.{kind} (a newer Python's syntax)")
+                if rule == WALK:
+                    stack += [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, ast.AST)]
+                elif rule == NAME:
+                    for name in value if isinstance(value, list) else [value]:
+                        self._check_identifier(node, kind, field, name)
+                elif rule != DATA and value:
+                    self.flag(node, "syntax-refused", f"{rule} has no place in a kernel file")
+        return refused
+
+    def _check_identifier(self, node: ast.AST, kind: str, field: str, name) -> None:
+        """A dunder identifier outside Name and Attribute (their visitors give the reasons): a parameter,
+        a keyword, an import, a def, a class, an except target, a global."""
+        if kind in ("Name", "Attribute") or not isinstance(name, str):
+            return
+        for part in name.split("."):
+            if is_dunder(part) and part not in DUNDERS_ALLOWED.get((kind, field), ()):
+                self.flag(node, "introspection", f"uses the name {part}: names with double underscores on both "
+                                                 "sides belong to the interpreter; a kernel file may define "
+                                                 "only the ordinary methods of a class (__init__, __repr__, "
+                                                 "__eq__, __len__, ...)")
+
     # -- the walk
     def run(self) -> None:
+        refused = self.check_syntax()
         self.collect()
         stack: list[tuple[ast.AST, bool, _Scope | None, int]] = [(self.tree, False, None, MODULE)]
         handlers: dict[type, object] = {}
@@ -262,6 +309,8 @@ class _Checker:
 
         while stack:
             node, *rest = stack.pop()
+            if id(node) in refused:
+                continue
             ctx = tuple(rest)
             kind = type(node)
             if kind not in handlers:
@@ -270,8 +319,8 @@ class _Checker:
             if handler is not None:
                 handler(node, *ctx, push, stack)
             else:
-                for field in node._fields:
-                    value = getattr(node, field, None)
+                for field, rule in SYNTAX[kind.__name__].items():
+                    value = getattr(node, field, None) if rule == WALK else None
                     if isinstance(value, ast.AST):
                         stack.append((value, *ctx))
                     elif isinstance(value, list):
