@@ -153,7 +153,7 @@ max min eps tiny bits resolution smallest_normal index
 multi_processor_count major minor name total_memory L2_cache_size warp_size
 max_threads_per_multi_processor regs_per_multiprocessor shared_memory_per_block
 shared_memory_per_block_optin shared_memory_per_multiprocessor
-from_tensor best_config kwargs num_warps num_stages num_ctas maxnreg cache_info cache_clear
+from_tensor best_config kwargs all_kwargs num_warps num_stages num_ctas maxnreg cache_info cache_clear
 get items keys pop setdefault update copy clear append extend insert count sort reverse remove
 format join strip lstrip rstrip startswith endswith lower upper replace isdigit bit_length
 value _replace _asdict _fields
