@@ -18,7 +18,8 @@ HEADER_LINES = HEADER.count("\n")
 
 ATTACKS = {
     # issue 40: match/case class patterns read attributes the check never saw
-    "match class pattern reaches __builtins__": "match f:\n    case object(__builtins__=b):\n        imp = b['__import__']",
+    "match class pattern reaches __builtins__": ("match f:\n    case object(__builtins__=b):\n"
+                                                 "        imp = b['__import__']"),
     "match class pattern, plain attribute name": "match f:\n    case object(start=s):\n        s()",
     "match mapping pattern": "match d:\n    case {'eval': e}:\n        e('1')",
     "match capture": "match torch:\n    case m:\n        m.matmul(a, b)",
@@ -70,7 +71,8 @@ ATTACKS = {
     "object.__subclasses__": "s = object.__subclasses__()",
     # exceptions, generators, frames
     "exception __traceback__": "try:\n    1 / 0\nexcept ZeroDivisionError as e:\n    fr = e.__traceback__.tb_frame",
-    "exception tb_frame via with_traceback": "try:\n    1 / 0\nexcept ZeroDivisionError as e:\n    tb = e.with_traceback(None)",
+    "exception tb_frame via with_traceback": ("try:\n    1 / 0\nexcept ZeroDivisionError as e:\n"
+                                              "    tb = e.with_traceback(None)"),
     "generator gi_frame": "g = (i for i in ())\nf = g.gi_frame.f_globals",
     "generator gi_code": "def gen():\n    yield 1\nc = gen().gi_code",
     "function __globals__": "def f():\n    pass\ng = f.__globals__['__builtins__']",
