@@ -27,6 +27,7 @@ does not compile. ``tests/kernels/test_idioms.py`` asserts the correctness part.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import importlib
 import os
@@ -51,6 +52,7 @@ IDIOMS = Path(__file__).resolve().parent
 TASK_NAMES = ("w8a8", "w4a16", "dds")
 _STAGE = Path(tempfile.mkdtemp(prefix="idioms-"))   # the staged packages, importable from sys.path
 sys.path.insert(0, str(_STAGE))
+atexit.register(shutil.rmtree, _STAGE, True)
 
 
 def variants() -> list[str]:
@@ -69,18 +71,18 @@ def cases(task: str) -> list[tuple[str, tuple, dict]]:
     return [c for c in out if c[1] is not None]
 
 
-def load(name: str):
-    """The variant's module, imported as the grader stages a submission: package
-    ``idiom_<name>`` holding the file as ``<task>.py`` and the grader's utils.py."""
+def load(name: str, folder: Path = IDIOMS):
+    """The variant ``folder/<name>.py``, imported as the grader stages a submission:
+    package ``idiom_<name>`` holding the file as ``<task>.py`` and the grader's utils.py."""
     package = f"idiom_{name}"
     module = sys.modules.get(f"{package}.{task_of(name)}")
     if module is not None:
         return module
-    folder = _STAGE / package
+    source, folder = folder, _STAGE / package
     folder.mkdir(exist_ok=True)
     (folder / "__init__.py").write_text("")
     shutil.copy(ROOT / "assignment" / "utils.py", folder / "utils.py")
-    shutil.copy(IDIOMS / f"{name}.py", folder / f"{task_of(name)}.py")
+    shutil.copy(source / f"{name}.py", folder / f"{task_of(name)}.py")
     return importlib.import_module(f"{package}.{task_of(name)}")
 
 
@@ -131,10 +133,10 @@ def call_guarded(fn, args: tuple):
         torch.use_deterministic_algorithms(False)
 
 
-def failures(name: str, seed: int, seeds: int = 3) -> list[str]:
+def failures(name: str, seed: int, seeds: int = 3, folder: Path = IDIOMS) -> list[str]:
     """Every (config, case, seed) on which the variant's output is wrong or its call raises."""
     task = task_of(name)
-    module = load(name)
+    module = load(name, folder)
     fn = getattr(module, f"{task}_mm")
     bad = []
     for setting in settings(module):
