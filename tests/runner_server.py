@@ -157,6 +157,34 @@ class RunnerServer:
         with self.db() as db:
             return db.execute("SELECT * FROM jobs WHERE id = ?", (job,)).fetchone()
 
+    def grade_pids(self, job: str) -> list[int]:
+        """The process ids of the grade commands (``python -m grader grade``, not their supervisors)
+        running for ``job`` now: their folder is DATA/work/<slot>/<job>-<attempt>-*."""
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                cwd = os.readlink(entry / "cwd")
+            except OSError:
+                continue
+            if argv[1:4] == [b"-m", b"grader", b"grade"] and Path(cwd).name.startswith(f"{job}-") \
+                    and str(self.data / "work") in cwd:
+                pids.append(int(entry.name))
+        return pids
+
+    def kill_grade(self, job: str, sig: int = signal.SIGKILL, timeout_s: float = 60) -> int:
+        """Send ``sig`` to the grade of ``job`` as soon as it runs; its process id."""
+        deadline = time.monotonic() + scaled(timeout_s)
+        while time.monotonic() < deadline:
+            pids = self.grade_pids(job)
+            if pids:
+                os.kill(pids[0], sig)
+                return pids[0]
+            time.sleep(0.1)
+        raise AssertionError(f"no grade of job {job} ran in time:\n" + self.log_text())
+
     def worker_row(self) -> sqlite3.Row:
         with self.db() as db:
             return db.execute("SELECT * FROM workers").fetchone()

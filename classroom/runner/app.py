@@ -21,7 +21,6 @@ epoch seconds, and a Retry-After header). An error of the runner itself is a
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 import traceback
@@ -31,12 +30,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from . import page
+from .names import RULE, display_name
 from .scheduler import leaderboard, snapshot
 from .store import NameTaken, Quota, QuotaUsed, Store
 from .upload import UploadRefused, read_kernel_files
 
 DRAIN_BYTES = 16 << 20   # a body over the limit is still read up to this much, so that its sender gets the 413
-DISPLAY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.\-]{0,31}")
 
 
 @dataclass(frozen=True)
@@ -96,9 +95,10 @@ def create_app(settings: Settings) -> FastAPI:
         if student is None:
             return _error(401, "unknown or revoked token: check TOKEN (a TA can reissue it)")
         name = request.query_params.get("display_name")
-        if name is not None and not DISPLAY_NAME.fullmatch(name):
-            return _error(400, "display name: 1 to 32 letters, digits, spaces, '_', '.' or '-', starting "
-                               "with a letter or digit")
+        if name is not None:
+            name = display_name(name)
+            if name is None:
+                return _error(400, f"display name: {RULE}")
         length = request.headers.get("content-length")
         limit = settings.max_upload
         drain = max(DRAIN_BYTES, 4 * limit)

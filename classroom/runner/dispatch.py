@@ -32,7 +32,7 @@ from grader.harness import proc
 
 from ..grade_process import ROOT
 from .store import Job, Store
-from .worker import error_report, file_name
+from .worker import error_report, file_name, read_settings, report_rubric
 
 TICK_S = 0.5
 RESTART_S = (1.0, 60.0)   # the wait before restarting a worker that died young: first, most
@@ -66,10 +66,10 @@ def cancel_remote(remote: str | None, folder: Path) -> None:
 
 
 class Dispatcher:
-    def __init__(self, data_dir: Path, slots: list[tuple[str, dict]], rubric):
+    def __init__(self, data_dir: Path, slots: list[tuple[str, dict]]):
         self.dir = Path(data_dir)
         self.slots = [Slot(name, env) for name, env in slots]
-        self.rubric = rubric
+        self.rubric = report_rubric(read_settings(self.dir))
         self.logs = self.dir / "logs"
         self.logs.mkdir(mode=0o700, exist_ok=True)
         self._stop = threading.Event()

@@ -19,6 +19,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from .names import holders, name_key
 from .store import Store
 
 DEFAULT_JOB_S = {"cuda": 90.0, "cpu": 60.0}   # a grade's wall time before any was measured here
@@ -77,8 +78,9 @@ def _finite(x) -> bool:
 
 def board_numbers(report: dict) -> tuple[dict[str, float], dict[str, float]]:
     """({task: performance points}, {performance test: kernel ms}) of one report. A test's time
-    counts only when its task ran clean (no flag, every correctness test passed) and its timed
-    outputs were right: a fast wrong kernel is no record."""
+    counts only when its task ran clean (no flag, every correctness test passed) and the judge
+    trusted the time: the test earned points (passed or partial). A time the judge rejected (timed
+    outputs wrong, below the memory floor) or voided (a flag on the task) is no record."""
     tests = [t for t in report.get("tests", []) if isinstance(t, dict)]
     tasks = {t.get("task"): t for t in report.get("tasks", []) if isinstance(t, dict)}
     points: dict[str, float] = {}
@@ -91,7 +93,8 @@ def board_numbers(report: dict) -> tuple[dict[str, float], dict[str, float]]:
         clean = tasks.get(task, {}).get("status") == "ok" and all(
             c.get("status") == "passed" for c in tests if c.get("task") == task and c.get("kind") == "correctness")
         ms = (t.get("details") or {}).get("kernel_ms")
-        if clean and _finite(ms) and ms > 0 and "wrong" not in str(t.get("message", "")):
+        trusted = t.get("status") in ("passed", "partial") and t["score"] > 0
+        if clean and trusted and _finite(ms) and ms > 0:
             times[t["name"]] = float(ms)
     return points, times
 
@@ -108,7 +111,11 @@ def leaderboard(store: Store) -> list[BoardRow]:
     """One row per student who opted in: their latest display name, per task the best performance
     points and per test the best kernel time of their opted-in reports; best total first."""
     rows: dict[str, BoardRow] = {}
-    for student, name, _, text in store.board_jobs():
+    jobs = store.board_jobs()
+    held = holders([(student, name) for student, name, _, _ in jobs])
+    for student, name, _, text in jobs:
+        if held[name_key(name)] != student:
+            continue   # queued before its holder's run was graded: shown under no name of another's
         try:
             report = json.loads(text)
         except ValueError:

@@ -206,7 +206,7 @@ def serve_main(args) -> int:
     import signal
 
     import uvicorn
-    dispatcher = Dispatcher(data, slots, rubric)
+    dispatcher = Dispatcher(data, slots)
     # uvicorn stops serving on SIGINT/SIGTERM, then raises the signal again to the handler it found:
     # this one, so that the workers are stopped and their jobs given back before the process ends.
     signal.signal(signal.SIGTERM, _stopped)

@@ -42,6 +42,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .names import holders, name_key
+
 DB_NAME = "runner.sqlite"
 SCHEMA_VERSION = 1
 MAX_ATTEMPTS = 3          # a job given back this many times is not tried again
@@ -115,7 +117,8 @@ class QuotaUsed(Exception):
 
 
 class NameTaken(Exception):
-    """Another student shows on the leaderboard under this display name."""
+    """Another student holds this display name (names.py: the same after NFKC, case folding and
+    whitespace collapse; held by the first graded run that carried it)."""
 
 
 @dataclass(frozen=True)
@@ -251,11 +254,9 @@ class Store:
         now = time.time() if now is None else now
         job = secrets.token_urlsafe(12)
         with self.transaction() as db:
-            if display_name is not None:
-                other = db.execute("SELECT 1 FROM jobs WHERE display_name = ? AND student != ? LIMIT 1",
-                                   (display_name, student)).fetchone()
-                if other:
-                    raise NameTaken(display_name)
+            if display_name is not None and holders(self._named_runs(db)).get(
+                    name_key(display_name), student) != student:
+                raise NameTaken(display_name)
             queued = db.execute("SELECT id FROM jobs WHERE student = ? AND state = 'queued'", (student,)).fetchone()
             counted = [r[0] for r in db.execute(
                 "SELECT created FROM jobs WHERE student = ? AND created > ? AND state != 'replaced' AND id != ? "
@@ -312,11 +313,17 @@ class Store:
             "SELECT finished - started FROM jobs WHERE state = 'done' AND error IS NULL AND started IS NOT NULL "
             "ORDER BY finished DESC LIMIT ?", (last,))]
 
+    def _named_runs(self, db) -> list[tuple[str, str]]:
+        """(student, display name) of every graded run that opted in to the board, oldest first."""
+        return [(r[0], r[1]) for r in db.execute(
+            "SELECT student, display_name FROM jobs WHERE state = 'done' AND error IS NULL "
+            "AND display_name IS NOT NULL ORDER BY finished, seq")]
+
     def board_jobs(self) -> list[tuple[str, str, float, str]]:
         """(student, display name, finished, report.json) of every finished job that opted in to the board."""
         return [(r[0], r[1], r[2], r[3]) for r in self.db.execute(
             "SELECT j.student, j.display_name, j.finished, r.report_json FROM jobs j JOIN reports r ON r.job = j.id "
-            "WHERE j.state = 'done' AND j.display_name IS NOT NULL AND j.error IS NULL ORDER BY j.finished")]
+            "WHERE j.state = 'done' AND j.display_name IS NOT NULL AND j.error IS NULL ORDER BY j.finished, j.seq")]
 
     # ------------------------------------------------------------------------- workers and leases
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from grader.harness import proc
 from grader.report import error_result, write_reports
-from grader.rubric import DEFAULT_RUBRIC, load_rubric
+from grader.rubric import DEFAULT_RUBRIC, load_rubric, visible_only
 
 from ..grade_process import ROOT, _check_reports, _last_line, _tail
 from ..reports import REPORT_JSON_BYTES
@@ -84,6 +84,14 @@ def grade_remote(cmd: list[str], work: str, timeout_s: float) -> int | None:
         p.kill()
 
 
+def report_rubric(settings: dict):
+    """The rubric of every report the runner makes itself (a grader error): with the hidden tests off,
+    the visible one, as the grade's own report would be, so that no report names a hidden test and
+    its total reads out of the visible maximum."""
+    rubric = load_rubric(settings["rubric"] or DEFAULT_RUBRIC)
+    return visible_only(rubric) if settings["tests"] == "visible" else rubric
+
+
 def error_report(rubric, reason: str) -> tuple[str, str]:
     """(report.json, report.md) of a job that could not be graded: score 0 and why."""
     with tempfile.TemporaryDirectory(prefix="runner-error-") as d:
@@ -98,7 +106,7 @@ class Worker:
         self.settings = read_settings(self.dir)
         self.store = Store(self.dir)
         self.lease_s = float(self.settings["lease_s"])
-        self.rubric = load_rubric(self.settings["rubric"] or DEFAULT_RUBRIC)
+        self.rubric = report_rubric(self.settings)
         # One folder per slot, emptied at the start: what a killed worker's grade left goes with it.
         (self.dir / "work").mkdir(mode=0o700, exist_ok=True)
         self.work_root = self.dir / "work" / file_name(slot)

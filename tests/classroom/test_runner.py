@@ -217,12 +217,81 @@ def test_quota_counts_runs_in_the_rolling_window_and_says_when_it_renews(tmp_pat
     s.submit("alice", FAST, q, now=4601)          # the first run left the window
 
 
+def _graded(s: Store, student: str, name: str | None, report: str = '{"score": 1, "max_score": 4}',
+            error: str | None = None) -> str:
+    """A run of ``student`` graded to its end (``error``: the grader's own failure)."""
+    job, _, _ = s.submit(student, FAST, Quota(0, 24), display_name=name)
+    leased = s.lease("w", "gpu0", 30)
+    assert leased.id == job
+    assert s.finish("w", job, report, "# r", error=error)
+    return job
+
+
 def test_a_display_name_belongs_to_one_student(tmp_path):
     s, _ = _store(tmp_path)
-    s.submit("alice", FAST, Quota(0, 24), display_name="fast kernels")
+    _graded(s, "alice", "fast kernels")
     with pytest.raises(NameTaken):
         s.submit("bob", FAST, Quota(0, 24), display_name="fast kernels")
     s.submit("alice", FAST, Quota(0, 24), display_name="fast kernels")
+
+
+@pytest.mark.parametrize("raw, shown", [("Alice A", "Alice A"), ("  Alice   A ", "Alice A"),
+                                         ("\uff21\uff4c\uff49\uff43\uff45\u3000A", "Alice A"),  # fullwidth
+                                         ("Alice\tA", "Alice A"), ("\u0410lice", None),             # Cyrillic A
+                                         ("<b>", None), ("   ", None), ("x" * 33, None)])
+def test_a_display_name_is_read_after_nfkc_and_whitespace_collapse(raw, shown):
+    from classroom.runner.names import display_name
+    assert display_name(raw) == shown
+
+
+@pytest.mark.parametrize("other", ["Alice A ", "alice a", "ALICE  A", "\uff41\uff4c\uff49\uff43\uff45 \uff21"])
+def test_names_that_look_the_same_are_the_same_name(tmp_path, other):
+    s, _ = _store(tmp_path)
+    _graded(s, "alice", "Alice A")
+    with pytest.raises(NameTaken):
+        s.submit("bob", FAST, Quota(0, 24), display_name=other)
+
+
+def test_a_name_belongs_only_to_a_student_with_a_graded_run(tmp_path):
+    from classroom.runner.scheduler import leaderboard
+    s, _ = _store(tmp_path, ("alice", "bob", "carol"))
+    q = Quota(0, 24)
+    _graded(s, "carol", "Carol", error="the grader exited with code 1")
+    s.submit("alice", FAST, q, display_name="Alice A")       # queued, then replaced before it ran
+    s.submit("alice", FAST, q)
+    s.submit("bob", FAST, q, display_name="alice a")         # the name was never alice's: bob may use it
+    s.submit("bob", FAST, q, display_name="carol")           # a run the grader could not grade holds no name
+    # two students queued under one name: the first graded run holds it, the other is not on the board
+    (tmp_path / "two").mkdir()
+    s2, _ = _store(tmp_path / "two", ("alice", "bob"))
+    s2.submit("alice", FAST, q, display_name="Same")
+    s2.submit("bob", FAST, q, display_name="same")
+    for _ in range(2):
+        job = s2.lease("w", "gpu0", 30)
+        assert s2.finish("w", job.id, _board_report(3.0, 0.5, "passed"), "# r")
+    assert [(r.name, r.total) for r in leaderboard(s2)] == [("Same", 3.0)]
+    with pytest.raises(NameTaken):
+        s2.submit("bob", FAST, q, display_name="SAME")
+
+
+def _board_report(points: float, kernel_ms: float, status: str, message: str = "ratio 1.2",
+                  task_status: str = "ok") -> str:
+    tests = [{"name": "dds/c0", "task": "dds", "kind": "correctness", "score": 2, "status": "passed"},
+             {"name": "dds/perf", "task": "dds", "kind": "performance", "score": points, "status": status,
+              "message": message, "details": {"kernel_ms": kernel_ms}}]
+    return json.dumps({"score": 2 + points, "max_score": 5, "tests": tests,
+                       "tasks": [{"task": "dds", "score": 2 + points, "status": task_status}]})
+
+
+def test_the_board_keeps_only_timings_the_judge_trusted():
+    from classroom.runner.scheduler import board_numbers
+    assert board_numbers(json.loads(_board_report(1.5, 0.02, "partial"))) == ({"dds": 1.5}, {"dds/perf": 0.02})
+    below_floor = _board_report(0, 0.0001, "failed", "timed at 0.1 us, below the memory floor of 9.0 us (bytes "
+                                "that must move / measured bandwidth): the timing is not trusted")
+    voided = _board_report(0, 0.001, "failed", "no points for this task: output not computed by the kernels",
+                           task_status="output_not_computed")
+    for text in (below_floor, voided):
+        assert board_numbers(json.loads(text))[1] == {}
 
 
 # ----------------------------------------------------------------------------- a real server
@@ -412,6 +481,36 @@ def test_a_restart_keeps_the_queue_the_quotas_and_the_tokens(tmp_path):
         for token, job in ((tokens["carol"], queued), (tokens["bob"], running)):
             srv.wait_job(token, job["job"], timeout_s=180)
         assert srv.job_row(running["job"])["attempts"] == 2
+    finally:
+        srv.stop()
+
+
+@pytest.mark.slow   # a grade killed MAX_ATTEMPTS times
+def test_a_grade_killed_by_a_signal_never_reports_the_hidden_tests(tmp_path, capsys):
+    """The runner's own grader-error report (a grade process killed; a job that could not be
+    graded) is made from the rubric the student sees: no hidden test named, the visible maximum."""
+    from grader.rubric import load_rubric
+    srv = RunnerServer(tmp_path, ("alice",))
+    try:
+        token = srv.tokens()["alice"]
+        _, job = srv.submit(token, HANGS)
+        killed = set()
+        while srv.job_row(job["job"])["state"] != "done":
+            if srv.job_row(job["job"])["state"] == "running" and srv.grade_pids(job["job"]):
+                killed.add(srv.kill_grade(job["job"]))
+            time.sleep(0.2)
+        assert killed
+        done = srv.get(f"/api/submissions/{job['job']}", token)
+        report, report_md = done["report"], done["report_md"]
+        assert "grader_error" in report
+        assert HIDDEN_TEST not in json.dumps(report) + report_md
+        visible = visible_only(load_rubric(str(srv.rubric)))
+        most = sum(t.points for t in visible.tests if not t.bonus)
+        assert report["max_score"] == most and report["hidden_points"] == 5
+        client.write_report(done, tmp_path / "gpu-report")      # what make submit prints
+        printed = capsys.readouterr().out
+        assert f"TOTAL 0/{most:g}" in printed and "5 in hidden tests only the TA runs" in printed, printed
+        assert HIDDEN_TEST not in printed
     finally:
         srv.stop()
 
