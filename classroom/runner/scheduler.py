@@ -5,9 +5,12 @@ dead worker first, then round-robin by student (whoever was served least
 recently), then the oldest upload. With one queued job per student (a new
 upload replaces it) no student can push others back by uploading often.
 
-ETAs come from how long the last graded jobs took (their median), or
-``DEFAULT_JOB_S`` before there are any: each queued job, in order, starts
-when the first of the workers frees up, and ends one job's time later.
+ETAs come from how long the last grades on this device that reached the
+kernels took (a stub's quick grade says nothing of a real one): their
+``ETA_PERCENTILE``-th percentile, so that most reports come before the time
+announced, or ``DEFAULT_JOB_S`` before there are any. Each queued job, in
+order, starts when the first of the workers frees up, and ends one job's
+time later.
 """
 
 from __future__ import annotations
@@ -15,14 +18,14 @@ from __future__ import annotations
 import heapq
 import json
 import math
-import statistics
 import time
 from dataclasses import dataclass
 
 from .names import holders, name_key
 from .store import Store
 
-DEFAULT_JOB_S = {"cuda": 90.0, "cpu": 60.0}   # a grade's wall time before any was measured here
+DEFAULT_JOB_S = {"cuda": 300.0, "cpu": 120.0}   # a grade's wall time before any was measured here
+ETA_PERCENTILE = 90
 
 
 @dataclass(frozen=True)
@@ -42,9 +45,15 @@ class Running:
     eta_s: float        # until its report, from now
 
 
+def percentile(values: list[float], p: float) -> float:
+    """The nearest-rank ``p``-th percentile of ``values`` (not empty)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
 def job_seconds(store: Store, device: str) -> float:
-    durations = [d for d in store.durations() if d is not None and d > 0]
-    return statistics.median(durations) if durations else DEFAULT_JOB_S.get(device, 60.0)
+    durations = [d for d in store.durations(device) if d is not None and d > 0]
+    return percentile(durations, ETA_PERCENTILE) if durations else DEFAULT_JOB_S.get(device, 120.0)
 
 
 def snapshot(store: Store, workers: int, device: str, now: float | None = None) -> tuple[list[Place], list[Running]]:

@@ -212,7 +212,8 @@ def test_quota_counts_runs_in_the_rolling_window_and_says_when_it_renews(tmp_pat
     with pytest.raises(QuotaUsed) as e:
         s.submit("alice", FAST, q, now=1040)
     assert e.value.renews_at == 1000 + 3600 and e.value.limit == 2
-    assert s.quota_state("alice", q, now=1040) == {"limit": 2, "window_h": 1.0, "used": 2, "renews_at": 4600}
+    assert s.quota_state("alice", q, now=1040) == {"limit": 2, "window_h": 1.0, "used": 2, "renews_at": 4600,
+                                                   "left": 0}
     s.submit("bob", FAST, q, now=1040)            # another student's quota is their own
     s.submit("alice", FAST, q, now=4601)          # the first run left the window
 
@@ -326,10 +327,13 @@ def test_submit_prints_make_grades_table_and_writes_the_reports(server, tmp_path
     assert re.search(r"^  (place 1 in the queue|being graded); report in about \d+ (s|min)$", out.stdout,
                      re.M), out.stdout
     assert "hidden tests are not run" in out.stdout
-    report = json.loads((tmp_path / "gpu-report" / "report.json").read_text())
-    assert (tmp_path / "gpu-report" / "report.md").read_text().startswith("# Grade report: 0 / 4")
+    (folder,) = (tmp_path / "gpu-report").iterdir()                  # gpu-report/<job>/
+    report = json.loads((folder / "report.json").read_text())
+    assert (folder / "report.md").read_text().startswith("# Grade report: 0 / 4")
+    assert report["runner"]["job"] == folder.name and f"job {folder.name}, uploaded " in out.stdout
+    assert "out of 9 in all: 5 points are in hidden tests only the TA runs" in out.stdout
     assert report["score"] == 0 and [t["name"] for t in report["tests"]] == ["dds/c0", "dds/c1", "dds/perf"]
-    assert HIDDEN_TEST not in out.stdout + json.dumps(report) + (tmp_path / "gpu-report" / "report.md").read_text()
+    assert HIDDEN_TEST not in out.stdout + json.dumps(report) + (folder / "report.md").read_text()
     local = subprocess.run([sys.executable, "-m", "grader", "grade", str(ROOT / "assignment"), "--rubric",
                             str(server.rubric), "--device", "cpu", "--tests", "visible", "--report-dir",
                             str(tmp_path / "local")], cwd=ROOT, capture_output=True, text=True, timeout=scaled(300))
@@ -355,11 +359,12 @@ def test_a_student_never_reads_another_students_job(server):
     assert "report" not in json.dumps(server.get("/api/status"))
 
 
-def test_refusals_are_one_line_for_the_student(server, tmp_path, capsys):
+def test_refusals_are_one_line_for_the_student(server, tmp_path, capsys, monkeypatch):
     tokens = server.tokens()
     status, body = server.submit("0" * 48, FAST)
     assert status == 401 and "unknown or revoked token" in body["error"]
-    assert client.main([str(ROOT / "assignment"), "--server", server.url, "--token", "0" * 48]) == 1
+    monkeypatch.setenv("TOKEN", "0" * 48)
+    assert client.main([str(ROOT / "assignment"), "--server", server.url]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("refused: bad token") and len(err.splitlines()) == 1
     # too large: the body counted as it arrives, and the client's line
@@ -376,7 +381,8 @@ def test_refusals_are_one_line_for_the_student(server, tmp_path, capsys):
         assert db.execute("SELECT COUNT(*) FROM jobs WHERE student = 'bob'").fetchone()[0] == 0
     # unreachable
     dead = f"http://127.0.0.1:{_closed_port()}"
-    assert client.main([str(ROOT / "assignment"), "--server", dead, "--token", tokens["bob"]]) == 1
+    monkeypatch.setenv("TOKEN", tokens["bob"])
+    assert client.main([str(ROOT / "assignment"), "--server", dead]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"cannot reach the runner at {dead}") and len(err.splitlines()) == 1
     # the static check runs first, with make grade's message, and nothing is uploaded
@@ -385,7 +391,7 @@ def test_refusals_are_one_line_for_the_student(server, tmp_path, capsys):
     for name, data in STUB.items():
         (sub / name).write_bytes(data)
     (sub / "w8a8.py").write_bytes(STUB["w8a8.py"] + b"\nimport subprocess\n")
-    assert client.main([str(sub), "--server", dead, "--token", tokens["bob"]]) == 1
+    assert client.main([str(sub), "--server", dead]) == 1
     err = capsys.readouterr().err
     assert err.startswith("forbidden code in w8a8.py: line ") and "subprocess" in err and "cannot reach" not in err
 
@@ -395,7 +401,7 @@ def _closed_port() -> int:
     return free_port()
 
 
-def test_the_quota_refuses_with_when_it_renews(server, capsys):
+def test_the_quota_refuses_with_when_it_renews(server, capsys, monkeypatch):
     token = server.tokens()["carol"]
     for _ in range(2):
         status, body = server.submit(token, FAST)
@@ -404,10 +410,12 @@ def test_the_quota_refuses_with_when_it_renews(server, capsys):
     assert body["quota"]["used"] == 2 and body["quota"]["limit"] == 2
     status, body = server.submit(token, FAST)
     assert status == 429 and body["renews_at"] > time.time() + 23 * 3600
-    assert client.main([str(ROOT / "assignment"), "--server", server.url, "--token", token]) == 1
+    monkeypatch.setenv("TOKEN", token)
+    assert client.main([str(ROOT / "assignment"), "--server", server.url]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("refused: quota used: 2 run(s) per 24 h; the next run is possible at ")
     assert len(err.splitlines()) == 1
+    assert re.search(r"\(in 23 h 5\d min\)$", err), err     # 23 h 59 min, never "24 h 59 min"
 
 
 def _started_order(server, jobs) -> list[str]:
@@ -480,29 +488,35 @@ def test_a_restart_keeps_the_queue_the_quotas_and_the_tokens(tmp_path):
         assert srv.get(f"/api/submissions/{running['job']}", tokens["bob"])["position"] == 1   # given back: first
         for token, job in ((tokens["carol"], queued), (tokens["bob"], running)):
             srv.wait_job(token, job["job"], timeout_s=180)
-        assert srv.job_row(running["job"])["attempts"] == 2
+        assert srv.job_row(running["job"])["attempts"] == 1      # a clean stop spends no attempt
     finally:
         srv.stop()
 
 
 @pytest.mark.slow   # a grade killed MAX_ATTEMPTS times
-def test_a_grade_killed_by_a_signal_never_reports_the_hidden_tests(tmp_path, capsys):
-    """The runner's own grader-error report (a grade process killed; a job that could not be
-    graded) is made from the rubric the student sees: no hidden test named, the visible maximum."""
+def test_a_grade_killed_by_a_signal_is_retried_then_reported_without_the_hidden_tests(tmp_path, capsys):
+    """A grade killed by a signal (the OOM killer, a TA) is the runner's failure: graded again, up to
+    MAX_ATTEMPTS times, then a grader-error report that says what happened, made from the rubric
+    the student sees (no hidden test named, the visible maximum), and the run given back."""
     from grader.rubric import load_rubric
-    srv = RunnerServer(tmp_path, ("alice",))
+    srv = RunnerServer(tmp_path, ("alice",), quota=1)
     try:
         token = srv.tokens()["alice"]
         _, job = srv.submit(token, HANGS)
-        killed = set()
+        killed = []
         while srv.job_row(job["job"])["state"] != "done":
             if srv.job_row(job["job"])["state"] == "running" and srv.grade_pids(job["job"]):
-                killed.add(srv.kill_grade(job["job"]))
+                pid = srv.kill_grade(job["job"])
+                if pid not in killed:
+                    killed.append(pid)
             time.sleep(0.2)
-        assert killed
+        assert len(killed) == MAX_ATTEMPTS
         done = srv.get(f"/api/submissions/{job['job']}", token)
         report, report_md = done["report"], done["report_md"]
-        assert "grader_error" in report
+        assert report["grader_error"].startswith(f"grading was interrupted {MAX_ATTEMPTS} times (the grade "
+                                                 "process was killed by signal 9 (SIGKILL))"), report
+        assert "does not count against your quota" in report["grader_error"]
+        assert [r["why"] for r in done["retries"]] == ["the grade process was killed by signal 9 (SIGKILL)"] * 3
         assert HIDDEN_TEST not in json.dumps(report) + report_md
         visible = visible_only(load_rubric(str(srv.rubric)))
         most = sum(t.points for t in visible.tests if not t.bonus)
@@ -511,6 +525,11 @@ def test_a_grade_killed_by_a_signal_never_reports_the_hidden_tests(tmp_path, cap
         printed = capsys.readouterr().out
         assert f"TOTAL 0/{most:g}" in printed and "5 in hidden tests only the TA runs" in printed, printed
         assert HIDDEN_TEST not in printed
+        for attempt in range(1, MAX_ATTEMPTS + 1):                # each killed grade kept for the TA
+            kept = srv.data / "failed" / job["job"] / str(attempt)
+            assert (kept / "grade.log").is_file() and (kept / "submission" / "dds.py").is_file()
+        status, again = srv.submit(token, FAST)                   # quota 1: the run was given back
+        assert status == 201, again
     finally:
         srv.stop()
 
