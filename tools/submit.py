@@ -72,6 +72,8 @@ def _fail_line(e: urllib.error.HTTPError) -> str:
         return f"refused: quota used: {message.split(';')[0].removeprefix('quota used: ')}{when}"
     if e.code == 413:
         return f"refused: too large ({message})"
+    if e.code == 403:
+        return f"refused: {message}"
     return f"refused ({e.code}): {message}"
 
 
@@ -286,7 +288,7 @@ def read_token(token_file: str | None) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.submit", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tools.submit", description=__doc__, allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("submission", nargs="?", default="assignment", help="folder or .zip (default: assignment/)")
     p.add_argument("--server", default=os.environ.get("SERVER", ""), help="the runner's address (SERVER=)")
