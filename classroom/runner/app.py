@@ -93,7 +93,8 @@ def create_app(settings: Settings) -> FastAPI:
     @app.post("/api/submissions")
     async def submit(request: Request):
         if "authorization" not in request.headers:
-            return _error(401, "no token: make submit SERVER=... TOKEN=<your token>")
+            return _error(401, "no token: put yours in ~/.runner-token (or TOKEN_FILE=file) and make submit "
+                               "SERVER=... again")
         student = student_of(request)
         if student is None:
             return _error(401, "unknown or revoked token: check TOKEN (a TA can reissue it)")
