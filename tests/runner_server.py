@@ -158,21 +158,9 @@ class RunnerServer:
             return db.execute("SELECT * FROM jobs WHERE id = ?", (job,)).fetchone()
 
     def grade_pids(self, job: str) -> list[int]:
-        """The process ids of the grade commands (``python -m grader grade``, not their supervisors)
-        running for ``job`` now: their folder is DATA/work/<slot>/<job>-<attempt>-*."""
-        pids = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-                cwd = os.readlink(entry / "cwd")
-            except OSError:
-                continue
-            if argv[1:4] == [b"-m", b"grader", b"grade"] and Path(cwd).name.startswith(f"{job}-") \
-                    and str(self.data / "work") in cwd:
-                pids.append(int(entry.name))
-        return pids
+        """The process ids of the grade commands running for ``job`` now."""
+        from classroom.runner.worker import grade_pids
+        return grade_pids(self.data, job)
 
     def kill_grade(self, job: str, sig: int = signal.SIGKILL, timeout_s: float = 60) -> int:
         """Send ``sig`` to the grade of ``job`` as soon as it runs; its process id."""

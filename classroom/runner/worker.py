@@ -143,6 +143,25 @@ def stamp(report_json: str, report_md: str, job: Job) -> tuple[str, str, bool]:
     return json.dumps(data), head + sep + line + rest, reached
 
 
+def grade_pids(data_dir: Path, job: str) -> list[int]:
+    """The process ids of the grade commands (``python -m grader grade``, not their supervisors) running
+    for ``job`` now, read from /proc: their folder is DIR/work/<slot>/<job>-<attempt>-*. For a TA (or a
+    check) that must stop one grade, and no other process, by its id."""
+    work, pids = str(Path(data_dir).absolute() / "work"), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if argv[1:4] == [b"-m", b"grader", b"grade"] and cwd.startswith(work + os.sep) \
+                and Path(cwd).name.startswith(f"{job}-"):
+            pids.append(int(entry.name))
+    return pids
+
+
 def keep_failed(work: Path, data_dir: Path, job: Job) -> None:
     """The folder of a grade that did not end in a report, for the TA: DIR/failed/<job>/<attempt>/."""
     dest = data_dir / "failed" / job.id / str(job.attempts)
