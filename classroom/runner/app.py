@@ -34,7 +34,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from . import page
 from .names import RULE, display_name
-from .scheduler import leaderboard, snapshot
+from .scheduler import finished_recently, leaderboard, snapshot
 from .store import Closed, NameTaken, Quota, QuotaUsed, Store
 from .upload import UploadRefused, read_kernel_files
 
@@ -173,12 +173,16 @@ def create_app(settings: Settings) -> FastAPI:
     def status_data() -> dict:
         places, running = snapshot(store(), settings.workers, settings.device)
         board = leaderboard(store())
+        finished, median = finished_recently(store(), settings.device)
         return {"device": settings.device, "workers": settings.workers, "tests": settings.tests,
+                "finished": [{"ago_s": round(f["ago_s"]), "took_s": None if f["took_s"] is None else round(f["took_s"])}
+                             for f in finished],
+                "median_grade_s": None if median is None else round(median),
                 "queue": [{"position": p.position, "eta_s": round(p.eta_s)} for p in places],
                 "running": [{"slot": r.slot, "elapsed_s": round(r.elapsed_s), "eta_s": round(r.eta_s)}
                             for r in running],
-                "leaderboard": [{"name": b.name, "points": b.points, "times_ms": b.times, "total": b.total}
-                                for b in board],
+                "leaderboard": [{"rank": b.rank, "name": b.name, "points": b.points, "times_ms": b.times,
+                                 "total": b.total, "correctness": b.correctness} for b in board],
                 "tasks": list(settings.tasks), "performance_tests": list(settings.performance_tests)}
 
     @app.get("/api/status")

@@ -79,6 +79,17 @@ def snapshot(store: Store, workers: int, device: str, now: float | None = None) 
     return places, running
 
 
+def finished_recently(store: Store, device: str, now: float | None = None,
+                      window_s: float = 3600) -> tuple[list[dict], float | None]:
+    """([{ago_s, took_s}] of the jobs finished in the last ``window_s``, newest first; the median
+    time of the recent grades on this device that reached the kernels, or None)."""
+    now = time.time() if now is None else now
+    done = [{"ago_s": max(0.0, now - f), "took_s": (f - s) if s else None}
+            for f, s in store.finished_since(now - window_s)]
+    real = [d for d in store.durations(device) if d and d > 0]
+    return done, (sorted(real)[len(real) // 2] if real else None)
+
+
 # ----------------------------------------------------------------------------- the leaderboard
 
 def _finite(x) -> bool:
@@ -114,11 +125,15 @@ class BoardRow:
     points: dict          # task -> best performance points
     times: dict           # performance test -> best kernel ms
     total: float
+    correctness: float = 0.0   # the best correctness points of the student's runs
+    rank: int = 0              # 1 for the best total; equal totals share a rank
 
 
 def leaderboard(store: Store) -> list[BoardRow]:
-    """One row per student who opted in: their latest display name, per task the best performance
-    points and per test the best kernel time of their opted-in reports; best total first."""
+    """One row per student who opted in and has a trusted timing: their latest display name, per
+    task the best performance points and per test the best kernel time of their opted-in reports,
+    their best correctness points; best total first, equal totals ranked equal (then listed by
+    time). Without timings (CPU grades) there is no board."""
     rows: dict[str, BoardRow] = {}
     jobs = store.board_jobs()
     held = holders([(student, name) for student, name, _, _ in jobs])
@@ -132,12 +147,19 @@ def leaderboard(store: Store) -> list[BoardRow]:
         if not isinstance(report, dict) or "grader_error" in report:
             continue
         points, times = board_numbers(report)
+        correct = sum(t["score"] for t in report.get("tests", []) if isinstance(t, dict)
+                      and t.get("kind") == "correctness" and _finite(t.get("score")) and not t.get("bonus"))
         row = rows.setdefault(student, BoardRow(name, {}, {}, 0.0))
+        row.correctness = max(row.correctness, correct)
         row.name = name   # the latest choice (jobs come oldest first)
         for k, v in points.items():
             row.points[k] = max(v, row.points.get(k, v))
         for k, v in times.items():
             row.times[k] = min(v, row.times.get(k, v))
-    for row in rows.values():
+    board = [r for r in rows.values() if r.times]
+    for row in board:
         row.total = sum(row.points.values())
-    return sorted(rows.values(), key=lambda r: (-r.total, sum(r.times.values()) if r.times else math.inf, r.name))
+    board.sort(key=lambda r: (-r.total, sum(r.times.values()), r.name))
+    for i, row in enumerate(board):
+        row.rank = board[i - 1].rank if i and row.total == board[i - 1].total else i + 1
+    return board

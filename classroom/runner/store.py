@@ -443,6 +443,12 @@ class Store:
             "SELECT student, display_name FROM jobs WHERE state = 'done' AND error IS NULL "
             "AND display_name IS NOT NULL ORDER BY finished, seq")]
 
+    def finished_since(self, since: float) -> list[tuple[float, float | None]]:
+        """(finished, started) of the jobs done since ``since``, newest first."""
+        return [(r[0], r[1]) for r in self.db.execute(
+            "SELECT finished, started FROM jobs WHERE state = 'done' AND finished >= ? ORDER BY finished DESC",
+            (since,))]
+
     def board_jobs(self) -> list[tuple[str, str, float, str]]:
         """(student, display name, finished, report.json) of every finished job that opted in to the board."""
         return [(r[0], r[1], r[2], r[3]) for r in self.db.execute(
