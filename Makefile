@@ -26,19 +26,24 @@ SERVER ?=
 TOKEN ?=
 DISPLAY_NAME ?=
 JOB ?=
+LIST ?=
+TOKEN_FILE ?=
+ACTION ?=
+ID ?=
+ARGS ?=
 ROSTER ?= roster.csv
 DATA ?= runner-data
 PORT ?= 8000
 SERVE_FLAGS ?=
 
-export PYTHON VENV NO_VENV
+export PYTHON VENV NO_VENV TOKEN_FILE
 
-.PHONY: help setup grade hint submit serve test test-fast fuzz lint batch regrade gradebook merge dist gradescope bench calibrate docs clean
+.PHONY: help setup grade hint submit serve tokens runner test test-fast fuzz lint batch regrade gradebook merge dist gradescope bench calibrate docs clean
 
 help:
 	@echo "make grade                 grade assignment/ (SUBMISSION=path for a folder or .zip)"
 	@echo "make hint TASK=w8a8 LEVEL=1  one hint (TASK w8a8|w4a16|dds, LEVEL 1|2|3), nothing else"
-	@echo "make submit SERVER=url TOKEN=t  grade on the course GPU (SUBMISSION=dir, DISPLAY_NAME=name) -> gpu-report/"
+	@echo "make submit SERVER=url     grade on the course GPU, token in ~/.runner-token (SUBMISSION=dir, DISPLAY_NAME=name, LIST=1, JOB=id) -> gpu-report/<job>/"
 ifneq ($(wildcard solutions),)
 	@echo "make test                  the project's own test suite"
 	@echo "make test-fast             its tests that grade nothing in the interpreter (minutes, not half an hour)"
@@ -49,6 +54,8 @@ ifneq ($(wildcard solutions),)
 	@echo "make gradebook FORMAT=f    class.csv as a gradescope, canvas or moodle upload file (TA; ALLOW=kinds)"
 	@echo "make merge GRADESCOPE_SCORES=csv  Gradescope's correctness + the batch's GPU performance (TA)"
 	@echo "make serve ROSTER=csv      the course GPU runner: students' make submit graded here (TA; DATA=dir PORT=n SERVE_FLAGS=...)"
+	@echo "make tokens ACTION=list    the runner's tokens: list, revoke ID=s, reissue ID=s (TA; DATA=dir)"
+	@echo "make runner ARGS='jobs'    the runner for the TA: jobs, requeue, grant, close, open, extend, export (DATA=dir)"
 	@echo "make dist                  build the student bundle in dist/ (TA)"
 	@echo "make gradescope            build a Gradescope autograder zip (TA)"
 	@echo "make bench                 GPU benchmark of the reference solutions"
@@ -70,15 +77,25 @@ hint:
 	esac
 
 # The course GPU runner (docs/runner.md): upload, wait, the same table as make grade.
-# SERVER and TOKEN reach tools.submit through the environment (not its command line).
+# SERVER reaches tools.submit through the environment; the token too (TOKEN) or from its file
+# (TOKEN_FILE, default ~/.runner-token): never on a command line, where ps shows it.
 submit: setup
-	@test -n "$$SERVER" && test -n "$$TOKEN" || { echo "usage: make submit SERVER=https://... TOKEN=<your token> [SUBMISSION=dir] [DISPLAY_NAME=name]"; exit 2; }
-	@$(PY) -m tools.submit $(SUBMISSION) $(if $(DISPLAY_NAME),--display-name "$(DISPLAY_NAME)") $(if $(JOB),--job "$(JOB)")
+	@test -n "$$SERVER" || { echo "usage: make submit SERVER=https://... [SUBMISSION=dir] [DISPLAY_NAME=name] [LIST=1] [JOB=id] (your token in ~/.runner-token, or TOKEN_FILE=file)"; exit 2; }
+	@$(PY) -m tools.submit $(SUBMISSION) $(if $(DISPLAY_NAME),--display-name "$(DISPLAY_NAME)") $(if $(JOB),--job "$(JOB)") $(if $(LIST),--list)
 
 ifneq ($(wildcard tests),)
 serve:
 	@REQUIREMENTS=requirements-serve.txt bash tools/setup_env.sh
 	$(PY) -m classroom serve --roster $(ROSTER) --data $(DATA) --port $(PORT) $(SERVE_FLAGS)
+
+# The runner's tokens and its TA commands (docs/runner.md, "Running a semester"), in the venv.
+tokens:
+	@test -n "$(ACTION)" || { echo "usage: make tokens ACTION=list|revoke|reissue [ID=student] [DATA=dir]"; exit 2; }
+	$(PY) -m classroom tokens --data $(DATA) $(ACTION) $(ID)
+
+runner:
+	@test -n "$(ARGS)" || { echo "usage: make runner ARGS='jobs [--failed] | requeue JOB | grant ID N | close [--at TIME] | open | extend ID --until TIME | export FILE' [DATA=dir]"; exit 2; }
+	$(PY) -m classroom runner --data $(DATA) $(ARGS)
 
 test:
 	@REQUIREMENTS=requirements-dev.txt bash tools/setup_env.sh

@@ -1,5 +1,6 @@
 """Command line: python -m classroom batch DIR | regrade DIR ID | gradebook CLASS_CSV
-| merge GRADESCOPE_CSV CLASS_CSV | serve --roster CSV --data DIR | tokens --data DIR ACTION [ID].
+| merge GRADESCOPE_CSV CLASS_CSV | serve --roster CSV --data DIR | tokens --data DIR ACTION [ID]
+| runner --data DIR ACTION (the TA's side of the runner: classroom/runner/admin.py).
 
 One submission is graded by the engine, ``python -m grader grade``.
 
@@ -8,7 +9,7 @@ it, or 2 for a usage error (an empty submissions folder included). ``gradebook``
 and ``merge``: 0 when every graded student is in the upload file, 1 when some
 were left out (listed, with the reason: a score that is not final), 2 for a
 usage error. ``serve`` runs until stopped (the course GPU runner, classroom/runner/);
-``tokens``: 0, or 2 for a usage error.
+``tokens`` and ``runner``: 0, or 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -179,6 +180,9 @@ def main(argv=None) -> int:
     serve.serve_args(sub.add_parser("serve", help="the course GPU runner: students submit, the GPUs grade "
                                                   "(docs/runner.md)"))
     serve.tokens_args(sub.add_parser("tokens", help="list, revoke or reissue a student's runner token"))
+    from .runner import admin
+    admin.admin_args(sub.add_parser("runner", help="the runner for the TA: jobs, requeue, grant, close, open, "
+                                                   "extend, export"))
     args = parser.parse_args(argv)
     if args.command in ("gradebook", "merge"):
         return _gradebook(args)
@@ -186,4 +190,6 @@ def main(argv=None) -> int:
         return serve.serve_main(args)
     if args.command == "tokens":
         return serve.tokens_main(args)
+    if args.command == "runner":
+        return admin.admin_main(args)
     return _batch(args)

@@ -42,6 +42,10 @@ def _num(value, what: str) -> float:
     return value
 
 
+def _num_or_none(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def _items(value, what: str) -> list:
     if not isinstance(value, list) or len(value) > MAX_ITEMS:
         raise BadReport(f"{what} is not a list of at most {MAX_ITEMS}")
@@ -68,8 +72,13 @@ def load_report(path: Path) -> dict:
         raw = f.read(REPORT_JSON_BYTES + 1)
     if len(raw) > REPORT_JSON_BYTES:
         raise BadReport(f"larger than {REPORT_JSON_BYTES >> 20} MB")
+    return parse_report(raw)
+
+
+def parse_report(raw: bytes | str) -> dict:
+    """The fields the class files use of one report.json's text (load_report's checks)."""
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
     except (ValueError, RecursionError, MemoryError) as e:
         raise BadReport(f"not valid JSON ({type(e).__name__})") from None
     if not isinstance(data, dict):
@@ -84,6 +93,8 @@ def load_report(path: Path) -> dict:
     out = {"score": _num(data.get("score"), "score"), "max_score": _num(data.get("max_score"), "max_score"),
            "partial": data.get("partial"), "seed": data.get("seed"), "gpu": data.get("gpu"),
            "started": _text(data.get("started"), "started"), "rubric_hash": _report_hash(data)}
+    hidden = data.get("hidden_points", 0)
+    out["hidden_points"] = hidden if _num_or_none(hidden) else 0
     if not isinstance(out["partial"], bool):
         raise BadReport("partial is not true or false")
     if out["seed"] is not None and (isinstance(out["seed"], bool) or not isinstance(out["seed"], int)):

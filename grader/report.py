@@ -451,7 +451,7 @@ def error_result(rubric: Rubric, submission: str | Path, reason: str,
         device="none", gpu=None, versions={}, seed=0, rubric=rubric.source, score=0.0,
         max_score=everything, max_score_all_tests=everything, partial=False,
         notes=[f"grader error: {one_line(reason, 1000)}"], tasks=task_results, tests=tests,
-        rubric_hash=rubric.hash)
+        hidden_points=sum(rubric.tasks[t].hidden_points for t in tasks), rubric_hash=rubric.hash)
 
 
 def write_reports(result: GradeResult, report_dir: str | Path, error: str | None = None) -> Path:

@@ -157,6 +157,22 @@ class RunnerServer:
         with self.db() as db:
             return db.execute("SELECT * FROM jobs WHERE id = ?", (job,)).fetchone()
 
+    def grade_pids(self, job: str) -> list[int]:
+        """The process ids of the grade commands running for ``job`` now."""
+        from classroom.runner.worker import grade_pids
+        return grade_pids(self.data, job)
+
+    def kill_grade(self, job: str, sig: int = signal.SIGKILL, timeout_s: float = 60) -> int:
+        """Send ``sig`` to the grade of ``job`` as soon as it runs; its process id."""
+        deadline = time.monotonic() + scaled(timeout_s)
+        while time.monotonic() < deadline:
+            pids = self.grade_pids(job)
+            if pids:
+                os.kill(pids[0], sig)
+                return pids[0]
+            time.sleep(0.1)
+        raise AssertionError(f"no grade of job {job} ran in time:\n" + self.log_text())
+
     def worker_row(self) -> sqlite3.Row:
         with self.db() as db:
             return db.execute("SELECT * FROM workers").fetchone()

@@ -1,30 +1,46 @@
-"""The course GPU runner against make grade, on one GPU: python -m tools.runner_gpu_check OUT.
+"""The course GPU runner's acceptance run, on one GPU: python -m tools.runner_gpu_check [OUT].
 
-Starts the runner (``python -m classroom serve``) with one worker on GPU 0,
-submits three students' files at once with three tokens, as ``make submit``
-does: the reference (``solutions/``), the tutorial-style kernels
-(``calibration/naive/``) and a buggy DDS kernel (tests/variants/, with the
-stubs for the other two tasks); waits for the three reports, stops the
-runner, then grades the same files with ``python -m grader grade --tests
-visible`` on the same GPU with the seed each report names. Each test must
-agree: correctness tests in status and points; performance tests in status,
-kernel times within ``NOISE`` of each other and points within what that
-time difference explains (plus one points step). About 8 minutes on an H100.
+One command does the whole scenario (OUT defaults to $OUT, else runner-gpu-check/):
 
-Writes OUT/runner-gpu.json (the ``runner`` entry of that day's results file:
-each submission's runner and local score, wall time and every test side by
-side), OUT/runner/<name>/ and OUT/local/<name>/ (the reports), OUT/server.log
-and the workers' logs in OUT/data/logs/. Exit 0 when every test agrees, 1 when
-one does not, 2 when the runner could not be run.
+1. starts the runner (``python -m classroom serve``) with one worker on GPU 0
+   and a quota of ``QUOTA`` runs, and submits three students' files at once
+   with three tokens, as ``make submit`` does: the reference
+   (``solutions/``), the tutorial-style kernels (``calibration/naive/``) and
+   a buggy DDS kernel (tests/variants/, with the stubs for the other two
+   tasks);
+2. kills the first grade that runs with SIGKILL (its process, by its id);
+3. restarts the server (SIGTERM, then a new start on the same DATA) while a
+   later grade runs;
+4. waits for the three reports, then checks the runner's books: every
+   student has exactly one graded run per upload; the killed job spent one
+   attempt and was graded again, the restart spent none; each student's
+   quota counts one run; ``classroom runner jobs`` and ``export`` show the
+   scores of the reports;
+5. grades the same files with ``python -m grader grade --tests visible`` on
+   the same GPU with the seed each report names. Each test must agree:
+   correctness tests in status and points; performance tests in status,
+   kernel times within ``NOISE`` of each other and points within what that
+   time difference explains (plus one points step).
 
-``--device cpu --rubric R`` runs the same check in Triton's interpreter (the
-check of this script itself, on a machine without a GPU).
+About 10 minutes on an H100. Writes OUT/runner-gpu.json (the ``runner`` entry
+of that day's results file: the scenario's events and checks, each
+submission's runner and local score, wall time and every test side by side),
+OUT/runner/<name>/ and OUT/local/<name>/ (the reports), OUT/server.log, the
+workers' logs in OUT/data/logs/ and the killed grade's folder in
+OUT/data/failed/. Exit 0 when every check passes and every test agrees, 1
+when one does not, 2 when the runner could not be run.
+
+``--device cpu --rubric R`` runs the same scenario and checks in Triton's
+interpreter (the check of this script itself, on a machine without a GPU; a
+small rubric keeps it short).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime as dt
+import io
 import json
 import os
 import shutil
@@ -44,6 +60,8 @@ NOISE = 0.15          # kernel times of the two grades may differ by this fracti
 POINTS_STEP = 0.25    # the rubric's points_step: rounding may move a score by one step
 BUGGY = "dds_bug_transposed_block"
 KERNELS = ("w8a8.py", "w4a16.py", "dds.py")
+QUOTA = 2             # runs per student: each must have used exactly one at the end
+POLL_S = 0.5
 
 
 def submissions(out: Path) -> dict[str, Path]:
@@ -72,7 +90,7 @@ def start_server(out: Path, names, device: str, rubric: str | None) -> tuple[sub
     (out / "roster.csv").write_text("id\n" + "".join(f"{n}\n" for n in names))
     port = _port()
     cmd = [sys.executable, "-m", "classroom", "serve", "--roster", str(out / "roster.csv"), "--data",
-           str(out / "data"), "--port", str(port), "--device", device, "--quota", "0"]
+           str(out / "data"), "--port", str(port), "--device", device, "--quota", str(QUOTA)]
     cmd += ["--gpus", "0"] if device == "cuda" else ["--workers", "1"]
     cmd += ["--rubric", rubric] if rubric else []
     log = open(out / "server.log", "ab")
@@ -100,6 +118,113 @@ def stop(server: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def _state(url: str, token: str, job: str) -> dict:
+    return client.request(url, f"/api/submissions/{job}", token)
+
+
+def _first_running_grade(data: Path, jobs: dict[str, str], deadline: float,
+                         not_job: str | None = None) -> tuple[str, int]:
+    """(student, the pid of the grade process) of the first job but ``not_job`` seen grading."""
+    from classroom.runner.worker import grade_pids
+    while time.time() < deadline:
+        for name, job in jobs.items():
+            pids = grade_pids(data, job) if job != not_job else []
+            if pids:
+                return name, pids[0]
+        time.sleep(0.1)
+    raise RuntimeError("no grade ran in time")
+
+
+def scenario(out: Path, subs: dict, device: str, rubric: str | None, wait_s: float) -> tuple[dict, dict, dict]:
+    """Steps 1 to 4: (the reports by student, the jobs by student, the scenario's record)."""
+    server, url, tokens = start_server(out, list(subs), device, rubric)
+    data = out / "data"
+    events, runner = [], {}
+    try:
+        jobs = {}
+        for name, path in subs.items():   # three students at once
+            files = {k: (path / k).read_bytes() for k in KERNELS}
+            jobs[name] = client.request(url, "/api/submissions", tokens[name], client.pack(files))["job"]
+            print(f"{name}: job {jobs[name]} queued", flush=True)
+        deadline = time.time() + wait_s
+        killed, pid = _first_running_grade(data, jobs, deadline)
+        time.sleep(1.0)    # the grade well started: its sandbox and workers up
+        os.kill(pid, signal.SIGKILL)
+        events.append({"event": "SIGKILL to a grade process", "student": killed, "job": jobs[killed], "pid": pid})
+        print(f"{killed}: its grade (pid {pid}) killed with SIGKILL", flush=True)
+        while not _state(url, tokens[killed], jobs[killed])["retries"]:   # the runner saw it die
+            time.sleep(POLL_S)
+        restarted, _ = _first_running_grade(data, jobs, deadline, not_job=jobs[killed])
+        time.sleep(2.0)
+        stop(server)
+        events.append({"event": "server restart (SIGTERM) during a grade", "student": restarted,
+                        "job": jobs[restarted]})
+        print(f"{restarted}: server restarted during its grade", flush=True)
+        server, url, tokens = start_server(out, list(subs), device, rubric)
+        while len(runner) < len(jobs) and time.time() < deadline:
+            for name, job in jobs.items():
+                if name not in runner:
+                    state = _state(url, tokens[name], job)
+                    if state["state"] == "done":
+                        runner[name] = state
+                        (out / "runner" / name).mkdir(parents=True, exist_ok=True)
+                        (out / "runner" / name / "report.json").write_text(json.dumps(state["report"], indent=2))
+                        (out / "runner" / name / "report.md").write_text(state["report_md"])
+                        print(f"{name}: runner report {state['report']['score']}/{state['report']['max_score']} "
+                              f"({state['report'].get('seconds')} s)", flush=True)
+            time.sleep(2)
+        mine = {name: client.request(url, "/api/submissions", tokens[name]) for name in subs}
+    finally:
+        stop(server)
+    if len(runner) < len(subs):
+        raise RuntimeError(f"only {sorted(runner)} graded by the runner within {wait_s:g} s; see "
+                           f"{out / 'server.log'}")
+    checks = books(out, subs, jobs, runner, mine, killed, restarted)
+    return runner, jobs, {"events": events, "checks": checks}
+
+
+def books(out: Path, subs, jobs: dict, runner: dict, mine: dict, killed: str, restarted: str) -> dict:
+    """Step 4: the runner's books after the scenario, each check True or False."""
+    data = out / "data"
+    checks = {}
+    for name in subs:
+        state, runs = runner[name], mine[name]["runs"]
+        report = state["report"]
+        kills = [r for r in state["retries"] if "killed by signal 9" in r["why"]]
+        restarts = [r for r in state["retries"] if r["why"].startswith("the runner was restarted")]
+        expected = 2 if name == killed else 1      # the kill spent an attempt; a clean restart none
+        checks[f"{name}: one run, graded"] = [r["job"] for r in runs] == [jobs[name]] and \
+            runs[0]["state"] == "done" and not runs[0]["error"] and "grader_error" not in report
+        checks[f"{name}: attempts {expected}"] = state["attempts"] == expected
+        checks[f"{name}: retries say what happened"] = (len(kills) == (name == killed)) and \
+            (len(restarts) >= (name == restarted)) and len(state["retries"]) == len(kills) + len(restarts)
+        checks[f"{name}: quota counts one run"] = mine[name]["quota"]["used"] == 1 and \
+            mine[name]["quota"]["left"] == QUOTA - 1
+        checks[f"{name}: the report names its job"] = report.get("runner", {}).get("job") == jobs[name]
+    checks["the killed grade's folder kept"] = (data / "failed" / jobs[killed] / "1" / "grade.log").is_file()
+    ta = subprocess.run([sys.executable, "-m", "classroom", "runner", "--data", str(data), "jobs"], cwd=ROOT,
+                        capture_output=True, text=True)
+    (out / "ta-jobs.txt").write_text(ta.stdout + ta.stderr)
+    lines = {line.split()[0]: line for line in ta.stdout.splitlines() if line.split()}
+    exported = out / "export" / "class.csv"
+    exported.parent.mkdir(exist_ok=True)
+    ex = subprocess.run([sys.executable, "-m", "classroom", "runner", "--data", str(data), "export", str(exported)],
+                        cwd=ROOT, capture_output=True, text=True)
+    rows = {r["id"]: r for r in csv.DictReader(io.StringIO(exported.read_text()))} if ex.returncode == 0 else {}
+    for name in subs:
+        report = runner[name]["report"]
+        line = lines.get(jobs[name], "")
+        checks[f"{name}: jobs shows the report's score"] = ta.returncode == 0 and \
+            f"{report['score']:g}/{report['max_score']:g}" in line and name in line
+        row = rows.get(name, {})
+        checks[f"{name}: export holds the report's score"] = bool(row) and row["latest_job"] == jobs[name] and \
+            float(row["total"]) == report["score"] and float(row["max"]) == report["max_score"] and row["runs"] == "1"
+    for what, ok in checks.items():
+        if not ok:
+            print(f"  CHECK FAILED: {what}", flush=True)
+    return checks
 
 
 def local_grade(path: Path, out: Path, seed: int, device: str, rubric: str | None) -> dict:
@@ -145,10 +270,12 @@ def compare_test(a: dict, b: dict, thresholds: dict) -> tuple[bool, str]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.runner_gpu_check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out")
+    p.add_argument("out", nargs="?", default=os.environ.get("OUT") or "runner-gpu-check",
+                   help="where everything goes (default: $OUT, else runner-gpu-check/)")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--rubric", default=None)
-    p.add_argument("--wait-s", type=float, default=480.0, help="how long the three runner grades may take")
+    p.add_argument("--wait-s", type=float, default=900.0, help="how long the runner's grades may take, the "
+                                                               "killed and restarted ones included")
     args = p.parse_args(argv)
     out = Path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
@@ -159,41 +286,14 @@ def main(argv=None) -> int:
     subs = submissions(out)
     started = time.time()
     try:
-        server, url, tokens = start_server(out, list(subs), args.device, rubric)
-    except RuntimeError as e:
-        print(e, file=sys.stderr)
-        return 2
-    runner: dict[str, dict] = {}
-    try:
-        jobs = {}
-        for name, path in subs.items():   # three students at once
-            files = {k: (path / k).read_bytes() for k in KERNELS}
-            jobs[name] = client.request(url, "/api/submissions", tokens[name], client.pack(files))["job"]
-            print(f"{name}: job {jobs[name]} queued", flush=True)
-        deadline = time.time() + args.wait_s
-        while len(runner) < len(jobs) and time.time() < deadline:
-            for name, job in jobs.items():
-                if name not in runner:
-                    state = client.request(url, f"/api/submissions/{job}", tokens[name])
-                    if state["state"] == "done":
-                        runner[name] = state["report"]
-                        (out / "runner" / name).mkdir(parents=True, exist_ok=True)
-                        (out / "runner" / name / "report.json").write_text(json.dumps(state["report"], indent=2))
-                        (out / "runner" / name / "report.md").write_text(state["report_md"])
-                        print(f"{name}: runner report {state['report']['score']}/{state['report']['max_score']} "
-                              f"({state['report'].get('seconds')} s)", flush=True)
-            time.sleep(2)
-    except (client.Refused, ConnectionError) as e:
+        states, jobs, done = scenario(out, subs, args.device, rubric, args.wait_s)
+    except (RuntimeError, client.Refused, ConnectionError) as e:
         print(f"the runner failed: {e}", file=sys.stderr)
         return 2
-    finally:
-        stop(server)
-    if len(runner) < len(subs):
-        print(f"only {sorted(runner)} graded by the runner within {args.wait_s:g} s; see {out / 'server.log'}",
-              file=sys.stderr)
-        return 2
-    record = {"date": dt.date.today().isoformat(), "device": args.device, "noise": NOISE, "submissions": {}}
-    agree = True
+    runner = {name: state["report"] for name, state in states.items()}
+    record = {"date": dt.date.today().isoformat(), "device": args.device, "noise": NOISE, "scenario": done,
+              "submissions": {}}
+    agree = all(done["checks"].values())
     for name, path in subs.items():
         mine = runner[name]
         local = local_grade(path, out, mine["seed"], args.device, rubric)
@@ -213,7 +313,8 @@ def main(argv=None) -> int:
         agree &= {t["name"] for t in local["tests"]} == {t["name"] for t in mine["tests"]}
         record["submissions"][name] = {
             "runner": {"score": mine["score"], "max_score": mine["max_score"], "seconds": mine.get("seconds"),
-                       "gpu": mine.get("gpu"), "seed": mine["seed"]},
+                       "gpu": mine.get("gpu"), "seed": mine["seed"], "job": jobs[name],
+                       "attempts": states[name]["attempts"], "retries": [r["why"] for r in states[name]["retries"]]},
             "make_grade": {"score": local["score"], "max_score": local["max_score"], "seconds": local.get("seconds"),
                            "gpu": local.get("gpu")},
             "tests": rows}
@@ -225,7 +326,8 @@ def main(argv=None) -> int:
                if r["make_grade"] and r["runner"]["kernel_ms"] and r["make_grade"]["kernel_ms"]]
     record["largest_kernel_time_spread"] = round(max(spreads), 4) if spreads else None
     (out / "runner-gpu.json").write_text(json.dumps(record, indent=2) + "\n")
-    print(f"\n{'every test agrees' if agree else 'SOME TESTS DIFFER'}; largest kernel-time spread "
+    print(f"\n{'every check passes and every test agrees' if agree else 'SOME CHECKS FAIL OR TESTS DIFFER'}; "
+          f"largest kernel-time spread "
           f"{record['largest_kernel_time_spread']}; {out / 'runner-gpu.json'} ({record['wall_s']} s)")
     return 0 if agree else 1
 

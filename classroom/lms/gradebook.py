@@ -59,6 +59,8 @@ ALLOWABLE = {
                    "correctness points only",
     "stale-rubric": "made under another rubric than the batch's",
     "missing-files": "a kernel file was missing or unreadable (scored 0 for that task)",
+    "visible-only": "graded by the course runner on the visible tests only: the hidden tests' points were "
+                    "never run (a runner export)",
 }
 MISSING_FLAGS = ("missing_file", "unreadable")
 MOODLE_HEADER = ["Identifier", "Full name", "Email address", "Status", "Grade", "Maximum Grade",
@@ -227,6 +229,9 @@ def not_final(row: dict, current_hash: str = "") -> tuple[str | None, list[tuple
     if current_hash and digest != current_hash:
         kinds.append(("stale-rubric", f"made under rubric {digest or '(unrecorded)'}, the batch's is "
                                       f"{current_hash}: regrade it (make regrade STUDENT=id or --force)"))
+    if "visible_only" in flags:
+        kinds.append(("visible-only", f"{row.get('total', '?')}/{row.get('max', '?')} on the visible tests only: "
+                                      "the hidden tests were never run (the course runner's)"))
     missing = [f for f in MISSING_FLAGS if f in flags]
     if missing:
         kinds.append(("missing-files", f"{'/'.join(missing)}: a kernel file could not be found or read"))

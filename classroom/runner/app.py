@@ -3,9 +3,11 @@
     POST /api/submissions        upload: Authorization: Bearer TOKEN; body: a zip of the kernel files
                                  (upload.py); ?display_name=NAME opts this run in to the leaderboard.
                                  201 {job, state, position, eta_s, replaced, quota}
-    GET  /api/submissions/{job}  the job, to its owner only: {job, state, position, eta_s, attempts}, and
-                                 when done {report: report.json, report_md}. Another student's job, or
-                                 none: 404, the same answer.
+    GET  /api/submissions        the token's own runs, newest first: [{job, state, uploaded, finished,
+                                 score, max_score, error}], and the quota
+    GET  /api/submissions/{job}  the job, to its owner only: {job, state, position, eta_s, attempts,
+                                 retries: [{at, why}]}, and when done {report: report.json, report_md}.
+                                 Another student's job, or none: 404, the same answer.
     GET  /api/status             the queue without names: [{position, eta_s}], running [{slot, elapsed_s,
                                  eta_s}], the leaderboard
     GET  /                       the same as a page (page.py)
@@ -13,7 +15,8 @@
 Every refusal is a 4xx with ``{"error": one line}``: 401 no or unknown token,
 413 too large (a body over the limit is still read, up to DRAIN_BYTES, so that
 the sender hears the 413 rather than a broken connection), 400 an archive outside the
-bounds or a bad display name, 409 a display name another student uses, 429 the quota used (with ``renews_at``,
+bounds or a bad display name, 403 uploads closed (the deadline passed, ``closed_at``), 409 a display
+name another student holds, 429 the quota used (with ``renews_at``,
 epoch seconds, and a Retry-After header). An error of the runner itself is a
 500 with a line, logged with its traceback; never a student's input.
 """
@@ -21,7 +24,6 @@ epoch seconds, and a Retry-After header). An error of the runner itself is a
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 import traceback
@@ -31,12 +33,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from . import page
-from .scheduler import leaderboard, snapshot
-from .store import NameTaken, Quota, QuotaUsed, Store
+from .names import RULE, display_name
+from .scheduler import finished_recently, leaderboard, snapshot
+from .store import Closed, NameTaken, Quota, QuotaUsed, Store
 from .upload import UploadRefused, read_kernel_files
 
 DRAIN_BYTES = 16 << 20   # a body over the limit is still read up to this much, so that its sender gets the 413
-DISPLAY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.\-]{0,31}")
 
 
 @dataclass(frozen=True)
@@ -91,14 +93,16 @@ def create_app(settings: Settings) -> FastAPI:
     @app.post("/api/submissions")
     async def submit(request: Request):
         if "authorization" not in request.headers:
-            return _error(401, "no token: make submit SERVER=... TOKEN=<your token>")
+            return _error(401, "no token: put yours in ~/.runner-token (or TOKEN_FILE=file) and make submit "
+                               "SERVER=... again")
         student = student_of(request)
         if student is None:
             return _error(401, "unknown or revoked token: check TOKEN (a TA can reissue it)")
         name = request.query_params.get("display_name")
-        if name is not None and not DISPLAY_NAME.fullmatch(name):
-            return _error(400, "display name: 1 to 32 letters, digits, spaces, '_', '.' or '-', starting "
-                               "with a letter or digit")
+        if name is not None:
+            name = display_name(name)
+            if name is None:
+                return _error(400, f"display name: {RULE}")
         length = request.headers.get("content-length")
         limit = settings.max_upload
         drain = max(DRAIN_BYTES, 4 * limit)
@@ -127,6 +131,9 @@ def create_app(settings: Settings) -> FastAPI:
             return _error(429, f"quota used: {e.limit} run(s) per {e.window_h:g} h; the next one is possible at "
                                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(e.renews_at))}",
                           renews_at=e.renews_at, retry_after=wait)
+        except Closed as e:
+            return _error(403, f"uploads are closed: the deadline was "
+                               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(e.until))}", closed_at=e.until)
         except NameTaken:
             return _error(409, f"display name {name!r} is taken by another student: choose another")
         position, eta = place_of(job)
@@ -134,6 +141,16 @@ def create_app(settings: Settings) -> FastAPI:
         state = "running" if position == 0 else "queued"   # a free worker may have taken it already
         return JSONResponse({"job": job, "state": state, "position": position, "eta_s": eta,
                              "replaced": replaced, "quota": quota, "tests": settings.tests}, status_code=201)
+
+    @app.get("/api/submissions")
+    def my_jobs(request: Request):
+        student = student_of(request)
+        if student is None:
+            return _error(401, "unknown or revoked token: check TOKEN (a TA can reissue it)")
+        runs = [{"job": j.id, "state": j.state, "uploaded": j.created, "finished": j.finished,
+                 "score": j.score, "max_score": j.max_score, "error": j.error,
+                 "display_name": j.display_name} for j in store().all_jobs(student)]
+        return {"runs": runs, "quota": store().quota_state(student, settings.quota)}
 
     @app.get("/api/submissions/{job_id}")
     def job_status(job_id: str, request: Request):
@@ -143,7 +160,8 @@ def create_app(settings: Settings) -> FastAPI:
         job = store().job(job_id[:64], student)
         if job is None:
             return _error(404, "no such submission for this token")
-        out = {"job": job.id, "state": job.state, "attempts": job.attempts}
+        out = {"job": job.id, "state": job.state, "attempts": job.attempts,
+               "retries": [{"at": r["at"], "why": r["why"]} for r in job.retries]}
         if job.state in ("queued", "running"):
             out["position"], out["eta_s"] = place_of(job.id)
         if job.state == "done":
@@ -155,12 +173,16 @@ def create_app(settings: Settings) -> FastAPI:
     def status_data() -> dict:
         places, running = snapshot(store(), settings.workers, settings.device)
         board = leaderboard(store())
+        finished, median = finished_recently(store(), settings.device)
         return {"device": settings.device, "workers": settings.workers, "tests": settings.tests,
+                "finished": [{"ago_s": round(f["ago_s"]), "took_s": None if f["took_s"] is None else round(f["took_s"])}
+                             for f in finished],
+                "median_grade_s": None if median is None else round(median),
                 "queue": [{"position": p.position, "eta_s": round(p.eta_s)} for p in places],
                 "running": [{"slot": r.slot, "elapsed_s": round(r.elapsed_s), "eta_s": round(r.eta_s)}
                             for r in running],
-                "leaderboard": [{"name": b.name, "points": b.points, "times_ms": b.times, "total": b.total}
-                                for b in board],
+                "leaderboard": [{"rank": b.rank, "name": b.name, "points": b.points, "times_ms": b.times,
+                                 "total": b.total, "correctness": b.correctness} for b in board],
                 "tasks": list(settings.tasks), "performance_tests": list(settings.performance_tests)}
 
     @app.get("/api/status")

@@ -10,11 +10,13 @@ dispatcher:
   to the queue (first in line; a cluster job it had started is cancelled) and
   starts a new worker for the slot, later each time it dies young;
 - gives back every job whose lease ran out (a worker that hangs);
-- closes a job given back ``store.MAX_ATTEMPTS`` times with a grader-error
-  report, so that no job is lost and none loops forever.
+- closes a job interrupted ``store.MAX_ATTEMPTS`` times with a grader-error
+  report that says what happened each time (the run is given back to the
+  student), so that no job is lost and none loops forever.
 
-``stop()`` (the server's shutdown) kills every worker and its grade and gives
-their jobs back: the next start grades them.
+``stop()`` (the server's shutdown) pauses the queue, gives the running jobs
+back without spending an attempt, and kills every worker and its grade: the
+next start grades them from the beginning.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from grader.harness import proc
 
 from ..grade_process import ROOT
 from .store import Job, Store
-from .worker import error_report, file_name
+from .worker import describe_status, error_report, file_name, read_settings, report_rubric
 
 TICK_S = 0.5
 RESTART_S = (1.0, 60.0)   # the wait before restarting a worker that died young: first, most
@@ -66,10 +68,10 @@ def cancel_remote(remote: str | None, folder: Path) -> None:
 
 
 class Dispatcher:
-    def __init__(self, data_dir: Path, slots: list[tuple[str, dict]], rubric):
+    def __init__(self, data_dir: Path, slots: list[tuple[str, dict]]):
         self.dir = Path(data_dir)
         self.slots = [Slot(name, env) for name, env in slots]
-        self.rubric = rubric
+        self.rubric = report_rubric(read_settings(self.dir))
         self.logs = self.dir / "logs"
         self.logs.mkdir(mode=0o700, exist_ok=True)
         self._stop = threading.Event()
@@ -80,7 +82,9 @@ class Dispatcher:
     def start(self) -> None:
         store = Store(self.dir)
         try:
-            back = store.give_back(expired_before=float("inf"))   # a previous server's running jobs
+            store.set_paused(False)
+            back = store.give_back(expired_before=float("inf"),    # a previous server's running jobs
+                                   why="the runner stopped without a clean shutdown while it was being graded")
             for job in back:
                 cancel_remote(job.remote, self.dir / "cluster")
             if back:
@@ -95,12 +99,19 @@ class Dispatcher:
         if self._thread is not None:
             self._thread.join(timeout=30)
         store = Store(self.dir)
+        why = "the runner was restarted (a clean stop): graded again from the start; no attempt spent"
         try:
+            # The queue paused and the jobs given back first: a worker that sees its grade die under
+            # the kill below no longer holds the lease, so nothing is spent and nothing new is taken.
+            store.set_paused(True)
+            for slot in self.slots:
+                store.give_back(owner=slot.owner, why=why, spent=False)
             for slot in self.slots:
                 if slot.process is not None:
                     slot.process.kill()
-                    for job in store.give_back(owner=slot.owner):
-                        cancel_remote(job.remote, self.dir / "cluster")
+                for job in store.give_back(owner=slot.owner, why=why, spent=False):
+                    cancel_remote(job.remote, self.dir / "cluster")
+            store.set_paused(False)
         finally:
             store.close()
 
@@ -125,7 +136,7 @@ class Dispatcher:
                 self._ended(store, slot, now)
             if slot.process is None and now >= slot.restart_at:
                 self._start_worker(store, slot)
-        for job in store.give_back(expired_before=now):
+        for job in store.give_back(expired_before=now, why="its worker stopped answering (its lease ran out)"):
             print(f"runner: job {job.id}: its worker's lease ran out; queued again", flush=True)
             cancel_remote(job.remote, self.dir / "cluster")
         for job in store.exhausted():
@@ -134,7 +145,7 @@ class Dispatcher:
     def _ended(self, store: Store, slot: Slot, now: float) -> None:
         rc = slot.process.returncode
         lived = now - slot.started
-        back = store.give_back(owner=slot.owner)
+        back = store.give_back(owner=slot.owner, why=f"its worker process died ({describe_status(rc)})")
         for job in back:
             cancel_remote(job.remote, self.dir / "cluster")
         print(f"runner: worker {slot.name} ended (status {rc}, after {lived:.0f} s)"
@@ -156,8 +167,9 @@ class Dispatcher:
         slot.restarts += 1
 
     def _close(self, store: Store, job: Job) -> None:
-        reason = (f"grading was interrupted {job.attempts} times (its worker died each time); it is not tried "
-                  "again: ask a TA")
+        what = "; ".join(dict.fromkeys(r["why"] for r in job.retries if r.get("counted", True))) or "interrupted"
+        reason = (f"grading was interrupted {job.attempts} times ({what}); it is not tried again and this run "
+                  "does not count against your quota: a TA can requeue it")
         report_json, report_md = error_report(self.rubric, reason)
         if store.close_exhausted(job.id, report_json, report_md, reason):
             print(f"runner: job {job.id}: {reason}", flush=True)

@@ -52,6 +52,9 @@ def serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus-per-task", type=int, default=1, metavar="N", help="--executor: GPUs per job (default 1)")
     p.add_argument("--slurm-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an sbatch option for each job (repeatable)")
+    p.add_argument("--close-at", default=None, metavar="TIME",
+                   help="the deadline: uploads refused from TIME on ('2026-12-20 23:59', local time; "
+                        "python -m classroom runner close/open/extend change it later)")
     p.add_argument("--lease-s", type=float, default=DEFAULT_LEASE_S, help=argparse.SUPPRESS)
 
 
@@ -162,6 +165,13 @@ def serve_main(args) -> int:
         if not torch.cuda.is_available():
             problems.append("--device cuda (the default): no CUDA GPU here (--device cpu grades in Triton's "
                             "interpreter)")
+    close_at = None
+    if args.close_at:
+        from .admin import UsageError, parse_time
+        try:
+            close_at = parse_time(args.close_at)
+        except UsageError as e:
+            problems.append(f"--close-at {e}")
     try:
         rubric_path = str(Path(args.rubric).absolute()) if args.rubric else str(DEFAULT_RUBRIC)
         rubric = load_rubric(rubric_path)
@@ -181,11 +191,14 @@ def serve_main(args) -> int:
     except OSError as e:
         print(f"cannot use {data}: {e.strerror}; user id {os.getuid()} needs write access to it", file=sys.stderr)
         return 2
+    if close_at is not None:
+        store.set_close_at(close_at)
     fresh = store.add_students(ids)
     if fresh:
         write_tokens(data, read_tokens(data) + [[sid, t] for sid, t in fresh.items()])
     shown = visible_only(rubric) if args.tests == "visible" else rubric
     settings = {"device": args.device, "tests": args.tests, "rubric": rubric_path, "lease_s": args.lease_s,
+                "quota": args.quota, "quota_window_h": args.quota_window, "roster": str(Path(args.roster).absolute()),
                 "timeout_s": grade_timeout(rubric), "executor": args.executor,
                 "slurm_partition": args.slurm_partition, "gpus_per_task": args.gpus_per_task,
                 "slurm_options": slurm_options}
@@ -206,7 +219,7 @@ def serve_main(args) -> int:
     import signal
 
     import uvicorn
-    dispatcher = Dispatcher(data, slots, rubric)
+    dispatcher = Dispatcher(data, slots)
     # uvicorn stops serving on SIGINT/SIGTERM, then raises the signal again to the handler it found:
     # this one, so that the workers are stopped and their jobs given back before the process ends.
     signal.signal(signal.SIGTERM, _stopped)

@@ -2,15 +2,21 @@
 
     students  id, the sha256 of their token, revoked
     jobs      one per upload: student, state, when, attempts, the lease of the
-              worker grading it, the display name it opted in to the board with
-    files     the kernel files of a job, as bytes (never a path from a client)
+              worker grading it, the display name it opted in to the board with,
+              each interruption (``retries``: when and what really happened)
+    files     the kernel files of a job, as bytes (never a path from a client);
+              kept after the grade, so that a TA can requeue it
     reports   report.json and report.md of a finished job
     workers   the worker of each slot: process id, the job it holds, heartbeat
+    grants    runs a TA gave back to a student (they count in the quota's window)
+    extensions  a student's own deadline, later than the course's (meta close_at)
 
 A job is ``queued``, ``running`` (a worker holds its lease), ``done`` (a
 report is stored: a grade, or the grader error that stood in for one) or
 ``replaced`` (a later upload of the same student took its place before it
-ran). The server process and every worker process open the file; each change
+ran). A run counts against the quota while it waits or runs, and once it is
+graded; a job the grader could not grade (``done`` with an ``error``) does not:
+the run is given back. The server process and every worker process open the file; each change
 is one ``BEGIN IMMEDIATE`` transaction, so two processes never act on one
 job at once.
 
@@ -18,9 +24,12 @@ Leases make "graded once" hold: a worker takes a job by writing its own owner
 id and a deadline into the job, renews the deadline while it grades, and
 stores a report only while the job is still running under its lease. A job
 whose worker died (the server notices and gives it back) or went silent (its
-lease ran out) is queued again, in front of the others; the old worker, should
-it still be alive, can no longer store a report for it. A job given back
-``MAX_ATTEMPTS`` times gets a grader-error report instead of a fourth try.
+lease ran out) or whose grade was killed by a signal is queued again, in front
+of the others, and the attempt is spent; the old worker, should it still be
+alive, can no longer store a report for it. A job given back by a clean stop
+of the server spends no attempt. A job interrupted ``MAX_ATTEMPTS`` times gets
+a grader-error report (which says each time what happened) instead of a
+fourth try.
 
 Tokens are never stored: only their sha256. A token is compared with every
 student's hash with ``hmac.compare_digest``, each comparison made whatever the
@@ -42,8 +51,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .names import holders, name_key
+
 DB_NAME = "runner.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MAX_ATTEMPTS = 3          # a job given back this many times is not tried again
 TOKEN_BYTES = 24          # 192 random bits: 48 hex digits (no CSV cell ever reads one as a formula)
 BUSY_TIMEOUT_MS = 30_000
@@ -72,7 +83,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     display_name TEXT,
     score REAL,
     max_score REAL,
-    error TEXT
+    error TEXT,
+    retries TEXT NOT NULL DEFAULT '[]',
+    device TEXT,
+    reached_kernels INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, student);
 CREATE INDEX IF NOT EXISTS jobs_student ON jobs(student, created);
@@ -86,6 +100,15 @@ CREATE TABLE IF NOT EXISTS reports (
     job TEXT PRIMARY KEY REFERENCES jobs(id),
     report_json TEXT NOT NULL,
     report_md TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS grants (
+    student TEXT NOT NULL REFERENCES students(id),
+    runs INTEGER NOT NULL,
+    at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS extensions (
+    student TEXT PRIMARY KEY REFERENCES students(id),
+    until REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS workers (
     slot TEXT PRIMARY KEY,
@@ -114,8 +137,17 @@ class QuotaUsed(Exception):
         self.limit, self.window_h, self.renews_at = limit, window_h, renews_at
 
 
+class Closed(Exception):
+    """Uploads are closed for this student (the deadline, ``until``: epoch seconds, or None)."""
+
+    def __init__(self, until: float | None):
+        super().__init__(until)
+        self.until = until
+
+
 class NameTaken(Exception):
-    """Another student shows on the leaderboard under this display name."""
+    """Another student holds this display name (names.py: the same after NFKC, case folding and
+    whitespace collapse; held by the first graded run that carried it)."""
 
 
 @dataclass(frozen=True)
@@ -140,11 +172,22 @@ class Job:
     lease_owner: str | None = None
     remote: str | None = None
     error: str | None = None
+    retries: tuple = ()            # ({"at": epoch seconds, "why": one line, "counted": bool}, ...)
+    score: float | None = None
+    max_score: float | None = None
 
 
 def _job(row) -> Job:
     return Job(row["id"], row["student"], row["state"], row["created"], row["started"], row["finished"],
-               row["attempts"], row["display_name"], row["lease_owner"], row["remote"], row["error"])
+               row["attempts"], row["display_name"], row["lease_owner"], row["remote"], row["error"],
+               tuple(json.loads(row["retries"] or "[]")), row["score"], row["max_score"])
+
+
+# The runs that count against a student's quota: waiting, running, or graded (not a grader error).
+_COUNTED = "(state IN ('queued', 'running') OR (state = 'done' AND error IS NULL))"
+_MIGRATIONS = {1: ["ALTER TABLE jobs ADD COLUMN retries TEXT NOT NULL DEFAULT '[]'",
+                   "ALTER TABLE jobs ADD COLUMN device TEXT",
+                   "ALTER TABLE jobs ADD COLUMN reached_kernels INTEGER NOT NULL DEFAULT 0"]}
 
 
 # The fair order of the queue: a job given back by a dead worker first, then round-robin by
@@ -174,9 +217,14 @@ class Store:
         self.db.execute("PRAGMA foreign_keys=ON")
         if create:
             with self.transaction() as db:
+                old = db.execute("SELECT name FROM sqlite_master WHERE name = 'meta'").fetchone() and \
+                    db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                for stmt in _MIGRATIONS.get(int(old[0]), []) if old else []:
+                    db.execute(stmt)   # a runner of the previous version: its data kept
                 for stmt in filter(str.strip, _SCHEMA.split(";")):
                     db.execute(stmt)
-                db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                if not old or int(old[0]) in _MIGRATIONS:
+                    db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             os.chmod(path, 0o600)   # token hashes, reports: the TA's alone
         version = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if version is None or int(version[0]) != SCHEMA_VERSION:
@@ -251,17 +299,17 @@ class Store:
         now = time.time() if now is None else now
         job = secrets.token_urlsafe(12)
         with self.transaction() as db:
-            if display_name is not None:
-                other = db.execute("SELECT 1 FROM jobs WHERE display_name = ? AND student != ? LIMIT 1",
-                                   (display_name, student)).fetchone()
-                if other:
-                    raise NameTaken(display_name)
+            until = self._deadline(db, student)
+            if until is not None and now >= until:
+                raise Closed(until)
+            if display_name is not None and holders(self._named_runs(db)).get(
+                    name_key(display_name), student) != student:
+                raise NameTaken(display_name)
             queued = db.execute("SELECT id FROM jobs WHERE student = ? AND state = 'queued'", (student,)).fetchone()
-            counted = [r[0] for r in db.execute(
-                "SELECT created FROM jobs WHERE student = ? AND created > ? AND state != 'replaced' AND id != ? "
-                "ORDER BY created", (student, quota.since(now), queued[0] if queued else ""))]
-            if quota.limit and len(counted) >= quota.limit:
-                raise QuotaUsed(quota.limit, quota.window_h, counted[-quota.limit] + quota.window_h * 3600)
+            counted = self._counted(db, student, quota, now, but=queued[0] if queued else "")
+            limit = quota.limit + self._granted(db, student, quota, now) if quota.limit else 0
+            if limit and len(counted) >= limit:
+                raise QuotaUsed(quota.limit, quota.window_h, counted[-limit] + quota.window_h * 3600)
             if queued:
                 db.execute("UPDATE jobs SET state = 'replaced', finished = ? WHERE id = ?", (now, queued[0]))
                 db.execute("DELETE FROM files WHERE job = ?", (queued[0],))
@@ -272,14 +320,90 @@ class Store:
                            [(job, name, sqlite3.Binary(data)) for name, data in sorted(files.items())])
         return job, queued[0] if queued else None, len(counted) + 1
 
+    def _counted(self, db, student: str, quota: Quota, now: float, but: str = "") -> list[float]:
+        """Upload times of the student's runs in the window that count (_COUNTED), oldest first."""
+        return [r[0] for r in db.execute(
+            f"SELECT created FROM jobs WHERE student = ? AND created > ? AND {_COUNTED} AND id != ? "
+            "ORDER BY created", (student, quota.since(now), but))]
+
+    def _granted(self, db, student: str, quota: Quota, now: float) -> int:
+        """Runs a TA gave back to the student within the window."""
+        return db.execute("SELECT COALESCE(SUM(runs), 0) FROM grants WHERE student = ? AND at > ?",
+                          (student, quota.since(now))).fetchone()[0]
+
     def quota_state(self, student: str, quota: Quota, now: float | None = None) -> dict:
         now = time.time() if now is None else now
-        counted = [r[0] for r in self.db.execute(
-            "SELECT created FROM jobs WHERE student = ? AND created > ? AND state != 'replaced' ORDER BY created",
-            (student, quota.since(now)))]
-        renews = counted[-quota.limit] + quota.window_h * 3600 if quota.limit and len(counted) >= quota.limit \
-            else None
-        return {"limit": quota.limit, "window_h": quota.window_h, "used": len(counted), "renews_at": renews}
+        counted = self._counted(self.db, student, quota, now)
+        limit = quota.limit + self._granted(self.db, student, quota, now) if quota.limit else 0
+        renews = counted[-limit] + quota.window_h * 3600 if limit and len(counted) >= limit else None
+        return {"limit": limit, "window_h": quota.window_h, "used": len(counted), "renews_at": renews,
+                "left": max(0, limit - len(counted)) if limit else None}
+
+    # ------------------------------------------------------------------------- the TA's levers
+
+    def grant(self, student: str, runs: int, now: float | None = None) -> None:
+        """Give ``student`` ``runs`` more runs in the quota's current window; KeyError when unknown."""
+        with self.transaction() as db:
+            if db.execute("SELECT 1 FROM students WHERE id = ?", (student,)).fetchone() is None:
+                raise KeyError(student)
+            db.execute("INSERT INTO grants (student, runs, at) VALUES (?, ?, ?)",
+                       (student, runs, time.time() if now is None else now))
+
+    def set_close_at(self, when: float | None) -> None:
+        """The deadline for uploads (epoch seconds; None: open)."""
+        with self.transaction() as db:
+            if when is None:
+                db.execute("DELETE FROM meta WHERE key = 'close_at'")
+            else:
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('close_at', ?)", (repr(float(when)),))
+
+    def close_at(self) -> float | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'close_at'").fetchone()
+        return float(row[0]) if row else None
+
+    def extend(self, student: str, until: float | None) -> None:
+        """A student's own deadline (None: the course's again); KeyError when unknown."""
+        with self.transaction() as db:
+            if db.execute("SELECT 1 FROM students WHERE id = ?", (student,)).fetchone() is None:
+                raise KeyError(student)
+            db.execute("DELETE FROM extensions WHERE student = ?", (student,))
+            if until is not None:
+                db.execute("INSERT INTO extensions (student, until) VALUES (?, ?)", (student, until))
+
+    def extensions(self) -> dict[str, float]:
+        return {r[0]: r[1] for r in self.db.execute("SELECT student, until FROM extensions ORDER BY student")}
+
+    def _deadline(self, db, student: str) -> float | None:
+        """When uploads close for ``student``: their extension, when later than the course's deadline."""
+        row = db.execute("SELECT value FROM meta WHERE key = 'close_at'").fetchone()
+        if row is None:
+            return None
+        ext = db.execute("SELECT until FROM extensions WHERE student = ?", (student,)).fetchone()
+        return max(float(row[0]), ext[0]) if ext else float(row[0])
+
+    def requeue(self, job_id: str) -> Job:
+        """Grade a job again (a TA's decision): its report dropped, its attempts reset, first in line.
+        KeyError when there is no such job, ValueError when it cannot be (replaced, or running)."""
+        with self.transaction() as db:
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise KeyError(job_id)
+            if row["state"] not in ("done", "queued"):
+                raise ValueError(f"job {job_id} is {row['state']}: "
+                                 + ("it never ran, and its files are gone" if row["state"] == "replaced"
+                                    else "it is being graded now"))
+            if not db.execute("SELECT 1 FROM files WHERE job = ?", (job_id,)).fetchone():
+                raise ValueError(f"job {job_id}: its kernel files are no longer kept")
+            db.execute("DELETE FROM reports WHERE job = ?", (job_id,))
+            db.execute("UPDATE jobs SET state = 'queued', requeued = 1, attempts = 0, finished = NULL, score = NULL, "
+                       "max_score = NULL, error = NULL, retries = '[]' WHERE id = ?", (job_id,))
+        return self.job(job_id)
+
+    def all_jobs(self, student: str | None = None) -> list[Job]:
+        """Every job but the replaced ones, newest first (one student's with ``student``)."""
+        where, args = ("AND student = ?", (student,)) if student else ("", ())
+        return [_job(r) for r in self.db.execute(
+            f"SELECT * FROM jobs WHERE state != 'replaced' {where} ORDER BY created DESC, seq DESC", args)]
 
     # ------------------------------------------------------------------------- reading jobs
 
@@ -306,17 +430,30 @@ class Store:
     def running(self) -> list[Job]:
         return [_job(r) for r in self.db.execute("SELECT * FROM jobs WHERE state = 'running' ORDER BY started")]
 
-    def durations(self, last: int = 20) -> list[float]:
-        """How long the last ``last`` graded jobs took, newest first."""
+    def durations(self, device: str, last: int = 50) -> list[float]:
+        """How long the last ``last`` grades on ``device`` (cpu, cuda) that reached the kernels took,
+        newest first: a stub's quick grade says nothing of a real one."""
         return [r[0] for r in self.db.execute(
             "SELECT finished - started FROM jobs WHERE state = 'done' AND error IS NULL AND started IS NOT NULL "
-            "ORDER BY finished DESC LIMIT ?", (last,))]
+            "AND reached_kernels = 1 AND device = ? ORDER BY finished DESC LIMIT ?", (device, last))]
+
+    def _named_runs(self, db) -> list[tuple[str, str]]:
+        """(student, display name) of every graded run that opted in to the board, oldest first."""
+        return [(r[0], r[1]) for r in db.execute(
+            "SELECT student, display_name FROM jobs WHERE state = 'done' AND error IS NULL "
+            "AND display_name IS NOT NULL ORDER BY finished, seq")]
+
+    def finished_since(self, since: float) -> list[tuple[float, float | None]]:
+        """(finished, started) of the jobs done since ``since``, newest first."""
+        return [(r[0], r[1]) for r in self.db.execute(
+            "SELECT finished, started FROM jobs WHERE state = 'done' AND finished >= ? ORDER BY finished DESC",
+            (since,))]
 
     def board_jobs(self) -> list[tuple[str, str, float, str]]:
         """(student, display name, finished, report.json) of every finished job that opted in to the board."""
         return [(r[0], r[1], r[2], r[3]) for r in self.db.execute(
             "SELECT j.student, j.display_name, j.finished, r.report_json FROM jobs j JOIN reports r ON r.job = j.id "
-            "WHERE j.state = 'done' AND j.display_name IS NOT NULL AND j.error IS NULL ORDER BY j.finished")]
+            "WHERE j.state = 'done' AND j.display_name IS NOT NULL AND j.error IS NULL ORDER BY j.finished, j.seq")]
 
     # ------------------------------------------------------------------------- workers and leases
 
@@ -329,12 +466,22 @@ class Store:
     def workers(self) -> list[sqlite3.Row]:
         return self.db.execute("SELECT * FROM workers ORDER BY slot").fetchall()
 
+    def set_paused(self, paused: bool) -> None:
+        """While the server stops, no worker takes a job."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM meta WHERE key = 'paused'")
+            if paused:
+                db.execute("INSERT INTO meta VALUES ('paused', '1')")
+
     def lease(self, owner: str, slot: str, lease_s: float, now: float | None = None) -> Job | None:
-        """Take the first job of the fair order for ``owner``, or None when the queue is empty."""
+        """Take the first job of the fair order for ``owner``, or None when the queue is empty (or
+        paused: the server is stopping)."""
         now = time.time() if now is None else now
         with self.transaction() as db:
-            row = db.execute(f"SELECT j.* FROM jobs j WHERE j.state = 'queued' AND j.attempts < ? {_FAIR_ORDER} "
-                             "LIMIT 1", (MAX_ATTEMPTS,)).fetchone()
+            paused = db.execute("SELECT 1 FROM meta WHERE key = 'paused'").fetchone()
+            row = None if paused else db.execute(
+                f"SELECT j.* FROM jobs j WHERE j.state = 'queued' AND j.attempts < ? {_FAIR_ORDER} LIMIT 1",
+                (MAX_ATTEMPTS,)).fetchone()
             if row is None:
                 db.execute("UPDATE workers SET heartbeat = ?, job = NULL WHERE slot = ? AND owner = ?",
                            (now, slot, owner))
@@ -361,9 +508,10 @@ class Store:
             db.execute("UPDATE jobs SET remote = ? WHERE id = ? AND lease_owner = ?", (remote, job_id, owner))
 
     def finish(self, owner: str, job_id: str, report_json: str, report_md: str, error: str | None = None,
-               now: float | None = None) -> bool:
+               now: float | None = None, device: str | None = None, reached_kernels: bool = False) -> bool:
         """Store the job's report and mark it done, only while ``owner`` holds its lease; False otherwise
-        (the job was given back: the report of this attempt is dropped)."""
+        (the job was given back: the report of this attempt is dropped). ``device`` and
+        ``reached_kernels``: what the ETAs learn from this grade (durations)."""
         now = time.time() if now is None else now
         try:
             data = json.loads(report_json)
@@ -372,19 +520,21 @@ class Store:
             score = max_score = None
         with self.transaction() as db:
             if db.execute("UPDATE jobs SET state = 'done', finished = ?, lease_owner = NULL, lease_until = NULL, "
-                          "score = ?, max_score = ?, error = ? WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                          (now, score, max_score, error, job_id, owner)).rowcount != 1:
+                          "score = ?, max_score = ?, error = ?, device = ?, reached_kernels = ? "
+                          "WHERE id = ? AND state = 'running' AND lease_owner = ?",
+                          (now, score, max_score, error, device, int(reached_kernels), job_id, owner)).rowcount != 1:
                 return False
             db.execute("INSERT INTO reports (job, report_json, report_md) VALUES (?, ?, ?)",
                        (job_id, report_json, report_md))
-            db.execute("DELETE FROM files WHERE job = ?", (job_id,))
             db.execute("UPDATE workers SET job = NULL, heartbeat = ? WHERE owner = ?", (now, owner))
         return True
 
-    def give_back(self, owner: str | None = None, expired_before: float | None = None) -> list[Job]:
+    def give_back(self, owner: str | None = None, expired_before: float | None = None, why: str = "",
+                  spent: bool = True) -> list[Job]:
         """Queue again the running jobs of ``owner`` (a worker that ended), or those whose lease ran
-        out before ``expired_before``; they go first. Returns them as they were (``remote`` set
-        where a cluster job may still run)."""
+        out before ``expired_before``; they go first, and ``why`` is kept with each (what the student
+        and the TA read). ``spent`` False (a clean stop of the server): the attempt is not spent.
+        Returns them as they were (``remote`` set where a cluster job may still run)."""
         with self.transaction() as db:
             if owner is not None:
                 rows = db.execute("SELECT * FROM jobs WHERE state = 'running' AND lease_owner = ?", (owner,)).fetchall()
@@ -392,12 +542,31 @@ class Store:
                 rows = db.execute("SELECT * FROM jobs WHERE state = 'running' AND lease_until < ?",
                                   (expired_before,)).fetchall()
             for r in rows:
-                db.execute("UPDATE jobs SET state = 'queued', requeued = 1, lease_owner = NULL, lease_until = NULL "
-                           "WHERE id = ?", (r["id"],))
+                self._requeue(db, r, why, spent)
         return [_job(r) for r in rows]
 
+    def retry(self, owner: str, job_id: str, why: str) -> bool:
+        """The worker gives its job back (its grade was killed by a signal): queued again, first, the
+        attempt spent; False when ``owner`` no longer holds the lease."""
+        with self.transaction() as db:
+            row = db.execute("SELECT * FROM jobs WHERE id = ? AND state = 'running' AND lease_owner = ?",
+                             (job_id, owner)).fetchone()
+            if row is None:
+                return False
+            self._requeue(db, row, why, spent=True)
+            db.execute("UPDATE workers SET job = NULL WHERE owner = ?", (owner,))
+        return True
+
+    @staticmethod
+    def _requeue(db, row, why: str, spent: bool) -> None:
+        retries = json.loads(row["retries"] or "[]") + [{"at": time.time(), "why": why or "interrupted",
+                                                         "counted": spent}]
+        db.execute("UPDATE jobs SET state = 'queued', requeued = 1, lease_owner = NULL, lease_until = NULL, "
+                   "attempts = attempts - ?, retries = ? WHERE id = ?", (0 if spent else 1, json.dumps(retries),
+                                                                       row["id"]))
+
     def exhausted(self) -> list[Job]:
-        """Queued jobs already tried MAX_ATTEMPTS times (each time their worker died)."""
+        """Queued jobs already interrupted MAX_ATTEMPTS times (each time, ``retries`` says how)."""
         return [_job(r) for r in self.db.execute("SELECT * FROM jobs WHERE state = 'queued' AND attempts >= ?",
                                                  (MAX_ATTEMPTS,))]
 
@@ -405,11 +574,10 @@ class Store:
         """A job given back MAX_ATTEMPTS times: done, with the grader-error report made for it."""
         now = time.time()
         with self.transaction() as db:
-            if db.execute("UPDATE jobs SET state = 'done', finished = ?, error = ?, score = 0 "
+            if db.execute("UPDATE jobs SET state = 'done', finished = ?, error = ?, score = 0, max_score = NULL "
                           "WHERE id = ? AND state = 'queued' AND attempts >= ?",
                           (now, error, job_id, MAX_ATTEMPTS)).rowcount != 1:
                 return False
             db.execute("INSERT INTO reports (job, report_json, report_md) VALUES (?, ?, ?)",
                        (job_id, report_json, report_md))
-            db.execute("DELETE FROM files WHERE job = ?", (job_id,))
         return True

@@ -15,11 +15,16 @@ into a fresh folder DIR/work/<job>-<attempt>/submission/, run
 
 there under its own supervisor with the grade's own time limit (the batch's:
 classroom.grade_process.grade_timeout), renew the lease while it runs, and store
-report.json and report.md. A grade that fails (a crash, the time limit, no
-usable report) gets the report the batch writes in that case: score 0 and
-the reason. When the lease is lost (the server gave the job back), the grade
-is killed and its report, if any, dropped: the job is graded once, by
-whoever holds it.
+report.json and report.md, with the job's id and times added. A grade killed
+by a signal (the OOM killer, a TA) is not the student's doing: the job goes
+back to the queue, first in line, as a dead worker's does (store.retry). A
+grade that fails otherwise (the grader's crash, the time limit, no usable
+report) gets the report the batch writes in that case, score 0 and the
+reason, and the run is given back (store._COUNTED). The folder of a grade
+that did not end in a report (its log, the files, what the grader wrote) is
+kept as DIR/failed/<job>/<attempt>/ for the TA. When the lease is lost (the
+server gave the job back), the grade is killed and its report, if any,
+dropped: the job is graded once, by whoever holds it.
 
 With ``executor`` slurm (or local, the same path on this machine) the grade
 runs as a submitit job instead (``grade_remote``, through the executor the
@@ -32,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,7 +46,7 @@ from pathlib import Path
 
 from grader.harness import proc
 from grader.report import error_result, write_reports
-from grader.rubric import DEFAULT_RUBRIC, load_rubric
+from grader.rubric import DEFAULT_RUBRIC, load_rubric, visible_only
 
 from ..grade_process import ROOT, _check_reports, _last_line, _tail
 from ..reports import REPORT_JSON_BYTES
@@ -84,6 +90,25 @@ def grade_remote(cmd: list[str], work: str, timeout_s: float) -> int | None:
         p.kill()
 
 
+def report_rubric(settings: dict):
+    """The rubric of every report the runner makes itself (a grader error): with the hidden tests off,
+    the visible one, as the grade's own report would be, so that no report names a hidden test and
+    its total reads out of the visible maximum."""
+    rubric = load_rubric(settings["rubric"] or DEFAULT_RUBRIC)
+    return visible_only(rubric) if settings["tests"] == "visible" else rubric
+
+
+def describe_status(rc: int | None) -> str:
+    """An exit status in words: 'killed by signal 9 (SIGKILL)', 'exit status 1'."""
+    if rc is not None and rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = "unknown"
+        return f"killed by signal {-rc} ({name})"
+    return f"exit status {rc}"
+
+
 def error_report(rubric, reason: str) -> tuple[str, str]:
     """(report.json, report.md) of a job that could not be graded: score 0 and why."""
     with tempfile.TemporaryDirectory(prefix="runner-error-") as d:
@@ -92,13 +117,69 @@ def error_report(rubric, reason: str) -> tuple[str, str]:
                 Path(d, "report.md").read_text(encoding="utf-8"))
 
 
+# Task states of a grade that never ran a kernel: its time says nothing of a real grade's (ETAs).
+NOT_RUN_STATES = frozenset({"missing_file", "unreadable", "not_implemented", "import_error", "grader_error",
+                            "forbidden_code", "syntax_error"})
+
+
+def _utc(epoch: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch)) if epoch else "?"
+
+
+def stamp(report_json: str, report_md: str, job: Job) -> tuple[str, str, bool]:
+    """The report with the job's id and times in it (``runner`` in report.json, a line under
+    report.md's title), and whether the grade reached the kernels (a task that ran)."""
+    try:
+        data = json.loads(report_json)
+    except ValueError:
+        return report_json, report_md, False
+    if not isinstance(data, dict):
+        return report_json, report_md, False
+    now = time.time()
+    data["runner"] = {"job": job.id, "uploaded": _utc(job.created), "graded": _utc(now), "attempt": job.attempts}
+    reached = any(isinstance(t, dict) and t.get("status") not in NOT_RUN_STATES for t in data.get("tasks") or [])
+    head, sep, rest = report_md.partition("\n")
+    line = f"\n- Runner job `{job.id}`: uploaded {_utc(job.created)}, graded {_utc(now)}\n"
+    return json.dumps(data), head + sep + line + rest, reached
+
+
+def grade_pids(data_dir: Path, job: str) -> list[int]:
+    """The process ids of the grade commands (``python -m grader grade``, not their supervisors) running
+    for ``job`` now, read from /proc: their folder is DIR/work/<slot>/<job>-<attempt>-*. For a TA (or a
+    check) that must stop one grade, and no other process, by its id."""
+    work, pids = str(Path(data_dir).absolute() / "work"), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if argv[1:4] == [b"-m", b"grader", b"grade"] and cwd.startswith(work + os.sep) \
+                and Path(cwd).name.startswith(f"{job}-"):
+            pids.append(int(entry.name))
+    return pids
+
+
+def keep_failed(work: Path, data_dir: Path, job: Job) -> None:
+    """The folder of a grade that did not end in a report, for the TA: DIR/failed/<job>/<attempt>/."""
+    dest = data_dir / "failed" / job.id / str(job.attempts)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(work, dest, symlinks=True)
+    except OSError as e:   # a full disk must not stop the report
+        print(f"job {job.id}: could not keep its folder in {dest}: {e}", flush=True)
+
+
 class Worker:
     def __init__(self, data_dir: Path, slot: str, owner: str):
         self.dir, self.slot, self.owner = Path(data_dir), slot, owner
         self.settings = read_settings(self.dir)
         self.store = Store(self.dir)
         self.lease_s = float(self.settings["lease_s"])
-        self.rubric = load_rubric(self.settings["rubric"] or DEFAULT_RUBRIC)
+        self.rubric = report_rubric(self.settings)
         # One folder per slot, emptied at the start: what a killed worker's grade left goes with it.
         (self.dir / "work").mkdir(mode=0o700, exist_ok=True)
         self.work_root = self.dir / "work" / file_name(slot)
@@ -130,6 +211,12 @@ class Worker:
                 return
             reports = work / "reports"
             timeout = self.settings["timeout_s"]
+            if rc is not None and rc < 0:
+                why = f"the grade process was {describe_status(rc)}"
+                keep_failed(work, self.dir, job)
+                retried = self.store.retry(self.owner, job.id, why)
+                print(f"job {job.id}: {why}; {'queued again' if retried else 'the lease was lost'}", flush=True)
+                return
             if rc is None:
                 reason = f"grading took longer than {timeout:g} s; it was stopped"
             elif rc != 0:
@@ -137,11 +224,14 @@ class Worker:
             else:
                 reason = _check_reports(reports)
             if reason:
+                keep_failed(work, self.dir, job)
                 report_json, report_md = error_report(self.rubric, reason)
             else:
                 report_json = (reports / "report.json").read_bytes()[:REPORT_JSON_BYTES].decode("utf-8", "replace")
                 report_md = (reports / "report.md").read_bytes()[:REPORT_JSON_BYTES].decode("utf-8", "replace")
-            stored = self.store.finish(self.owner, job.id, report_json, report_md, error=reason or None)
+            report_json, report_md, reached = stamp(report_json, report_md, job)
+            stored = self.store.finish(self.owner, job.id, report_json, report_md, error=reason or None,
+                                       device=self.settings["device"], reached_kernels=reached and not reason)
             print(f"job {job.id}: {'graded' if stored else 'lease lost, report dropped'} in "
                   f"{time.monotonic() - started:.0f} s{': ' + reason if reason else ''}", flush=True)
         finally:

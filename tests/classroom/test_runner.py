@@ -212,17 +212,87 @@ def test_quota_counts_runs_in_the_rolling_window_and_says_when_it_renews(tmp_pat
     with pytest.raises(QuotaUsed) as e:
         s.submit("alice", FAST, q, now=1040)
     assert e.value.renews_at == 1000 + 3600 and e.value.limit == 2
-    assert s.quota_state("alice", q, now=1040) == {"limit": 2, "window_h": 1.0, "used": 2, "renews_at": 4600}
+    assert s.quota_state("alice", q, now=1040) == {"limit": 2, "window_h": 1.0, "used": 2, "renews_at": 4600,
+                                                   "left": 0}
     s.submit("bob", FAST, q, now=1040)            # another student's quota is their own
     s.submit("alice", FAST, q, now=4601)          # the first run left the window
 
 
+def _graded(s: Store, student: str, name: str | None, report: str = '{"score": 1, "max_score": 4}',
+            error: str | None = None) -> str:
+    """A run of ``student`` graded to its end (``error``: the grader's own failure)."""
+    job, _, _ = s.submit(student, FAST, Quota(0, 24), display_name=name)
+    leased = s.lease("w", "gpu0", 30)
+    assert leased.id == job
+    assert s.finish("w", job, report, "# r", error=error)
+    return job
+
+
 def test_a_display_name_belongs_to_one_student(tmp_path):
     s, _ = _store(tmp_path)
-    s.submit("alice", FAST, Quota(0, 24), display_name="fast kernels")
+    _graded(s, "alice", "fast kernels")
     with pytest.raises(NameTaken):
         s.submit("bob", FAST, Quota(0, 24), display_name="fast kernels")
     s.submit("alice", FAST, Quota(0, 24), display_name="fast kernels")
+
+
+@pytest.mark.parametrize("raw, shown", [("Alice A", "Alice A"), ("  Alice   A ", "Alice A"),
+                                         ("\uff21\uff4c\uff49\uff43\uff45\u3000A", "Alice A"),  # fullwidth
+                                         ("Alice\tA", "Alice A"), ("\u0410lice", None),             # Cyrillic A
+                                         ("<b>", None), ("   ", None), ("x" * 33, None)])
+def test_a_display_name_is_read_after_nfkc_and_whitespace_collapse(raw, shown):
+    from classroom.runner.names import display_name
+    assert display_name(raw) == shown
+
+
+@pytest.mark.parametrize("other", ["Alice A ", "alice a", "ALICE  A", "\uff41\uff4c\uff49\uff43\uff45 \uff21"])
+def test_names_that_look_the_same_are_the_same_name(tmp_path, other):
+    s, _ = _store(tmp_path)
+    _graded(s, "alice", "Alice A")
+    with pytest.raises(NameTaken):
+        s.submit("bob", FAST, Quota(0, 24), display_name=other)
+
+
+def test_a_name_belongs_only_to_a_student_with_a_graded_run(tmp_path):
+    from classroom.runner.scheduler import leaderboard
+    s, _ = _store(tmp_path, ("alice", "bob", "carol"))
+    q = Quota(0, 24)
+    _graded(s, "carol", "Carol", error="the grader exited with code 1")
+    s.submit("alice", FAST, q, display_name="Alice A")       # queued, then replaced before it ran
+    s.submit("alice", FAST, q)
+    s.submit("bob", FAST, q, display_name="alice a")         # the name was never alice's: bob may use it
+    s.submit("bob", FAST, q, display_name="carol")           # a run the grader could not grade holds no name
+    # two students queued under one name: the first graded run holds it, the other is not on the board
+    (tmp_path / "two").mkdir()
+    s2, _ = _store(tmp_path / "two", ("alice", "bob"))
+    s2.submit("alice", FAST, q, display_name="Same")
+    s2.submit("bob", FAST, q, display_name="same")
+    for _ in range(2):
+        job = s2.lease("w", "gpu0", 30)
+        assert s2.finish("w", job.id, _board_report(3.0, 0.5, "passed"), "# r")
+    assert [(r.name, r.total) for r in leaderboard(s2)] == [("Same", 3.0)]
+    with pytest.raises(NameTaken):
+        s2.submit("bob", FAST, q, display_name="SAME")
+
+
+def _board_report(points: float, kernel_ms: float, status: str, message: str = "ratio 1.2",
+                  task_status: str = "ok") -> str:
+    tests = [{"name": "dds/c0", "task": "dds", "kind": "correctness", "score": 2, "status": "passed"},
+             {"name": "dds/perf", "task": "dds", "kind": "performance", "score": points, "status": status,
+              "message": message, "details": {"kernel_ms": kernel_ms}}]
+    return json.dumps({"score": 2 + points, "max_score": 5, "tests": tests,
+                       "tasks": [{"task": "dds", "score": 2 + points, "status": task_status}]})
+
+
+def test_the_board_keeps_only_timings_the_judge_trusted():
+    from classroom.runner.scheduler import board_numbers
+    assert board_numbers(json.loads(_board_report(1.5, 0.02, "partial"))) == ({"dds": 1.5}, {"dds/perf": 0.02})
+    below_floor = _board_report(0, 0.0001, "failed", "timed at 0.1 us, below the memory floor of 9.0 us (bytes "
+                                "that must move / measured bandwidth): the timing is not trusted")
+    voided = _board_report(0, 0.001, "failed", "no points for this task: output not computed by the kernels",
+                           task_status="output_not_computed")
+    for text in (below_floor, voided):
+        assert board_numbers(json.loads(text))[1] == {}
 
 
 # ----------------------------------------------------------------------------- a real server
@@ -257,10 +327,13 @@ def test_submit_prints_make_grades_table_and_writes_the_reports(server, tmp_path
     assert re.search(r"^  (place 1 in the queue|being graded); report in about \d+ (s|min)$", out.stdout,
                      re.M), out.stdout
     assert "hidden tests are not run" in out.stdout
-    report = json.loads((tmp_path / "gpu-report" / "report.json").read_text())
-    assert (tmp_path / "gpu-report" / "report.md").read_text().startswith("# Grade report: 0 / 4")
+    (folder,) = (tmp_path / "gpu-report").iterdir()                  # gpu-report/<job>/
+    report = json.loads((folder / "report.json").read_text())
+    assert (folder / "report.md").read_text().startswith("# Grade report: 0 / 4")
+    assert report["runner"]["job"] == folder.name and f"job {folder.name}, uploaded " in out.stdout
+    assert "out of 9 in all: 5 points are in hidden tests only the TA runs" in out.stdout
     assert report["score"] == 0 and [t["name"] for t in report["tests"]] == ["dds/c0", "dds/c1", "dds/perf"]
-    assert HIDDEN_TEST not in out.stdout + json.dumps(report) + (tmp_path / "gpu-report" / "report.md").read_text()
+    assert HIDDEN_TEST not in out.stdout + json.dumps(report) + (folder / "report.md").read_text()
     local = subprocess.run([sys.executable, "-m", "grader", "grade", str(ROOT / "assignment"), "--rubric",
                             str(server.rubric), "--device", "cpu", "--tests", "visible", "--report-dir",
                             str(tmp_path / "local")], cwd=ROOT, capture_output=True, text=True, timeout=scaled(300))
@@ -286,11 +359,12 @@ def test_a_student_never_reads_another_students_job(server):
     assert "report" not in json.dumps(server.get("/api/status"))
 
 
-def test_refusals_are_one_line_for_the_student(server, tmp_path, capsys):
+def test_refusals_are_one_line_for_the_student(server, tmp_path, capsys, monkeypatch):
     tokens = server.tokens()
     status, body = server.submit("0" * 48, FAST)
     assert status == 401 and "unknown or revoked token" in body["error"]
-    assert client.main([str(ROOT / "assignment"), "--server", server.url, "--token", "0" * 48]) == 1
+    monkeypatch.setenv("TOKEN", "0" * 48)
+    assert client.main([str(ROOT / "assignment"), "--server", server.url]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("refused: bad token") and len(err.splitlines()) == 1
     # too large: the body counted as it arrives, and the client's line
@@ -307,7 +381,8 @@ def test_refusals_are_one_line_for_the_student(server, tmp_path, capsys):
         assert db.execute("SELECT COUNT(*) FROM jobs WHERE student = 'bob'").fetchone()[0] == 0
     # unreachable
     dead = f"http://127.0.0.1:{_closed_port()}"
-    assert client.main([str(ROOT / "assignment"), "--server", dead, "--token", tokens["bob"]]) == 1
+    monkeypatch.setenv("TOKEN", tokens["bob"])
+    assert client.main([str(ROOT / "assignment"), "--server", dead]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"cannot reach the runner at {dead}") and len(err.splitlines()) == 1
     # the static check runs first, with make grade's message, and nothing is uploaded
@@ -316,7 +391,7 @@ def test_refusals_are_one_line_for_the_student(server, tmp_path, capsys):
     for name, data in STUB.items():
         (sub / name).write_bytes(data)
     (sub / "w8a8.py").write_bytes(STUB["w8a8.py"] + b"\nimport subprocess\n")
-    assert client.main([str(sub), "--server", dead, "--token", tokens["bob"]]) == 1
+    assert client.main([str(sub), "--server", dead]) == 1
     err = capsys.readouterr().err
     assert err.startswith("forbidden code in w8a8.py: line ") and "subprocess" in err and "cannot reach" not in err
 
@@ -326,7 +401,7 @@ def _closed_port() -> int:
     return free_port()
 
 
-def test_the_quota_refuses_with_when_it_renews(server, capsys):
+def test_the_quota_refuses_with_when_it_renews(server, capsys, monkeypatch):
     token = server.tokens()["carol"]
     for _ in range(2):
         status, body = server.submit(token, FAST)
@@ -335,10 +410,12 @@ def test_the_quota_refuses_with_when_it_renews(server, capsys):
     assert body["quota"]["used"] == 2 and body["quota"]["limit"] == 2
     status, body = server.submit(token, FAST)
     assert status == 429 and body["renews_at"] > time.time() + 23 * 3600
-    assert client.main([str(ROOT / "assignment"), "--server", server.url, "--token", token]) == 1
+    monkeypatch.setenv("TOKEN", token)
+    assert client.main([str(ROOT / "assignment"), "--server", server.url]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("refused: quota used: 2 run(s) per 24 h; the next run is possible at ")
     assert len(err.splitlines()) == 1
+    assert re.search(r"\(in 23 h 5\d min\)$", err), err     # 23 h 59 min, never "24 h 59 min"
 
 
 def _started_order(server, jobs) -> list[str]:
@@ -411,7 +488,48 @@ def test_a_restart_keeps_the_queue_the_quotas_and_the_tokens(tmp_path):
         assert srv.get(f"/api/submissions/{running['job']}", tokens["bob"])["position"] == 1   # given back: first
         for token, job in ((tokens["carol"], queued), (tokens["bob"], running)):
             srv.wait_job(token, job["job"], timeout_s=180)
-        assert srv.job_row(running["job"])["attempts"] == 2
+        assert srv.job_row(running["job"])["attempts"] == 1      # a clean stop spends no attempt
+    finally:
+        srv.stop()
+
+
+@pytest.mark.slow   # a grade killed MAX_ATTEMPTS times
+def test_a_grade_killed_by_a_signal_is_retried_then_reported_without_the_hidden_tests(tmp_path, capsys):
+    """A grade killed by a signal (the OOM killer, a TA) is the runner's failure: graded again, up to
+    MAX_ATTEMPTS times, then a grader-error report that says what happened, made from the rubric
+    the student sees (no hidden test named, the visible maximum), and the run given back."""
+    from grader.rubric import load_rubric
+    srv = RunnerServer(tmp_path, ("alice",), quota=1)
+    try:
+        token = srv.tokens()["alice"]
+        _, job = srv.submit(token, HANGS)
+        killed = []
+        while srv.job_row(job["job"])["state"] != "done":
+            if srv.job_row(job["job"])["state"] == "running" and srv.grade_pids(job["job"]):
+                pid = srv.kill_grade(job["job"])
+                if pid not in killed:
+                    killed.append(pid)
+            time.sleep(0.2)
+        assert len(killed) == MAX_ATTEMPTS
+        done = srv.get(f"/api/submissions/{job['job']}", token)
+        report, report_md = done["report"], done["report_md"]
+        assert report["grader_error"].startswith(f"grading was interrupted {MAX_ATTEMPTS} times (the grade "
+                                                 "process was killed by signal 9 (SIGKILL))"), report
+        assert "does not count against your quota" in report["grader_error"]
+        assert [r["why"] for r in done["retries"]] == ["the grade process was killed by signal 9 (SIGKILL)"] * 3
+        assert HIDDEN_TEST not in json.dumps(report) + report_md
+        visible = visible_only(load_rubric(str(srv.rubric)))
+        most = sum(t.points for t in visible.tests if not t.bonus)
+        assert report["max_score"] == most and report["hidden_points"] == 5
+        client.write_report(done, tmp_path / "gpu-report")      # what make submit prints
+        printed = capsys.readouterr().out
+        assert f"TOTAL 0/{most:g}" in printed and "5 in hidden tests only the TA runs" in printed, printed
+        assert HIDDEN_TEST not in printed
+        for attempt in range(1, MAX_ATTEMPTS + 1):                # each killed grade kept for the TA
+            kept = srv.data / "failed" / job["job"] / str(attempt)
+            assert (kept / "grade.log").is_file() and (kept / "submission" / "dds.py").is_file()
+        status, again = srv.submit(token, FAST)                   # quota 1: the run was given back
+        assert status == 201, again
     finally:
         srv.stop()
 
