@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import math
 import os
 import shlex
 import sys
@@ -66,7 +65,7 @@ def _fail_line(e: urllib.error.HTTPError) -> str:
         renews = body.get("renews_at") if isinstance(body, dict) else None
         when = ""
         if isinstance(renews, (int, float)):
-            hours, minutes = divmod(math.ceil(max(0, renews - time.time()) / 60), 60)
+            hours, minutes = divmod(int(max(0, renews - time.time()) // 60), 60)
             when = (f"; the next run is possible at {time.strftime('%Y-%m-%d %H:%M', time.localtime(renews))} "
                     f"(in {hours} h {minutes} min)")
         return f"refused: quota used: {message.split(';')[0].removeprefix('quota used: ')}{when}"

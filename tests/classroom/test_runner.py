@@ -339,8 +339,9 @@ def test_submit_prints_make_grades_table_and_writes_the_reports(server, tmp_path
                             str(tmp_path / "local")], cwd=ROOT, capture_output=True, text=True, timeout=scaled(300))
     assert _table(out.stdout) == _table(local.stdout)
     assert "5 in hidden tests only the TA runs" in out.stdout
-    board = server.get("/api/status")["leaderboard"]
-    assert [b["name"] for b in board] == ["Alice A. kernels"]
+    assert server.get("/api/status")["leaderboard"] == []          # a CPU grade times nothing: no board
+    status, body = server.submit(server.tokens()["bob"], FAST, display_name="alice a. KERNELS")
+    assert status == 409 and "taken by another student" in body["error"]   # but the graded run holds the name
 
 
 def test_a_student_never_reads_another_students_job(server):
