@@ -39,11 +39,14 @@ FIXED_SHARE = 0.5
 
 def checked_call(session: Session, name: str, args: tuple, out_shape, label: str | None = None) -> CallResult:
     """Put ``args`` in a new arena, have the worker call the kernel once, read the output.
-    ``label``: the test the call belongs to (the compile check names its kernels by it)."""
+    ``label``: the test the call belongs to (the compile check names its kernels by it).
+    On the CPU the worker sees shapes only and the executor runs its program (``_shape_call``)."""
     plan = Plan()
     specs = [plan.arg(a) for a in args]
     out_spec = plan.output(out_shape)
     arena = Arena(plan, session.device, name)
+    if session.executor is not None:
+        return _shape_call(session, name, arena, args, specs, out_spec, label)
     try:
         mapped = session.map(name, arena)
         if not mapped["ok"]:
@@ -62,6 +65,77 @@ def checked_call(session: Session, name: str, args: tuple, out_shape, label: str
     modified = [i for i, (a, s) in enumerate(zip(args, specs)) if not _same(a, arena.arg(s))]
     return CallResult("ok", output=arena.view(out_spec).clone(), evidence=evidence,
                       inputs_modified=modified, stray_write=bool(arena.guards_broken()))
+
+
+MAX_CONFIGS = 16   # autotune configs checked per call (every one a GPU autotuner may pick)
+EXECUTOR_EVIDENCE = ("outside", "kernel_flops", "checks_off")
+
+
+def _shape_call(session: Session, name: str, arena, args, specs, out_spec, label) -> CallResult:
+    """A CPU checked call: the worker calls the wrapper on shape-only tensors and sends back its
+    program (worker/shapes.py); the executor, which alone holds the inputs, carries it out
+    once per autotune config (worker/executor.py). The outputs of configs after the first
+    travel in ``CallResult.configs`` and are checked like the first."""
+    msg = {"op": "call", "args": specs, "out": out_spec}
+    if label:
+        msg["label"] = label
+    try:
+        reply = session.request(msg)
+    except WorkerGone as e:
+        return CallResult("gone", str(e), kind=e.kind)
+    evidence = reply.get("evidence", {})
+    if not reply["ok"]:
+        if "returned" in reply:
+            return CallResult("unusable", reply["returned"], evidence=evidence)
+        return CallResult("error", reply.get("error", "?"), evidence=evidence)
+    program = reply.get("program") or {}
+    configs = program_configs(program)
+    outputs = []
+    try:
+        mapped = session.executor.map(name, arena)
+        if not mapped["ok"]:
+            return CallResult("error", "the executor could not map its inputs:\n" + mapped.get("error", "?"))
+        for k in range(len(configs) or 1):
+            if k:
+                arena.view(out_spec).fill_(float("nan"))
+            done = session.executor.request({"op": "execute", "arena": name, "args": specs, "out": out_spec,
+                                             "program": program, "choice": k})
+            # What the executor saw (the bounds check, the arithmetic); the launches are the worker's.
+            ran = done.get("evidence", {})
+            evidence = {**evidence, **{k: ran[k] for k in EXECUTOR_EVIDENCE if k in ran}}
+            if not done["ok"]:
+                where = f"with autotune config {configs[k]} ({k + 1} of {len(configs)}): " if configs else ""
+                return CallResult("error", where + done.get("error", "?"), evidence=evidence)
+            outputs.append(arena.view(out_spec).clone())
+        session.executor.request({"op": "release", "arena": name})
+    except WorkerGone as e:
+        return CallResult("gone", str(e), kind=e.kind, evidence=evidence)
+    modified = [i for i, (a, s) in enumerate(zip(args, specs)) if not _same(a, arena.arg(s))]
+    return CallResult("ok", output=outputs[0], evidence=evidence, inputs_modified=modified,
+                      stray_write=bool(arena.guards_broken()),
+                      configs=list(zip(configs[1:], outputs[1:])), configs_checked=len(configs))
+
+
+def program_configs(program: dict) -> list[str]:
+    """The autotune configs a CPU call's program holds (worker/shapes.py ``choice`` steps), in
+    words: the call is carried out once per config. Read defensively (the worker sent it)."""
+    best: list[str] = []
+
+    def walk(steps, depth: int) -> None:
+        nonlocal best
+        if not isinstance(steps, list) or depth > 4:
+            return
+        for step in steps[:10000]:
+            if isinstance(step, dict) and isinstance(step.get("branches"), list):
+                branches = [b for b in step["branches"] if isinstance(b, dict)]
+                names = [f"{step.get('choice')}: {b.get('config')}"[:200] for b in branches]
+                if len(names) > len(best):
+                    best = names
+                for b in branches:
+                    walk(b.get("steps"), depth + 1)
+
+    walk(program.get("steps"), 0)
+    return best[:MAX_CONFIGS]
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -261,10 +261,7 @@ def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs, hos
         result.work_limit = shape[0] * shape[1] + sum(args[i].numel() for i in task.activation_args)
         _checks_off(run, result.evidence.get("checks_off"), spec.hidden)
         off = _off(run, spec.hidden)
-        if runs.device == "cpu" and "arithmetic count" not in off:
-            result.flops_needed = task.product_flops(shape, spec.options, args)
         result.traced = runs.device == "cuda" and "kernel trace" not in off
-        result.provenance = runs.device == "cpu" and "output provenance" not in off
         # A wrapper may read a few values into Python (a count, a block row's bounds), never the data.
         result.read_limit = host_reads + shape[0] + shape[1]
         if result.status == "gone":
@@ -288,6 +285,14 @@ def _draw(task: str, result: CallResult, args: tuple, extras: dict) -> Draw:
         return d
     ref_slack = get(task).reference_and_slack(args)   # computed once: the check and the diagnosis share it
     d.check = check_task_output(result.output, task, args, ref_slack)
+    d.configs = result.configs_checked
+    for config, output in result.configs if d.check.passed else ():
+        # CPU: every autotune config's output is checked, since the GPU's autotuner may pick any.
+        check = check_task_output(output, task, args, ref_slack)
+        if not check.passed:
+            check.message = f"with autotune config {config}: {check.message}"
+            d.check, result.output = check, output
+            break
     if not d.check.passed:
         d.cause = likely_cause(task, result.output, args, ref_slack[0])
         if d.cause is None and d.outside:
