@@ -33,7 +33,7 @@ SERVE_FLAGS ?=
 
 export PYTHON VENV NO_VENV
 
-.PHONY: help setup grade hint submit serve test test-fast lint batch regrade gradebook merge dist gradescope bench calibrate docs clean
+.PHONY: help setup grade hint submit serve test test-fast fuzz lint batch regrade gradebook merge dist gradescope bench calibrate docs clean
 
 help:
 	@echo "make grade                 grade assignment/ (SUBMISSION=path for a folder or .zip)"
@@ -42,6 +42,7 @@ help:
 ifneq ($(wildcard solutions),)
 	@echo "make test                  the project's own test suite"
 	@echo "make test-fast             its tests that grade nothing in the interpreter (minutes, not half an hour)"
+	@echo "make fuzz                  fuzz the static check longer than make test does (FUZZ_EXAMPLES=5000)"
 	@echo "make lint                  ruff check (the settings are in pyproject.toml)"
 	@echo "make batch SUBMISSIONS=dir grade a whole class (TA)"
 	@echo "make regrade STUDENT=id    regrade one student of the batch, rebuild class.csv (TA)"
@@ -87,6 +88,12 @@ test:
 test-fast:
 	@REQUIREMENTS=requirements-dev.txt bash tools/setup_env.sh
 	$(PY) -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile -m "not slow"
+
+# The static check's property-based fuzzing, longer than in make test (100 examples per generator).
+FUZZ_EXAMPLES ?= 5000
+fuzz:
+	@REQUIREMENTS=requirements-dev.txt bash tools/setup_env.sh
+	STATICCHECK_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/integrity/test_staticcheck_fuzz.py -q -p no:cacheprovider
 
 lint:
 	@REQUIREMENTS=requirements-dev.txt bash tools/setup_env.sh

@@ -57,18 +57,36 @@ write:
   ``TRITON_INTERPRET=1`` on a CPU run, none of the student's variables), as
   the handout says; tests/integrity/test_integrity.py holds the two together.
 
+**Syntax** is an allowlist too (``policy.SYNTAX``): every node of Python's grammar
+a kernel file may contain, each of its fields with a rule; everything else
+(``match``, ``async``, ``await``, ``except*``, class keywords such as
+``metaclass=``, type parameters, a newer Python's nodes and fields) is refused
+with its name in words ("a `match` statement has no place in a kernel file":
+its class patterns read attributes off any object). Dunder identifiers are
+refused everywhere (parameters, keywords, imports, except targets, globals, item
+keys), but ``__name__``, ``__qualname__``, ``__doc__``, ``__version__`` and the
+ordinary protocol methods a class may define (``__init__``, ``__repr__``,
+``__eq__``, ...; not ``__getattr__``, ``__init_subclass__``, ``__set_name__``,
+``__new__``).
+
 **Values** (tensors, dicts, your own objects) have unknown types, so their
 attributes are checked by name: outside a ``@triton.jit`` function a value
 attribute must be on ``VALUE_ATTRS`` (shape/stride/dtype/device, views,
 ``.contiguous()``, ``.to()``, BSR ``.crow_indices()``/``.col_indices()``/
-``.values()``, ``.item()``, ``.max``/``.min`` for ``finfo``/``iinfo``, dict/list/
-str methods) or be an attribute that the file's own classes define, unless
-that name is also an attribute of ``torch.Tensor`` or of a Triton kernel object
-(a class field named ``matmul`` does not unlock ``x.matmul``), or of the
+``.values()``, ``.item()``, ``.max``/``.min`` for ``finfo``/``iinfo``,
+``Config.kwargs``/``all_kwargs()``, dict/list/str methods). An attribute that a
+class of the file declares is accepted only on a value the check can tie to that
+class (owntypes.py: ``self``, the class, ``C(...)``, annotations, annotated
+returns and containers), never on every object; and never when the name is also
+an attribute of ``torch.Tensor``, of a Triton kernel object, or of the
 interpreter's frames, code objects and generators (``gi_frame``, ``f_globals``,
 ``mro``). Inside a real ``@triton.jit`` function any attribute of Triton's own
 values is fine. Dunder attributes are refused everywhere, except ``__name__``,
 ``__qualname__``, ``__doc__``, ``__init__`` and ``__version__``.
+``"...".format(...)`` is allowed on a string literal whose fields read no
+attribute or item starting with ``_``; on anything else (a computed string,
+``str.format``) it is refused. ``type(x)`` may be read (``type(x).__name__``) or
+compared (``type(x) is C``), not kept, passed or called.
 
 **Builtins** are listed too: the ordinary ones (``len``, ``range``, ``min``,
 ``max``, ``isinstance``, ``print``, exceptions, ...) are fine; ``eval``,
@@ -89,8 +107,10 @@ allowed. Outside kernels a kernel may be launched (``k[grid](...)``) and
 chosen through a plain alias (``k = _a if small else _b``), nothing else: not
 called, returned, passed, stored, aliased in a class, or wrapped by any
 decorator but ``triton.jit``/``autotune``/``heuristics``, and it is defined at
-the top level; the Triton interpreter (the CPU grader) runs a direct call as
-plain Python on PyTorch tensors. What a launch returns (Triton's compiled
+the top level; ``k2 = triton.autotune(...)(k)`` (or ``heuristics``, nested) at
+the top level makes ``k2`` a kernel too, launched as ``k2[grid](...)``. The
+Triton interpreter (the CPU grader) runs a direct call as plain Python on
+PyTorch tensors. What a launch returns (Triton's compiled
 kernel) is dropped or returned, never kept: launched again as
 ``compiled[grid](...)`` it would bypass the launch record.
 
@@ -114,18 +134,19 @@ Every input gives a list of findings, possibly empty, never an exception.
 **Findings** carry a stable ``rule``: ``torch-product`` (PyTorch computes the
 product or a reduction), ``not-allowed`` (a name off the list), ``attribute``,
 ``import``, ``cross-file``, ``module-value``, ``introspection``,
-``dynamic-code``, ``builtin``, ``patching``, ``jit-call``; and for files that
+``dynamic-code``, ``builtin``, ``patching``, ``jit-call``, ``syntax-refused``
+(a construct off ``policy.SYNTAX``); and for files that
 cannot be checked ``syntax``, ``too-large``, ``too-complex``, ``internal``;
 ``truncated`` closes a list cut at ``MAX_FINDINGS``. ``extra_allowed_imports``
 (rubric.toml) adds modules, each with everything under it.
 
 Left to run time (the static check cannot see types): elementwise arithmetic
 with ``* + /`` on tensors, and a PyTorch tensor smuggled into a kernel as a
-``tl.constexpr`` (the GPU compile of that kernel fails). ``str.format`` can
-still spell ``{0.__class__}``: it yields text, never an object.
+``tl.constexpr`` (the GPU compile of that kernel fails).
 
-The package: policy.py holds the lists and the reasons, scopes.py how names
-bind, checker.py the pass over a file; ``check_source`` (here) is the entry.
+The package: policy.py holds the lists, the grammar and the reasons, scopes.py
+how names bind, owntypes.py which values are the file's own classes', checker.py
+the pass over a file; ``check_source`` (here) is the entry.
 """
 
 from __future__ import annotations

@@ -5,9 +5,12 @@ finds (``Finding``). What is allowed is policy.py's; how names bind, scopes.py's
 from __future__ import annotations
 
 import ast
+import string
+from _string import formatter_field_name_split
 from dataclasses import dataclass
 
 from . import policy
+from .owntypes import OwnTypes
 from .policy import (
     ALLOWED_BUILTINS,
     ALLOWED_DUNDERS,
@@ -16,23 +19,30 @@ from .policy import (
     ALLOWED_PATHS,
     ALLOWED_STORE_DUNDERS,
     BUILTIN_NAMES,
+    DATA,
     DISPATCH_HOOKS,
+    DUNDERS_ALLOWED,
     HOST_COPY_ATTRS,
     KERNEL_DECORATORS,
     LIBRARY_ATTRS,
     LIBRARY_METHODS,
     MATMUL_DUNDERS,
     MODULE_TREES,
+    NAME,
     PRODUCT_NAMES,
     PY_INTERNAL_ATTRS,
     REFUSED_BUILTINS,
     REFUSED_IN_KERNEL,
+    REFUSED_SYNTAX,
+    SYNTAX,
     UTILS,
     VALUE_ATTRS,
+    WALK,
     _is_product,
     _kernel_siblings,
     _path_reason,
     _tree_covered,
+    is_dunder,
 )
 from .scopes import CLASS, FUNCTION, MODULE, SCOPE_NODES, _bound_in, _decorated, _Scope
 
@@ -54,6 +64,25 @@ class Finding:
 
 
 
+def _format_lookups(text: str, depth: int = 0) -> str | None:
+    """The first attribute or item that the format string ``text`` reads off its arguments and that
+    starts with an underscore (``"{0.__class__}"``), or a reason it cannot be read; else None."""
+    try:
+        for _, field, spec, _ in string.Formatter().parse(text):
+            if field:
+                _, rest = formatter_field_name_split(field)
+                for _, key in rest:
+                    if not isinstance(key, int) and str(key).startswith("_"):
+                        return f"{{{field}}} reads {key}"
+            if spec and depth < 3 and "{" in spec:
+                inner = _format_lookups(spec, depth + 1)
+                if inner:
+                    return inner
+    except ValueError as e:
+        return f"it does not parse ({e})"
+    return None
+
+
 def _text(root: str, attrs: list[str]) -> str:
     text = ".".join([root, *attrs])
     return text if len(text) <= 80 else text[:77] + "..."
@@ -69,7 +98,6 @@ class _Checker:
         self.imports: dict[str, str] = {}    # local name -> dotted path it was imported as
         self.kernels: set[str] = set()       # names of @triton.jit functions and of their aliases
         self.aliases: set[str] = set()       # names assigned a kernel (``k = _a if c else _b``)
-        self.own_attrs: set[str] = set()     # attribute names the file's own classes define
         self.defined: set[str] = set()       # every name the file binds anywhere
         self.own_classes: set[str] = set()   # names of the file's classes
         self.own_methods: set[str] = set()   # names of their instance methods (__init__ included)
@@ -91,6 +119,9 @@ class _Checker:
     def collect(self) -> None:
         nodes = list(ast.walk(self.tree))
         self._discarded = {id(n.value) for n in nodes if isinstance(n, (ast.Expr, ast.Return))}
+        # where type(x) may stand: read for its name (type(x).__name__) or compared (type(x) is C)
+        self._type_ok = {id(n.value) for n in nodes if isinstance(n, ast.Attribute)}
+        self._type_ok |= {id(c) for n in nodes if isinstance(n, ast.Compare) for c in (n.left, *n.comparators)}
         for node in nodes:
             if isinstance(node, SCOPE_NODES):
                 self.defined |= _bound_in(node) | ({node.name} if hasattr(node, "name") else set())
@@ -120,23 +151,14 @@ class _Checker:
                 break
             self.kernels |= grown
             self.aliases |= grown
-        for node in nodes:
-            if isinstance(node, ast.ClassDef):
-                for s in node.body:
-                    if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                        self.own_attrs.add(s.name)
-                    for t in (s.targets if isinstance(s, ast.Assign) else
-                              [s.target] if isinstance(s, ast.AnnAssign) else []):
-                        self.own_attrs |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
-            elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
-                  and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
-                self.own_attrs.add(node.attr)
-            elif isinstance(node, ast.Call) and self._call_path(node) in ("collections.namedtuple",
-                                                                         "typing.NamedTuple"):
-                for arg in node.args[1:2]:
-                    for c in ast.walk(arg):
-                        if isinstance(c, ast.Constant) and isinstance(c.value, str):
-                            self.own_attrs |= set(c.value.replace(",", " ").split())
+        top = [n for n in self.tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
+               and isinstance(n.targets[0], ast.Name)]
+        for _ in range(8):  # k2 = triton.autotune(...)(k): a kernel, launched as k2[grid](...)
+            grown = {n.targets[0].id for n in top if self._wrapped_parts(n.value) is not None}
+            if grown <= self.kernels:
+                break
+            self.kernels |= grown
+        self.own = OwnTypes(self.tree, self._call_path, LIBRARY_ATTRS)
         self.defined |= _bound_in(self.tree) | set(self.imports)
         self._collect_classes(nodes)
 
@@ -176,7 +198,6 @@ class _Checker:
             for n in ast.walk(root) if isinstance(root, (ast.Tuple, ast.Subscript, ast.BinOp)) else [root]:
                 if isinstance(n, ast.Name):
                     self._class_ok.add(id(n))
-        self.own_attrs = {a for a in self.own_attrs if a not in LIBRARY_ATTRS and not a.startswith("__")}
 
     def _bind_import(self, node: ast.AST, name: str, path: str) -> None:
         old = self.imports.get(name)
@@ -199,6 +220,20 @@ class _Checker:
             return self.imports[node.id].split(".") + attrs[::-1]
         return None
 
+    def _type_of_name(self, name: str, scope: _Scope | None):
+        """What owntypes can tell of the variable ``name`` here (the innermost scope that binds it)."""
+        s = scope
+        while s is not None:
+            if name in s.types:
+                return s.types[name]
+            if name in s.names:
+                return None
+            s = s.parent
+        return self.own.module_lookup(name)
+
+    def _type_of(self, expr: ast.AST, scope: _Scope | None):
+        return self.own.expr_type(expr, lambda n: self._type_of_name(n, scope))
+
     def _is_kernel_name(self, name: str, scope: _Scope | None) -> bool:
         """Whether ``name`` here means a kernel: a function's own variable does only if it is assigned one."""
         if scope is not None and scope.binds(name) and name not in self.imports:
@@ -217,6 +252,18 @@ class _Checker:
             elif not (isinstance(e, ast.Name) and e.id in self.kernels):
                 return None
         return parts
+
+    def _wrapped_parts(self, expr: ast.AST) -> list[ast.AST] | None:
+        """For ``triton.autotune(...)(k)`` or ``triton.heuristics(...)(k)`` (nested or not) around one
+        of the file's kernels, the decorators' arguments, which still need checking; else None."""
+        parts: list[ast.AST] = []
+        while (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Call) and len(expr.args) == 1
+               and not expr.keywords and self._resolve(expr.func.func) in KERNEL_DECORATORS[1:]):
+            parts += expr.func.args + [k.value for k in expr.func.keywords]
+            expr = expr.args[0]
+        if parts and isinstance(expr, ast.Name) and expr.id in self.kernels:
+            return parts
+        return None
 
     def _is_kernel(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         for dec in fn.decorator_list:
@@ -250,8 +297,48 @@ class _Checker:
                 or any(module.startswith(t + ".") for t in MODULE_TREES)
                 or any(module.startswith(e + ".") for e in self.extra))
 
+    # -- the grammar: every node and field against policy.SYNTAX, before any meaning is read
+    def check_syntax(self) -> set[int]:
+        """Flag every construct outside policy.SYNTAX; the ids of the refused nodes (not walked further)."""
+        refused: set[int] = set()
+        stack: list[ast.AST] = [self.tree]
+        while stack:
+            node = stack.pop()
+            kind = type(node).__name__
+            fields = SYNTAX.get(kind)
+            if fields is None:
+                words, why = REFUSED_SYNTAX.get(kind, (f"the construct ast.{kind}", "the check does not know it "
+                                                       "(a newer Python's syntax)"))
+                self.flag(node, "syntax-refused", f"{words} has no place in a kernel file: {why}")
+                refused.add(id(node))
+                continue
+            for field in node._fields:
+                value = getattr(node, field, None)
+                rule = fields.get(field, f"the field {field} of ast.{kind} (a newer Python's syntax)")
+                if rule == WALK:
+                    stack += [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, ast.AST)]
+                elif rule == NAME:
+                    for name in value if isinstance(value, list) else [value]:
+                        self._check_identifier(node, kind, field, name)
+                elif rule != DATA and value:
+                    self.flag(node, "syntax-refused", f"{rule} has no place in a kernel file")
+        return refused
+
+    def _check_identifier(self, node: ast.AST, kind: str, field: str, name) -> None:
+        """A dunder identifier outside Name and Attribute (their visitors give the reasons): a parameter,
+        a keyword, an import, a def, a class, an except target, a global."""
+        if kind in ("Name", "Attribute") or not isinstance(name, str):
+            return
+        for part in name.split("."):
+            if is_dunder(part) and part not in DUNDERS_ALLOWED.get((kind, field), ()):
+                self.flag(node, "introspection", f"uses the name {part}: names with double underscores on both "
+                                                 "sides belong to the interpreter; a kernel file may define "
+                                                 "only the ordinary methods of a class (__init__, __repr__, "
+                                                 "__eq__, __len__, ...)")
+
     # -- the walk
     def run(self) -> None:
+        refused = self.check_syntax()
         self.collect()
         stack: list[tuple[ast.AST, bool, _Scope | None, int]] = [(self.tree, False, None, MODULE)]
         handlers: dict[type, object] = {}
@@ -262,6 +349,8 @@ class _Checker:
 
         while stack:
             node, *rest = stack.pop()
+            if id(node) in refused:
+                continue
             ctx = tuple(rest)
             kind = type(node)
             if kind not in handlers:
@@ -270,8 +359,8 @@ class _Checker:
             if handler is not None:
                 handler(node, *ctx, push, stack)
             else:
-                for field in node._fields:
-                    value = getattr(node, field, None)
+                for field, rule in SYNTAX[kind.__name__].items():
+                    value = getattr(node, field, None) if rule == WALK else None
                     if isinstance(value, ast.AST):
                         stack.append((value, *ctx))
                     elif isinstance(value, list):
@@ -344,6 +433,7 @@ class _Checker:
         method = level == CLASS and params and not _decorated(node, ("staticmethod",))
         inner = _Scope(_bound_in(node), scope, params[0].arg if method else None,
                        params[0].arg if method and _decorated(node, ("classmethod",)) else None)
+        inner.types = self.own.scope_types(node, lambda n: self._type_of_name(n, scope))
         kernel = self._is_kernel(node)
         if kernel:
             others = [d for d in node.decorator_list
@@ -370,7 +460,9 @@ class _Checker:
 
     def visit_Lambda(self, node, in_kernel, scope, level, push, stack):
         self._push_arguments(node.args, push)
-        stack.append((node.body, False, _Scope(_bound_in(node), scope), FUNCTION))
+        inner = _Scope(_bound_in(node), scope)
+        inner.types = self.own.scope_types(node, lambda n: self._type_of_name(n, scope))
+        stack.append((node.body, False, inner, FUNCTION))
 
     def visit_ClassDef(self, node, in_kernel, scope, level, push, stack):
         self._check_binding(node, node.name, level)
@@ -385,6 +477,7 @@ class _Checker:
 
     def _comprehension(self, node, in_kernel, scope, level, push, stack):
         inner = _Scope(_bound_in(node), scope)
+        inner.types = self.own.comprehension_types(node, lambda n: self._type_of_name(n, scope))
         for i, g in enumerate(node.generators):
             if i == 0:
                 push(g.iter)
@@ -481,8 +574,10 @@ class _Checker:
         for attr in full[got:]:
             self._check_attr(node, attr, in_kernel, ".".join(full[:got]))
 
-    def _check_attr(self, node, attr: str, in_kernel: bool, owner: str = "", store: bool = False) -> None:
-        """Check one attribute of a value (not of a module)."""
+    def _check_attr(self, node, attr: str, in_kernel: bool, owner: str = "", store: bool = False,
+                    owner_type=None) -> None:
+        """Check one attribute of a value (not of a module); ``owner_type`` is what owntypes can tell
+        of the value (the file's class whose instance or class it is), else None."""
         if attr in MATMUL_DUNDERS:
             self.flag(node, "torch-product", f"uses .{attr}, the @ operator by another name: a PyTorch matrix "
                                              "product; use tl.dot in your @triton.jit kernel")
@@ -506,9 +601,17 @@ class _Checker:
                 self.flag(node, "attribute", f"uses .{attr} in a kernel, where values are Triton tensors; "
                                              f".{attr} is a PyTorch or host-side attribute")
             return
-        if attr in VALUE_ATTRS or attr in self.own_attrs:
+        if attr in VALUE_ATTRS or self.own.has_attr(owner_type, attr):
             return
         of = f" of {owner}" if owner else ""
+        declared = self.own.classes_declaring(attr)
+        if declared:
+            self.flag(node, "attribute", f"uses .{attr}{of} on a value that the check cannot tie to your class "
+                                         f"{declared[0]}, which declares it: an attribute of your classes is "
+                                         f"accepted only on their instances. Build the value with {declared[0]}"
+                                         f"(...) in this function, or annotate the variable or parameter "
+                                         f"(cfg: {declared[0]}) or the function that returns it (-> {declared[0]})")
+            return
         if attr in PRODUCT_NAMES or attr.startswith("conv") or "mm" in attr.split("_"):
             self.flag(node, "torch-product", f"uses .{attr}{of}, which computes on tensor data in PyTorch; the "
                                              "product and reductions must come from your @triton.jit kernel")
@@ -579,14 +682,21 @@ class _Checker:
         owner = ""
         if isinstance(root, ast.Name) and root.id not in self.defined and root.id not in BUILTIN_NAMES:
             owner = f"{root.id} (which this file never imports or defines)"
+        owner_type = None if in_kernel else self._type_of(root, scope)
         for i, attr in enumerate(attrs):
-            self._check_attr(node, attr, in_kernel, owner, store=store and i == len(attrs) - 1)
+            self._check_attr(node, attr, in_kernel, owner, store=store and i == len(attrs) - 1,
+                             owner_type=owner_type)
+            owner_type = self.own.attr_type(owner_type, attr)
         push(root)
 
     def visit_Subscript(self, node, in_kernel, scope, level, push, stack):
         if isinstance(node.value, ast.Name) and self._is_kernel_name(node.value.id, scope):
             push(node.slice)  # kernel[grid] is how kernels are launched
             return
+        key = node.slice
+        if isinstance(key, ast.Constant) and isinstance(key.value, str) and is_dunder(key.value):
+            self.flag(node, "introspection", f"reads the item {key.value!r}: names with double underscores belong "
+                                             "to the interpreter (a namespace's __builtins__)")
         if not isinstance(node.ctx, ast.Load) and self._resolve(node.value) is not None:
             self.flag(node, "patching", "assigns into a module's object (monkeypatching) is not allowed")
         push(node.value)
@@ -605,6 +715,26 @@ class _Checker:
                 and scope is not None and scope.self_name and scope.cls_name is None
                 and node.args[0].id == scope.self_name):
             self._unbound_ok.add(id(func))   # Base.__init__(self, ...): the method's own self
+        if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "type":
+            self.flag(node, "introspection", "calls what type(...) returns, which builds objects of any class "
+                                             "(functions, code, modules) by the back door; call your classes "
+                                             "by name")
+        if isinstance(func, ast.Name) and not local and func.id == "type" and len(node.args) == 1 \
+                and not node.keywords and id(node) not in self._type_ok:
+            self.flag(node, "introspection", "uses type(...) as a value: a kernel file may read type(x).__name__ "
+                                             "or compare (type(x) is C); use isinstance for the rest")
+        if isinstance(func, ast.Attribute) and func.attr in ("format", "format_map"):
+            recv = func.value
+            if isinstance(recv, ast.Constant) and isinstance(recv.value, str):
+                bad = _format_lookups(recv.value)
+                if bad:
+                    self.flag(node, "introspection", f"formats a string whose field {bad}: a format field may "
+                                                     "read public attributes and items only; use an f-string")
+            else:
+                self.flag(node, "introspection", f"calls .{func.attr} on something other than a string literal: "
+                                                 "its fields can read any attribute (\"{0.__class__}\"), which the "
+                                                 "check can see only in a literal; use an f-string or "
+                                                 "\"literal\".format(...)")
         if isinstance(func, ast.Name) and not local and func.id == "type" and len(node.args) + len(node.keywords) > 1:
             self.flag(node, "patching", "calls type() with several arguments, which builds a class at run time; "
                                         "write a class statement so that it can be checked")
@@ -628,7 +758,7 @@ class _Checker:
                     self._check_use(node, resolved, in_kernel, ".".join(resolved), [name.value])
                 else:
                     self._check_unbound(node, obj, name.value, scope)
-                    self._check_attr(node, name.value, in_kernel)
+                    self._check_attr(node, name.value, in_kernel, owner_type=self._type_of(obj, scope))
                     push(obj)
             for a in node.args[2:]:
                 push(a)
@@ -641,6 +771,8 @@ class _Checker:
 
     def visit_Assign(self, node, in_kernel, scope, level, push, stack):
         parts = self._kernel_parts(node.value)
+        if parts is None and level == MODULE and len(node.targets) == 1:
+            parts = self._wrapped_parts(node.value)
         if parts is None or level == CLASS or not all(isinstance(t, ast.Name) for t in node.targets):
             parts = [node.value]
         for n in node.targets + parts:

@@ -153,7 +153,7 @@ max min eps tiny bits resolution smallest_normal index
 multi_processor_count major minor name total_memory L2_cache_size warp_size
 max_threads_per_multi_processor regs_per_multiprocessor shared_memory_per_block
 shared_memory_per_block_optin shared_memory_per_multiprocessor
-from_tensor best_config kwargs num_warps num_stages num_ctas maxnreg cache_info cache_clear
+from_tensor best_config kwargs all_kwargs num_warps num_stages num_ctas maxnreg cache_info cache_clear
 get items keys pop setdefault update copy clear append extend insert count sort reverse remove
 format join strip lstrip rstrip startswith endswith lower upper replace isdigit bit_length
 value _replace _asdict _fields
@@ -385,3 +385,123 @@ def _path_reason(path: str) -> tuple[str, str]:
     if allowed:
         return "not-allowed", f"is not allowed: from {module} a kernel file may use only {', '.join(allowed)}"
     return "not-allowed", "is not on the list of names a kernel file may use"
+
+
+# --- syntax: the grammar a kernel file may use, node by node and field by field ------------
+# Every node class of Python's ast is either here, with a rule for each of its fields, or in
+# REFUSED_SYNTAX with the words a student reads (tests/integrity/test_staticcheck_syntax.py walks
+# every class of the running Python's ast, and every field of the nodes allowed here). A field's
+# rule: WALK, its sub-nodes are checked in turn; NAME, an identifier, which may not be a dunder
+# unless DUNDERS_ALLOWED says so; DATA, a constant or a flag the checker reads; any other string
+# names a construct that must be absent (the field is empty), in a student's words. A field this
+# table does not list (a newer Python's) must be empty too.
+WALK, NAME, DATA = "walk", "name", "data"
+_TYPE_COMMENT = "a `# type:` comment read as syntax"
+_TYPE_PARAMS = "type parameters (`def f[T]`, `class C[T]`)"
+_FUNCTION = {"name": NAME, "args": WALK, "body": WALK, "decorator_list": WALK, "returns": WALK,
+             "type_comment": _TYPE_COMMENT, "type_params": _TYPE_PARAMS}
+_NO_FIELDS = ("Load Store Del And Or Add Sub Mult MatMult Div Mod Pow LShift RShift BitOr BitXor BitAnd FloorDiv "
+              "Invert Not UAdd USub Eq NotEq Lt LtE Gt GtE Is IsNot In NotIn Pass Break Continue")
+SYNTAX: dict[str, dict[str, str]] = {
+    **{n: {} for n in _NO_FIELDS.split()},
+    "Module": {"body": WALK, "type_ignores": "a `# type: ignore` comment read as syntax"},
+    "FunctionDef": _FUNCTION,
+    "ClassDef": {"name": NAME, "bases": WALK, "body": WALK, "decorator_list": WALK,
+                 "keywords": "keyword arguments in a class statement (`metaclass=...`)", "type_params": _TYPE_PARAMS},
+    "Return": {"value": WALK},
+    "Delete": {"targets": WALK},
+    "Assign": {"targets": WALK, "value": WALK, "type_comment": _TYPE_COMMENT},
+    "AugAssign": {"target": WALK, "op": WALK, "value": WALK},
+    "AnnAssign": {"target": WALK, "annotation": WALK, "value": WALK, "simple": DATA},
+    "For": {"target": WALK, "iter": WALK, "body": WALK, "orelse": WALK, "type_comment": _TYPE_COMMENT},
+    "While": {"test": WALK, "body": WALK, "orelse": WALK},
+    "If": {"test": WALK, "body": WALK, "orelse": WALK},
+    "With": {"items": WALK, "body": WALK, "type_comment": _TYPE_COMMENT},
+    "withitem": {"context_expr": WALK, "optional_vars": WALK},
+    "Raise": {"exc": WALK, "cause": WALK},
+    "Try": {"body": WALK, "handlers": WALK, "orelse": WALK, "finalbody": WALK},
+    "ExceptHandler": {"type": WALK, "name": NAME, "body": WALK},
+    "Assert": {"test": WALK, "msg": WALK},
+    "Import": {"names": WALK},
+    "ImportFrom": {"module": NAME, "names": WALK, "level": DATA},
+    "alias": {"name": NAME, "asname": NAME},
+    "Global": {"names": NAME},
+    "Nonlocal": {"names": NAME},
+    "Expr": {"value": WALK},
+    "BoolOp": {"op": WALK, "values": WALK},
+    "NamedExpr": {"target": WALK, "value": WALK},
+    "BinOp": {"left": WALK, "op": WALK, "right": WALK},
+    "UnaryOp": {"op": WALK, "operand": WALK},
+    "Lambda": {"args": WALK, "body": WALK},
+    "arguments": {"posonlyargs": WALK, "args": WALK, "vararg": WALK, "kwonlyargs": WALK, "kw_defaults": WALK,
+                  "kwarg": WALK, "defaults": WALK},
+    "arg": {"arg": NAME, "annotation": WALK, "type_comment": _TYPE_COMMENT},
+    "IfExp": {"test": WALK, "body": WALK, "orelse": WALK},
+    "Dict": {"keys": WALK, "values": WALK},
+    "Set": {"elts": WALK},
+    "ListComp": {"elt": WALK, "generators": WALK},
+    "SetComp": {"elt": WALK, "generators": WALK},
+    "DictComp": {"key": WALK, "value": WALK, "generators": WALK},
+    "GeneratorExp": {"elt": WALK, "generators": WALK},
+    "comprehension": {"target": WALK, "iter": WALK, "ifs": WALK, "is_async": "an `async for` in a comprehension"},
+    "Yield": {"value": WALK},
+    "YieldFrom": {"value": WALK},
+    "Compare": {"left": WALK, "ops": WALK, "comparators": WALK},
+    "Call": {"func": WALK, "args": WALK, "keywords": WALK},
+    "keyword": {"arg": NAME, "value": WALK},
+    "FormattedValue": {"value": WALK, "conversion": DATA, "format_spec": WALK},
+    "JoinedStr": {"values": WALK},
+    "Constant": {"value": DATA, "kind": DATA},
+    "Attribute": {"value": WALK, "attr": NAME, "ctx": WALK},
+    "Subscript": {"value": WALK, "slice": WALK, "ctx": WALK},
+    "Starred": {"value": WALK, "ctx": WALK},
+    "Name": {"id": NAME, "ctx": WALK},
+    "List": {"elts": WALK, "ctx": WALK},
+    "Tuple": {"elts": WALK, "ctx": WALK},
+    "Slice": {"lower": WALK, "upper": WALK, "step": WALK},
+}
+_ASYNC = "async code (coroutines carry frames, and a kernel file's wrapper runs synchronously)"
+_PATTERN = ("its patterns read attributes and items that the check cannot see (`case object(__builtins__=b)` "
+            "reaches the builtins); use if/elif")
+_NOT_PARSED = "is not produced by Python's parser for a file (an old or a non-module form)"
+# node class -> (the construct in a student's words, why it is refused)
+REFUSED_SYNTAX: dict[str, tuple[str, str]] = {
+    "Match": ("a `match` statement", _PATTERN),
+    "match_case": ("a `case` clause", _PATTERN),
+    **{n: ("a `case` pattern", _PATTERN) for n in ("MatchValue", "MatchSingleton", "MatchSequence", "MatchMapping",
+                                                  "MatchClass", "MatchStar", "MatchAs", "MatchOr")},
+    "AsyncFunctionDef": ("an `async def` function", _ASYNC),
+    "AsyncFor": ("an `async for` loop", _ASYNC),
+    "AsyncWith": ("an `async with` block", _ASYNC),
+    "Await": ("`await`", _ASYNC),
+    "TryStar": ("an `except*` clause", "exception groups are not needed in a kernel file; use `except`"),
+    "TypeAlias": ("a `type X = ...` statement", "write a plain assignment `X = ...`"),
+    **{n: (_TYPE_PARAMS, "write the function or class without them")
+       for n in ("TypeVar", "ParamSpec", "TypeVarTuple")},
+    "TemplateStr": ("a template string (`t'...'`)", "its values reach the program as objects; use an f-string"),
+    "Interpolation": ("a template string (`t'...'`)", "its values reach the program as objects; use an f-string"),
+    "TypeIgnore": ("a `# type: ignore` comment read as syntax", _NOT_PARSED),
+    **{n: (f"the syntax node ast.{n}", _NOT_PARSED)
+       for n in ("Expression", "Interactive", "FunctionType", "Suite", "Param", "AugLoad", "AugStore", "Index",
+                 "ExtSlice", "Num", "Str", "Bytes", "NameConstant", "Ellipsis")},
+}
+# The abstract classes of the grammar: no node is of one of these classes itself.
+ABSTRACT_SYNTAX = {"AST", "mod", "stmt", "expr", "expr_context", "boolop", "operator", "unaryop", "cmpop",
+                   "comprehension_base", "excepthandler", "arguments_base", "pattern", "type_ignore", "type_param",
+                   "slice"}
+# Dunder identifiers: refused everywhere but here. A class may define the methods of the ordinary
+# protocols (construction, printing, comparison, containers, calls); not those that change how
+# attributes are looked up or classes are built (__getattr__, __init_subclass__, __set_name__,
+# __class_getitem__, __new__), nor PyTorch's dispatch hooks. Name and Attribute are checked
+# with their own reasons (checker.visit_Name, checker._check_attr).
+ALLOWED_DEF_DUNDERS = {"__init__", "__post_init__", "__repr__", "__str__", "__eq__", "__ne__", "__hash__", "__lt__",
+                       "__le__", "__gt__", "__ge__", "__len__", "__iter__", "__contains__", "__getitem__", "__bool__",
+                       "__call__"}
+DUNDERS_ALLOWED: dict[tuple[str, str], set[str]] = {
+    ("FunctionDef", "name"): ALLOWED_DEF_DUNDERS,
+    ("ImportFrom", "module"): {"__future__"},
+}
+
+
+def is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")

@@ -18,13 +18,15 @@ class _Scope:
     """Names bound in one function-like scope (params, assignments, loop targets, ...);
     ``self_name`` is the first parameter when the function is an instance method or a
     classmethod of the file's own class (never of a staticmethod, whose first parameter
-    can be any object); ``cls_name`` that of a classmethod."""
+    can be any object); ``cls_name`` that of a classmethod; ``types`` what the check
+    can tell of the scope's variables (grader/staticcheck/owntypes.py)."""
 
-    __slots__ = ("names", "parent", "self_name", "cls_name")
+    __slots__ = ("names", "parent", "self_name", "cls_name", "types")
 
     def __init__(self, names: set[str], parent: _Scope | None, self_name: str | None = None,
                  cls_name: str | None = None):
         self.names, self.parent, self.self_name, self.cls_name = names, parent, self_name, cls_name
+        self.types: dict = {}   # name -> what owntypes.OwnTypes can tell of its value
 
     def binds(self, name: str) -> bool:
         s = self
