@@ -200,7 +200,7 @@ def _help_targets(cwd: Path) -> list[str]:
 def test_make_help_in_the_bundle_lists_only_what_works_there(bundle):
     # `make grade` is the one target that works there (test_make_grade_in_the_bundle_gives_zero);
     # the others need the project's tests, tools, benchmark or a class of submissions.
-    ta_only = {"test", "test-fast", "lint", "batch", "regrade", "gradebook", "merge", "serve", "dist", "gradescope",
+    ta_only = {"test", "test-fast", "fuzz", "lint", "batch", "regrade", "gradebook", "merge", "serve", "dist", "gradescope",
                "bench", "calibrate", "docs"}
     assert set(_help_targets(ROOT)) == {"grade", "hint", "submit"} | ta_only  # the project lists them all
     assert _help_targets(bundle) == ["grade", "hint", "submit"]
