@@ -61,20 +61,22 @@ def checked_call(session: Session, name: str, args: tuple, out_shape, label: str
     evidence = reply.get("evidence", {})
     if not reply["ok"]:
         if "returned" in reply:
-            return CallResult("unusable", reply["returned"], evidence=evidence, appeared=_appeared(session))
-        return CallResult("error", reply.get("error", "?"), evidence=evidence, appeared=_appeared(session))
+            return CallResult("unusable", reply["returned"], evidence=evidence)
+        return CallResult("error", reply.get("error", "?"), evidence=evidence)
     modified = [i for i, (a, s) in enumerate(zip(args, specs)) if not _same(a, arena.arg(s))]
     return CallResult("ok", output=arena.view(out_spec).clone(), evidence=evidence,
-                      inputs_modified=modified, stray_write=bool(arena.guards_broken()),
-                      appeared=_appeared(session))
+                      inputs_modified=modified, stray_write=bool(arena.guards_broken()))
 
 
 def _appeared(session: Session) -> list[str]:
-    """CPU: the threads, processes and libraries that appeared in the worker since the kernel
-    file was imported, read by this process after the call (grader/harness/osfacts.py). Its
-    warm-up started what an honest call would; a GPU call loads Triton's launcher of each new
-    kernel signature, so there the timed runs are watched instead (``timed_rounds``)."""
-    return session.changes_since_import() if session.device == "cpu" else []
+    """CPU: the threads, processes and libraries that appeared in the worker and in its executor
+    since they imported the kernel file, read by this process after the call (osfacts.py). Their
+    warm-ups started what an honest call would. (A GPU call loads Triton's launcher of each new
+    kernel signature: there the timed runs are watched instead, ``timed_rounds``.)"""
+    found = session.changes_since_import()
+    if session.executor is not None:   # its gate starts the GPU compiler's front end as a process of its own
+        found += [f"{c} (in the executor)" for c in session.executor.changes_since_import(processes=False)]
+    return found
 
 
 MAX_CONFIGS = 16   # autotune configs checked per call (every one a GPU autotuner may pick)
@@ -96,8 +98,8 @@ def _shape_call(session: Session, name: str, arena, args, specs, out_spec, label
     evidence = reply.get("evidence", {})
     if not reply["ok"]:
         if "returned" in reply:
-            return CallResult("unusable", reply["returned"], evidence=evidence)
-        return CallResult("error", reply.get("error", "?"), evidence=evidence)
+            return CallResult("unusable", reply["returned"], evidence=evidence, appeared=_appeared(session))
+        return CallResult("error", reply.get("error", "?"), evidence=evidence, appeared=_appeared(session))
     program = reply.get("program") or {}
     configs = program_configs(program)
     outputs = []
@@ -123,7 +125,8 @@ def _shape_call(session: Session, name: str, arena, args, specs, out_spec, label
     modified = [i for i, (a, s) in enumerate(zip(args, specs)) if not _same(a, arena.arg(s))]
     return CallResult("ok", output=outputs[0], evidence=evidence, inputs_modified=modified,
                       stray_write=bool(arena.guards_broken()),
-                      configs=list(zip(configs[1:], outputs[1:])), configs_checked=len(configs))
+                      configs=list(zip(configs[1:], outputs[1:])), configs_checked=len(configs),
+                      appeared=_appeared(session))
 
 
 def program_configs(program: dict) -> list[str]:

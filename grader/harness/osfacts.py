@@ -37,6 +37,7 @@ import os
 from dataclasses import dataclass, field
 
 WORKER_MODULE = "_grader_worker.main"   # the worker's command line: python -m WORKER_MODULE ...
+WORKER_PACKAGE = "_grader_worker."      # ... or another of its package's modules (the CPU's executor)
 MAX_NAMED = 5                           # changes of one kind named in a message; the rest counted
 
 
@@ -99,14 +100,14 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _is_worker(pid: int) -> bool:
-    """Whether ``pid`` runs the worker itself: ``python ... -m _grader_worker.main`` as its own
+    """Whether ``pid`` runs the worker itself: ``python ... -m _grader_worker.<module>`` as its own
     command, not as the arguments of sudo, bwrap, unshare or compute-sanitizer around it."""
     try:
         argv = _read(f"/proc/{pid}/cmdline").split("\0")
     except OSError:
         return False
     for i, arg in enumerate(argv[1:], 1):
-        if arg == "-m" and i + 1 < len(argv) and argv[i + 1] == WORKER_MODULE:
+        if arg == "-m" and i + 1 < len(argv) and argv[i + 1].startswith(WORKER_PACKAGE):
             return all(a.startswith("-") for a in argv[1:i]) and "python" in os.path.basename(argv[0])
     return False
 
@@ -187,11 +188,12 @@ def _named(items: list[str]) -> list[str]:
     return items[:MAX_NAMED] + ([f"{len(items) - MAX_NAMED} more"] if len(items) > MAX_NAMED else [])
 
 
-def changes(before: Snapshot, after: Snapshot, libraries_too: bool = True) -> list[str]:
+def changes(before: Snapshot, after: Snapshot, libraries_too: bool = True, processes_too: bool = True) -> list[str]:
     """What appeared or changed from ``before`` to ``after``, one phrase per kind (the first
-    few named): new threads and renamed ones, new processes, and (``libraries_too``) newly
-    mapped libraries or growth of executable memory. Threads and processes that ended are
-    not changes. [] when nothing did, or when either snapshot could not be read (``unread``)."""
+    few named): new threads and renamed ones, (``processes_too``) new processes, and
+    (``libraries_too``) newly mapped libraries or growth of executable memory. Threads and
+    processes that ended are not changes. [] when nothing did, or when either snapshot could
+    not be read (``unread``)."""
     if before.error or after.error:
         return []
     found = []
@@ -203,7 +205,7 @@ def changes(before: Snapshot, after: Snapshot, libraries_too: bool = True) -> li
     if renamed:
         found.append(f"renamed thread{'s' if len(renamed) > 1 else ''} {', '.join(_named(renamed))}")
     procs = [f"{pid} ({after.processes[pid]!r})" for pid in sorted(after.processes) if pid not in before.processes]
-    if procs:
+    if procs and processes_too:
         found.append(f"new process{'es' if len(procs) > 1 else ''} {', '.join(_named(procs))}")
     if libraries_too and before.libraries_how == after.libraries_how == "maps":
         libs = sorted({path for key, path in after.libraries.items() if key not in before.libraries})

@@ -241,11 +241,12 @@ def _check_import(run: TaskRun, session: Session, hidden: bool) -> None:
         _stop(run, e.kind, str(e), hidden)
         return
     _checks_off(run, hello.get("checks_off"), hidden)
-    if session.facts_off:
-        _check_off(run, FACTS_CHECK, f"not read: {session.facts_off}", hidden)
     # The import is the same in both workers and comes before any shape: what it started is
     # the task's, whichever worker showed it.
     run.import_changes += [c for c in session.import_changes() if c not in run.import_changes]
+    for s in (session, session.executor):
+        if s is not None and s.facts_off:
+            _check_off(run, FACTS_CHECK, f"not read: {s.facts_off}", hidden)
     if not hello["ok"]:
         _stop(run, "import_error", "the kernel file could not be imported:\n"
               + explain_error(hello.get("error", "")), hidden)

@@ -484,14 +484,21 @@ class Session:
         return self.watch.take()
 
     def import_changes(self) -> list[str]:
-        """What appeared in the worker while it imported the kernel file (osfacts.changes)."""
+        """What appeared in the worker (and in its executor, which imports the kernel file too)
+        while it imported the kernel file (osfacts.changes)."""
         self.hello  # noqa: B018
-        return [] if self.facts_off else osfacts.changes(self.before_import, self.after_import)
+        found = [] if self.facts_off else osfacts.changes(self.before_import, self.after_import)
+        if self.executor is not None:
+            try:
+                found += [f"{c} (in the executor)" for c in self.executor.import_changes()]
+            except WorkerGone:
+                pass   # its first execute reports how it ended
+        return found
 
-    def changes_since_import(self, libraries: bool = True) -> list[str]:
+    def changes_since_import(self, libraries: bool = True, processes: bool = True) -> list[str]:
         """What appeared in the worker since the kernel file was imported, read now."""
         self.hello  # noqa: B018
-        return [] if self.facts_off else osfacts.changes(self.after_import, self.snapshot(), libraries)
+        return [] if self.facts_off else osfacts.changes(self.after_import, self.snapshot(), libraries, processes)
 
     def _env(self) -> dict:
         env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}

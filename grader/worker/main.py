@@ -502,9 +502,10 @@ def _warm_up(device: str) -> str:
     harness's look at this process before the import already holds it: an honest kernel
     file's import and every timed run then show no new thread or library. The CPU's
     thread pool (created at the first parallel op, which a lookup table built at import
-    would be), the op record's first use (it imports torch's symbolic machinery), CUDA's lookup of its driver, a Triton kernel of the worker's own (in the
-    interpreter; on a GPU compiled and launched: Triton's launcher libraries, CUDA's
-    module loading) and, on a GPU, the probe's CUDA graph (captured, replayed). "" or
+    would be), the op record's first use (it imports torch's symbolic machinery), CUDA's
+    lookup of its driver, a Triton kernel of the worker's own (in the interpreter; on a GPU
+    compiled and launched: Triton's launcher libraries, CUDA's module loading) and, on a
+    GPU, the probe's CUDA graph (captured, replayed). "" or
     what failed (the harness then applies no rule to this worker's threads and libraries)."""
     global _PROBE
     try:
@@ -513,6 +514,11 @@ def _warm_up(device: str) -> str:
         torch.cuda.is_available()
         cell = torch.zeros(16, device=device)
         _warm_kernel[(1,)](cell, 16, BLOCK=16)
+        if device == "cpu":   # a CPU call runs on shape-only tensors, its launches written down
+            program = shapes.Program()
+            with shapes.shape_only(program):
+                meta = torch.empty(16, device="meta").to(torch.float16).float()
+                _warm_kernel[(1,)](meta, 16, BLOCK=16)
         if device == "cuda":
             with _disable_current_modes(), torch._C.DisableTorchFunction():
                 _PROBE = one_kernel_graph()
