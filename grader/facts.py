@@ -56,6 +56,9 @@ class CallResult:
     # them); the outputs after the first, with each config in words, are checked like ``output``.
     configs: list = field(default_factory=list)
     configs_checked: int = 0
+    # CPU: threads, processes and libraries that appeared in the worker since the kernel file was
+    # imported, read from /proc by the harness after the call (grader/harness/osfacts.py).
+    appeared: list = field(default_factory=list)
 
 
 @dataclass
@@ -73,6 +76,9 @@ class Timing:
     note: str = ""
     wrong: str = ""                  # the first wrong output of a timed call, if any
     evidence: dict = field(default_factory=dict)  # what the worker recorded while preparing
+    # Threads, processes and libraries that appeared in the worker around the timed runs, read
+    # from /proc by the harness (grader/harness/measure.py, timed_rounds): the timing is void.
+    appeared: list = field(default_factory=list)
 
     @property
     def ratio(self) -> float:
@@ -147,6 +153,8 @@ class TaskRun:
                                                      # captured kernel would not compile or launch on the GPU
     estimate: dict = field(default_factory=dict)     # CPU: the predicted speed of each performance test
                                                      # (grader/estimate.py; feedback, never a score)
+    import_changes: list[str] = field(default_factory=list)   # threads, processes and libraries that
+                                      # appeared in a worker while it imported the kernel file (osfacts.py)
     memcheck_errors: int = 0          # compute-sanitizer (--sanitize): errors it reported
     memcheck_silent: bool = False     # a worker under compute-sanitizer left no summary
     seconds: float = 0.0

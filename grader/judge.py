@@ -71,6 +71,11 @@ RULE = "the product must be computed by the Triton kernel (handout, section 10, 
 # limit): a count, a size, a block row's bounds. A product computed in Python reads every
 # element of x and the weight.
 HOST_READS = 64
+# Threads, processes and libraries of the worker, read by the harness from /proc (grader/harness/osfacts.py).
+STARTED_KIND = "started_threads"
+STARTED = ("started a thread, a process or a library: a kernel file computes in its kernels, called on the "
+           "grader's thread, and starts no thread, process or library of its own (handout, section 10, rule 3)")
+
 
 def _call_flags(name: str, r: CallResult, off) -> list[dict]:
     """Reasons in one call's evidence that void the task (``off``: checks that did not run)."""
@@ -100,6 +105,9 @@ def _call_flags(name: str, r: CallResult, off) -> list[dict]:
     if r.inputs_modified:
         flags.append(problem("inputs_modified", f"inputs modified: {name} wrote into input(s) "
                              f"{r.inputs_modified}"))
+    if r.appeared:
+        flags.append(problem(STARTED_KIND, f"{STARTED}: after {name} the grader found in the worker "
+                             f"{'; '.join(r.appeared)}, which were not there after the kernel file was imported"))
     return flags
 
 
@@ -161,7 +169,8 @@ def voids_task(run: TaskRun) -> bool:
     """Whether what a task's run has found so far voids the task: forbidden code, or a call's
     evidence (``task_flags``). The harness times no performance test of such a task
     (grader/grade.py hands it this rule)."""
-    return bool(run.static) or bool(task_flags(run.calls, run.checks_off, run.hidden_checks_off))
+    return bool(run.static) or bool(run.import_changes) \
+        or bool(task_flags(run.calls, run.checks_off, run.hidden_checks_off))
 
 
 def hidden_kinds(calls: list[tuple[str, CallResult]], off=()) -> list[str]:
@@ -186,6 +195,9 @@ def task_problems(run: TaskRun, file: str) -> list[dict]:
     elif run.memcheck_silent:
         found.append(problem("memory_errors", "memory errors not ruled out: compute-sanitizer printed no "
                              "summary for a worker (it was ended before it could)"))
+    if run.import_changes:
+        found.append(problem(STARTED_KIND, f"{STARTED}: importing the kernel file added to the worker "
+                             + "; ".join(run.import_changes)))
     return found + task_flags(run.calls, run.checks_off, run.hidden_checks_off)
 
 
@@ -310,7 +322,21 @@ def performance_verdict(spec: TestSpec, run: TaskRun, runs: Runs, settings: Sett
         return Verdict(False, "not timed: " + why)
     if timed.error or timed.timing is None:
         return Verdict(False, timed.error or "grader error: no timing")
+    voided = timing_void(run)
+    if voided:
+        return Verdict(False, voided)
     return timing_verdict(spec, timed.timing, runs.bandwidth_gbs, settings)
+
+
+def timing_void(run: TaskRun) -> str:
+    """Why none of the task's timings counts, or "": a thread, process or library appeared in
+    the worker around one of its timed runs (measure.py reads them before each round's first
+    probe and after its run): something besides the timed calls may have run on the clock."""
+    for name, timed in run.timed.items():
+        if timed.timing is not None and timed.timing.appeared:
+            return (f"timing void: {STARTED}; around the timed runs of {name} the grader found in the worker "
+                    + "; ".join(timed.timing.appeared))
+    return ""
 
 
 def verdict(spec: TestSpec, runs: Runs, rubric: Rubric) -> Verdict:

@@ -22,6 +22,7 @@ from ..compare import check_task_output
 from ..facts import CallResult, Timing
 from ..tasks import get
 from ..worker.graphs import capture, one_kernel_graph
+from . import osfacts
 from .arena import Arena, Plan
 from .session import Session, WorkerGone
 
@@ -67,6 +68,17 @@ def checked_call(session: Session, name: str, args: tuple, out_shape, label: str
                       inputs_modified=modified, stray_write=bool(arena.guards_broken()))
 
 
+def _appeared(session: Session) -> list[str]:
+    """CPU: the threads, processes and libraries that appeared in the worker and in its executor
+    since they imported the kernel file, read by this process after the call (osfacts.py). Their
+    warm-ups started what an honest call would. (A GPU call loads Triton's launcher of each new
+    kernel signature: there the timed runs are watched instead, ``timed_rounds``.)"""
+    found = session.changes_since_import()
+    if session.executor is not None:   # its gate starts the GPU compiler's front end as a process of its own
+        found += [f"{c} (in the executor)" for c in session.executor.changes_since_import(processes=False)]
+    return found
+
+
 MAX_CONFIGS = 16   # autotune configs checked per call (every one a GPU autotuner may pick)
 EXECUTOR_EVIDENCE = ("outside", "kernel_flops", "checks_off")
 
@@ -86,8 +98,8 @@ def _shape_call(session: Session, name: str, arena, args, specs, out_spec, label
     evidence = reply.get("evidence", {})
     if not reply["ok"]:
         if "returned" in reply:
-            return CallResult("unusable", reply["returned"], evidence=evidence)
-        return CallResult("error", reply.get("error", "?"), evidence=evidence)
+            return CallResult("unusable", reply["returned"], evidence=evidence, appeared=_appeared(session))
+        return CallResult("error", reply.get("error", "?"), evidence=evidence, appeared=_appeared(session))
     program = reply.get("program") or {}
     configs = program_configs(program)
     outputs = []
@@ -113,7 +125,8 @@ def _shape_call(session: Session, name: str, arena, args, specs, out_spec, label
     modified = [i for i, (a, s) in enumerate(zip(args, specs)) if not _same(a, arena.arg(s))]
     return CallResult("ok", output=outputs[0], evidence=evidence, inputs_modified=modified,
                       stray_write=bool(arena.guards_broken()),
-                      configs=list(zip(configs[1:], outputs[1:])), configs_checked=len(configs))
+                      configs=list(zip(configs[1:], outputs[1:])), configs_checked=len(configs),
+                      appeared=_appeared(session))
 
 
 def program_configs(program: dict) -> list[str]:
@@ -263,7 +276,7 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
     try:
         return timed_rounds(session, timing, rounds, refresh, time_baseline,
                             lambda: _first_wrong(arena, batch, sets, private, task, shape, act),
-                            more_rounds, extra_rounds)
+                            more_rounds, extra_rounds, facts=None if session.facts_off else session)
     finally:
         release(session, name)
 
@@ -279,7 +292,7 @@ def release(session: Session, name: str) -> None:
 
 
 def timed_rounds(session, timing: Timing, rounds: int, refresh, time_baseline, check,
-                 more_rounds=None, extra_rounds: int = 4) -> Timing:
+                 more_rounds=None, extra_rounds: int = 4, facts=None) -> Timing:
     """The rounds of a timed test, appended to ``timing``.
 
     Each round: ``refresh(r)`` (fresh activations, output slots reset), the
@@ -293,19 +306,37 @@ def timed_rounds(session, timing: Timing, rounds: int, refresh, time_baseline, c
     (the first wrong one, in words, or ""). A worker that cannot collect its
     outputs (they share memory, or are not plain tensors) has timed calls
     without an output of their own: they count as wrong.
+
+    ``facts`` (the session, when its worker's threads and libraries are read):
+    before each round's first probe and after its run, this process reads them
+    (grader/harness/osfacts.py). Any thread, process or library that appears
+    from the first such reading to the end of the last run, and any thread or
+    process that appeared since the kernel file was imported, is recorded in
+    ``timing.appeared``: something besides the timed calls could have run during
+    the probes or the run (the judge voids the task's timing).
     """
     calls = timing.calls
+    first = None
     r = 0
     while r < rounds or (more_rounds and r < rounds + extra_rounds and more_rounds(timing)):
         refresh(r)
         base_s, base_fixed = time_baseline()
         timing.baseline_fixed_ms.append(base_fixed * 1e3)
         timing.baseline_ms.append(_less_fixed(base_s, base_fixed) * 1e3 / calls)
+        if facts is not None:
+            now = facts.snapshot()
+            if first is None:
+                first = now
+                _record(timing, "since the kernel file was imported", osfacts.changes(
+                    facts.after_import, now, libraries_too=False))
+            _record(timing, "during the timed runs", osfacts.changes(first, now))
         fixed = worker_fixed_s(session)
         timing.fixed_ms.append(fixed * 1e3)
         t0 = time.perf_counter()
         ran = session.request({"op": "run"})
         timing.kernel_ms.append(_less_fixed(time.perf_counter() - t0, fixed) * 1e3 / calls)
+        if facts is not None:
+            _record(timing, "during the timed runs", osfacts.changes(first, facts.snapshot()))
         collected = session.request({"op": "collect"})
         if timing.wrong:
             pass
@@ -318,6 +349,12 @@ def timed_rounds(session, timing: Timing, rounds: int, refresh, time_baseline, c
             timing.wrong = check()
         r += 1
     return timing
+
+
+def _record(timing: Timing, when: str, found: list[str]) -> None:
+    """Keep the first reading's changes that are not recorded yet (one phrase each)."""
+    timing.appeared += [f"{change} ({when})" for change in found
+                        if not any(a.startswith(change) for a in timing.appeared)]
 
 
 def worker_fixed_s(session: Session) -> float:

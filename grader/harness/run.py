@@ -34,7 +34,7 @@ from ..tracebacks import explain_error, known_error
 from ..worker import fence
 from . import capture, movement
 from .measure import checked_call, timed_batches
-from .session import Session, WorkerGone
+from .session import FACTS_CHECK, Session, WorkerGone
 
 DRAWS = 2   # fresh draws per correctness case: a kernel that keeps state between calls fails the second
 
@@ -216,7 +216,7 @@ def _checks_off(run: TaskRun, found: dict | None, hidden: bool) -> None:
     says reaches those tests' own messages only (``hidden_checks_off``): whether a
     check went off there could tell a student about a hidden shape."""
     for check, why in (found or {}).items():
-        if check not in fence.CHECKS:   # only the checks fence.py names
+        if check not in fence.CHECKS or check == FACTS_CHECK:   # only the worker's own checks fence.py names
             continue
         _check_off(run, check, f"the worker: {why}", hidden)
 
@@ -241,6 +241,12 @@ def _check_import(run: TaskRun, session: Session, hidden: bool) -> None:
         _stop(run, e.kind, str(e), hidden)
         return
     _checks_off(run, hello.get("checks_off"), hidden)
+    # The import is the same in both workers and comes before any shape: what it started is
+    # the task's, whichever worker showed it.
+    run.import_changes += [c for c in session.import_changes() if c not in run.import_changes]
+    for s in (session, session.executor):
+        if s is not None and s.facts_off:
+            _check_off(run, FACTS_CHECK, f"not read: {s.facts_off}", hidden)
     if not hello["ok"]:
         _stop(run, "import_error", "the kernel file could not be imported:\n"
               + explain_error(hello.get("error", "")), hidden)

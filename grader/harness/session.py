@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .. import toolchain
 from ..submission import Submission, stage
-from . import sandbox
+from . import osfacts, sandbox
 
 LOG_TAIL_BYTES = 16 * 1024
 MAX_REPLY_BYTES = 4 << 20   # a CPU call's program (worker/shapes.py) carries its constants
@@ -33,7 +33,11 @@ PASS_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUD
             "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 # The fields a reply may have, and their types; anything else is a broken reply.
 REPLY_SCHEMA = {"ok": bool, "error": str, "returned": str, "graph": bool, "note": str, "evidence": dict,
-                "compile": list, "movement": dict, "checks_off": dict, "capture": dict, "program": dict}
+                "compile": list, "movement": dict, "checks_off": dict, "capture": dict, "program": dict,
+                "started": bool}
+# The harness's own check of the worker's threads, libraries and processes (osfacts.py): its
+# name in the reports' "checks off" lines (grader/worker/fence.py's CHECKS describes it).
+FACTS_CHECK = "threads and libraries"
 # One row of the compile check (grader/worker/compile.py), as the report uses it.
 COMPILE_ROW = {"kernel": str, "file": str, "line": int, "status": str, "error": str, "registers": int,
                "spills": int, "shared_bytes": int, "launchable": bool, "why_not": str, "warning": str,
@@ -431,6 +435,12 @@ class Session:
         self._log.start()
         self._pending = b""
         self._hello: dict | None = None
+        # The worker's threads, libraries and processes, read from /proc by this process
+        # (osfacts.py): before the kernel file is imported and after. ``facts_off``: why
+        # they could not be read or compared ("": they were).
+        self.watch = osfacts.Watch(self.proc.pid)
+        self.before_import = self.after_import = osfacts.Snapshot(libraries_how="", error="not read yet")
+        self.facts_off = ""
         if device == "cpu" and role == "worker":
             try:
                 self.executor = Session(sub, kernel_file, entry, device, deadline, writable,
@@ -451,11 +461,44 @@ class Session:
 
     @property
     def hello(self) -> dict:
-        """The worker's first reply: whether the kernel file imported. Read on first
-        use, so that several workers can start (import torch, CUDA) side by side."""
+        """The worker's reply to its import of the kernel file. Read on first use, so that
+        several workers can start (import torch, CUDA) side by side. The worker first says
+        that it has started (torch, Triton and, on a GPU, CUDA, the kernel trace and what
+        an honest run would start lazily, warmed up) and waits: the harness reads its
+        threads and libraries, lets it import the kernel file, and reads them again."""
         if self._hello is None:
+            started = self._recv()
+            if not started.get("started"):
+                self._gone("the worker did not say that it had started")
+            # A warm-up that failed (its note) would let an honest run start threads later: no rule then.
+            self.facts_off = self.watch.find() or started.get("note", "")[:300]
+            self.before_import = self.snapshot()
+            self._send(b'{"op": "import"}\n')
             self._hello = self._recv()
+            self.after_import = self.snapshot()
+            self.facts_off = self.facts_off or osfacts.unread(self.before_import, self.after_import)
         return self._hello
+
+    def snapshot(self) -> osfacts.Snapshot:
+        """The worker's threads, libraries and processes now, as this process reads them."""
+        return self.watch.take()
+
+    def import_changes(self) -> list[str]:
+        """What appeared in the worker (and in its executor, which imports the kernel file too)
+        while it imported the kernel file (osfacts.changes)."""
+        self.hello  # noqa: B018
+        found = [] if self.facts_off else osfacts.changes(self.before_import, self.after_import)
+        if self.executor is not None:
+            try:
+                found += [f"{c} (in the executor)" for c in self.executor.import_changes()]
+            except WorkerGone:
+                pass   # its first execute reports how it ended
+        return found
+
+    def changes_since_import(self, libraries: bool = True, processes: bool = True) -> list[str]:
+        """What appeared in the worker since the kernel file was imported, read now."""
+        self.hello  # noqa: B018
+        return [] if self.facts_off else osfacts.changes(self.after_import, self.snapshot(), libraries, processes)
 
     def _env(self) -> dict:
         env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}

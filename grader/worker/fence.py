@@ -44,6 +44,9 @@ CHECKS = {
     "launch capture": "what the wrapper launches at the GPU shapes is neither compiled nor estimated on a CPU run",
     "kernel trace": "no trace of the kernels that ran on the GPU during a checked call",
     "shape-only call": "a CPU run cannot call the wrapper on shape-only inputs (grading on the CPU fails)",
+    # The harness's own (grader/harness/osfacts.py), listed here with the others for the reports.
+    "threads and libraries": "no check that the kernel file starts no thread, process or library, at import "
+                             "(a CPU run: nor during its calls) or while timed",
 }
 
 _RUN = ("grid", "warmup")                       # run(self, *args, grid, warmup, **kwargs)

@@ -72,6 +72,8 @@ import warnings
 
 import numpy as np
 import torch
+import triton
+import triton.language as tl
 from torch.utils._python_dispatch import _disable_current_modes
 
 from . import capture as capture_mode
@@ -492,6 +494,47 @@ def _start_checks(package: str, device: str, off: set[str]) -> tuple[LaunchRecor
     return launches, failed
 
 
+_PROBE = (None, None)   # the probe's one-kernel graph (GPU), made while warming up
+
+
+def _warm_up(device: str) -> str:
+    """Start now what an honest run would otherwise start at its first use, so that the
+    harness's look at this process before the import already holds it: an honest kernel
+    file's import and every timed run then show no new thread or library. The CPU's
+    thread pool (created at the first parallel op, which a lookup table built at import
+    would be), the op record's first use (it imports torch's symbolic machinery), CUDA's
+    lookup of its driver, a Triton kernel of the worker's own (in the interpreter; on a GPU
+    compiled and launched: Triton's launcher libraries, CUDA's module loading) and, on a
+    GPU, the probe's CUDA graph (captured, replayed). "" or
+    what failed (the harness then applies no rule to this worker's threads and libraries)."""
+    global _PROBE
+    try:
+        with OpRecorder():   # its first use imports much of torch's symbolic machinery (numpy.random...)
+            torch.ones(1 << 20).add_(1.0)
+        torch.cuda.is_available()
+        cell = torch.zeros(16, device=device)
+        _warm_kernel[(1,)](cell, 16, BLOCK=16)
+        if device == "cpu":   # a CPU call runs on shape-only tensors, its launches written down
+            program = shapes.Program()
+            with shapes.shape_only(program):
+                meta = torch.empty(16, device="meta").to(torch.float16).float()
+                _warm_kernel[(1,)](meta, 16, BLOCK=16)
+        if device == "cuda":
+            with _disable_current_modes(), torch._C.DisableTorchFunction():
+                _PROBE = one_kernel_graph()
+            _PROBE[0].replay()
+            torch.cuda.synchronize()
+        return ""
+    except Exception as e:  # noqa: BLE001 - said so: the harness leaves the rule off
+        return f"the worker's warm-up failed: {type(e).__name__}: {e}"[:300]
+
+
+@triton.jit
+def _warm_kernel(p, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(p + offs, tl.load(p + offs, mask=offs < n) + 1.0, mask=offs < n)
+
+
 def main(argv: list[str]) -> None:
     cmd_fd, reply_fd, fds_fd, package, module_name, entry = int(argv[0]), int(argv[1]), int(argv[2]), *argv[3:6]
     off = {c for c in (argv[6] if len(argv) > 6 else "").split(",") if c}
@@ -502,7 +545,13 @@ def main(argv: list[str]) -> None:
         replies.write((json.dumps(obj) + "\n").encode())
 
     device = "cuda" if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"
+    warm = _warm_up(device)
     launches, failed = _start_checks(package, device, off)
+    # The harness reads this process's threads and libraries from /proc now, before the
+    # kernel file is imported, and again after (grader/harness/osfacts.py); then it says "import".
+    reply({"ok": True, "started": True, **({"note": warm} if warm else {})})
+    if not commands.readline():
+        return
     try:
         with values_unprinted():
             module = importlib.import_module(f"{package}.{module_name}")
@@ -513,6 +562,7 @@ def main(argv: list[str]) -> None:
     reply({"ok": True, "checks_off": failed})
     worker = Worker(fn, launches, device, socket.socket(fileno=fds_fd), package, off | set(failed),
                     files={f for f in (getattr(module, "__file__", "") or "",) for f in (f, os.path.realpath(f)) if f})
+    worker.probe_graph, worker.probe_cell = _PROBE
     for line in commands:
         msg = json.loads(line)
         try:
