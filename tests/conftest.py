@@ -26,8 +26,8 @@ if not HAS_CUDA:
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 
 # Student files used as fixtures (some are named like tests: w8a8_os_exit_mid_test.py)
-# are data, never collected.
-collect_ignore_glob = ["fixtures/*", "variants/*"]
+# are data, never collected; so is tests/idioms/ (the idiom corpus and its check script).
+collect_ignore_glob = ["fixtures/*", "variants/*", "idioms/*"]
 
 
 def pytest_configure(config):

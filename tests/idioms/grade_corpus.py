@@ -1,0 +1,76 @@
+"""Grade each idiom variant as a student would: ``python -m grader grade`` on a folder holding
+the variant as its task's file and the untouched stubs of the other two, that task only, on
+the CPU; one verdict line per variant (score, status, flags, kernels that did not compile).
+
+    .venv/bin/python tests/idioms/grade_corpus.py [NAME ...] [--out DIR] [--summarize]
+
+Slow (about a minute per variant; run one at a time on a shared machine). ``--summarize``
+only reads the reports already in DIR (default /tmp/idiom-grades).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+IDIOMS = ROOT / "tests" / "idioms"
+sys.path.insert(0, str(IDIOMS))
+
+from check_corpus import task_of, variants  # noqa: E402
+
+
+def grade(name: str, out: Path) -> None:
+    task = task_of(name)
+    sub = out / f"sub_{name}"
+    shutil.rmtree(sub, ignore_errors=True)
+    sub.mkdir(parents=True)
+    for stub in ("w8a8.py", "w4a16.py", "dds.py"):
+        shutil.copy(ROOT / "assignment" / stub, sub / stub)
+    shutil.copy(IDIOMS / f"{name}.py", sub / f"{task}.py")
+    started = time.monotonic()
+    with open(out / f"log_{name}.txt", "w") as log:
+        subprocess.run([sys.executable, "-m", "grader", "grade", str(sub), "--tasks", task, "--device", "cpu",
+                        "--report-dir", str(out / f"rep_{name}")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    print(f"{name}: graded in {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+
+def verdict(name: str, out: Path) -> str:
+    """One line: the task's score, status and flags, kernels that failed to compile, failing tests."""
+    path = out / f"rep_{name}" / "report.json"
+    if not path.exists():
+        return f"{name}: no report ({out / f'log_{name}.txt'})"
+    report = json.loads(path.read_text())
+    (task,) = [t for t in report["tasks"] if t["task"] == task_of(name)]
+    parts = [f"{task['score']:g}/{task['max_score']:g}", task.get("status", "")]
+    parts += [f"flag {f['kind']}: {f['detail'][:160]}" for f in task.get("flags", [])]
+    parts += [f"kernel {k['kernel']} {k['status']}: {k.get('error', '')[:160]}"
+              for k in task.get("kernels", []) if k.get("status") not in ("ok", None, "skipped")]
+    failed = {t["message"][:200] for t in report["tests"]
+              if t["task"] == task["task"] and t["kind"] == "correctness" and t["status"] != "passed"}
+    parts += [f"test: {m}" for m in sorted(failed)[:2]]
+    return f"{name}: " + " | ".join(p.replace("\n", " ") for p in parts if p)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/idiom-grades"))
+    parser.add_argument("--summarize", action="store_true", help="only read the reports in --out")
+    a = parser.parse_args(argv)
+    names = a.names or variants()
+    a.out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        if not a.summarize:
+            grade(name, a.out)
+        print(verdict(name, a.out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
