@@ -224,10 +224,7 @@ class ShapeMode(TorchDispatchMode):
         kwargs = dict(kwargs or {})
         name = _op_name(func)
         if name in ("_local_scalar_dense", "item", "is_nonzero", "equal", "tolist"):
-            raise ValuesUnavailable(
-                "the wrapper read a tensor's value into Python (.item(), int(t), float(t), a tensor in an `if`, "
-                ".tolist()): during grading the wrapper sees each input's shape, dtype and strides only, never its "
-                "values. Read values inside a kernel (tl.load); size grids and buffers from shapes")
+            raise ValuesUnavailable(VALUES_MESSAGE)
         if name in VIEW_OPS or name in SHAPE_OPS:
             return func(*self._meta_args(args), **self._meta_kwargs(kwargs))
         if name not in STEP_OPS:
@@ -349,13 +346,33 @@ def choices(steps: list) -> int:
     return n
 
 
+VALUES_MESSAGE = ("the wrapper read a tensor's value into Python (.item(), int(t), float(t), a tensor in an `if`, "
+                  ".tolist(), .numpy()): during grading the wrapper sees each input's shape, dtype and strides "
+                  "only, never its values. Read values inside a kernel (tl.load); size grids and buffers from "
+                  "shapes")
+# Ways to a tensor's values that do not go through PyTorch's dispatcher: refused by name.
+_READERS = ("tolist", "numpy", "__array__")
+
+
+def _refuse_values(*_args, **_kwargs):
+    raise ValuesUnavailable(VALUES_MESSAGE)
+
+
 @contextlib.contextmanager
 def shape_only(program: Program, on_launch=None):
     """The wrapper's call, shape-only: ops on meta tensors, launches written down."""
     launches = Launches(program, on_launch)
     launches.install()
+    saved = {name: vars(torch.Tensor).get(name) for name in _READERS}
+    for name in _READERS:
+        setattr(torch.Tensor, name, _refuse_values)
     try:
         with ShapeMode(program):
             yield
     finally:
+        for name, fn in saved.items():
+            if fn is None:
+                delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, fn)
         launches.restore()
