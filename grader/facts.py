@@ -48,16 +48,17 @@ class CallResult:
     # The most elements PyTorch compute ops may produce in the call (the harness's
     # figure: the activations and the output once); 0: not judged.
     work_limit: int = 0
-    # FLOPs of the product on this call's inputs (the task's product_flops): the
-    # submission's kernels must do a fair share of it (judge.py); 0: not judged.
-    flops_needed: int = 0
     # The call ran inside the worker's kernel trace (GPU): its evidence must say what ran.
     traced: bool = False
-    # The interpreter followed who wrote each output value (CPU, worker/provenance.py): its
-    # evidence must say how many elements the kernels did not compute from the inputs.
-    provenance: bool = False
     # The most values the call may read from tensors into Python numbers (.item()); 0: not judged.
     read_limit: int = 0
+    # CPU, an autotuned kernel: the call was carried out once per config (configs_checked of
+    # them); the outputs after the first, with each config in words, are checked like ``output``.
+    configs: list = field(default_factory=list)
+    configs_checked: int = 0
+    # CPU: threads, processes and libraries that appeared in the worker since the kernel file was
+    # imported, read from /proc by the harness after the call (grader/harness/osfacts.py).
+    appeared: list = field(default_factory=list)
 
 
 @dataclass
@@ -75,6 +76,9 @@ class Timing:
     note: str = ""
     wrong: str = ""                  # the first wrong output of a timed call, if any
     evidence: dict = field(default_factory=dict)  # what the worker recorded while preparing
+    # Threads, processes and libraries that appeared in the worker around the timed runs, read
+    # from /proc by the harness (grader/harness/measure.py, timed_rounds): the timing is void.
+    appeared: list = field(default_factory=list)
 
     @property
     def ratio(self) -> float:
@@ -92,6 +96,7 @@ class Draw:
     cause: str | None = None          # the likely cause of a failed check (grader/diagnose.py)
     stray_write: bool = False         # a guard byte around an input changed
     outside: dict | None = None       # CPU: bytes loaded and stored outside every tensor the call knew
+    configs: int = 0                  # CPU: autotune configs whose outputs were all checked (0: not autotuned)
 
     @property
     def clean(self) -> bool:
@@ -148,6 +153,8 @@ class TaskRun:
                                                      # captured kernel would not compile or launch on the GPU
     estimate: dict = field(default_factory=dict)     # CPU: the predicted speed of each performance test
                                                      # (grader/estimate.py; feedback, never a score)
+    import_changes: list[str] = field(default_factory=list)   # threads, processes and libraries that
+                                      # appeared in a worker while it imported the kernel file (osfacts.py)
     memcheck_errors: int = 0          # compute-sanitizer (--sanitize): errors it reported
     memcheck_silent: bool = False     # a worker under compute-sanitizer left no summary
     seconds: float = 0.0

@@ -71,10 +71,10 @@ RULE = "the product must be computed by the Triton kernel (handout, section 10, 
 # limit): a count, a size, a block row's bounds. A product computed in Python reads every
 # element of x and the weight.
 HOST_READS = 64
-# The submission's kernels must do at least this share of the product's FLOPs. An honest
-# kernel does all of them or more (padded tiles, split K, masked tails, tiny M: tl.dot on
-# whole tiles); a kernel that leaves the product to PyTorch or Python does next to none.
-ARITHMETIC_SHARE = 0.25
+# Threads, processes and libraries of the worker, read by the harness from /proc (grader/harness/osfacts.py).
+STARTED_KIND = "started_threads"
+STARTED = ("started a thread, a process or a library: a kernel file computes in its kernels, called on the "
+           "grader's thread, and starts no thread, process or library of its own (handout, section 10, rule 3)")
 
 
 def _call_flags(name: str, r: CallResult, off) -> list[dict]:
@@ -87,17 +87,6 @@ def _call_flags(name: str, r: CallResult, off) -> list[dict]:
         foreign = ev.get("foreign_launches") or []
         flags.append(problem("no_triton_kernel", f"no Triton kernel: {name} launched no Triton kernel of "
                              "the submission" + (f" (only {foreign})" if foreign else "")))
-    if r.status == "ok" and r.flops_needed and "arithmetic count" not in off:
-        done = ev.get("kernel_flops")
-        if done is None:
-            flags.append(problem("no_triton_compute", f"no Triton kernel computed the output: for {name} the "
-                                 "interpreter's count of the kernels' arithmetic did not come back"))
-        elif done < ARITHMETIC_SHARE * r.flops_needed:
-            flags.append(problem("no_triton_compute", f"no Triton kernel computed the output: in {name} the "
-                                 f"submission's kernels did {done} arithmetic operations (tl.dot FLOPs and "
-                                 f"elementwise work, counted in the interpreter), less than a quarter of the "
-                                 f"{r.flops_needed} FLOPs of the product (2 M N K; DDS: over the stored "
-                                 f"blocks): {RULE}"))
     if ev.get("oversized_ops"):
         flags.append(problem("computed_outside_triton", f"computed outside Triton: {name} built PyTorch "
                              f"tensors larger than any input or output: {ev['oversized_ops'][:3]}"))
@@ -111,39 +100,15 @@ def _call_flags(name: str, r: CallResult, off) -> list[dict]:
                              f"{ev['host_reads']} values of tensors into Python numbers (.item(), float(t), "
                              f"int(t), a tensor in an if), more than the {r.read_limit} a wrapper may read (a "
                              f"count, a size, not the data): {RULE}"))
-    if r.status == "ok" and r.provenance and "output provenance" not in off:
-        flags += _provenance_flags(name, ev.get("provenance"))
     if r.traced and "kernel trace" not in off:
         flags += _trace_flags(name, r, ev.get("trace"))
     if r.inputs_modified:
         flags.append(problem("inputs_modified", f"inputs modified: {name} wrote into input(s) "
                              f"{r.inputs_modified}"))
+    if r.appeared:
+        flags.append(problem(STARTED_KIND, f"{STARTED}: after {name} the grader found in the worker "
+                             f"{'; '.join(r.appeared)}, which were not there after the kernel file was imported"))
     return flags
-
-
-def _provenance_flags(name: str, facts: dict | None) -> list[dict]:
-    """What the interpreter's record of who wrote the output says against a call
-    (grader/worker/provenance.py): every element must be stored by the submission's
-    kernels during the call, from values computed from the call's inputs."""
-    what = "output not computed by the kernels"
-    if facts is None:
-        return [problem("output_not_from_kernels", f"{what}: for {name} the interpreter's record of who wrote "
-                        "the output did not come back")]
-    n, found = facts.get("elements", 0), []
-    if facts.get("unwritten"):
-        found.append(f"{facts['unwritten']} of the {n} output elements were not stored by the submission's "
-                     "Triton kernels during the call (the output, or these elements, were built or changed on "
-                     "the host: from Python numbers, say)")
-    if facts.get("foreign"):
-        found.append(f"{facts['foreign']} of the {n} output elements were stored from data that is neither the "
-                     "call's inputs nor computed from them by its kernels (a tensor built on the host, or kept "
-                     "from before the call)")
-    if facts.get("inputless"):
-        found.append(f"{facts['inputless']} of the {n} output elements were stored as nonzero values computed "
-                     "from no input at all (constants)")
-    if not found:
-        return []
-    return [problem("output_not_from_kernels", f"{what}: in {name} " + "; ".join(found) + f": {RULE}")]
 
 
 def _trace_flags(name: str, r: CallResult, trace: dict | None) -> list[dict]:
@@ -204,7 +169,8 @@ def voids_task(run: TaskRun) -> bool:
     """Whether what a task's run has found so far voids the task: forbidden code, or a call's
     evidence (``task_flags``). The harness times no performance test of such a task
     (grader/grade.py hands it this rule)."""
-    return bool(run.static) or bool(task_flags(run.calls, run.checks_off, run.hidden_checks_off))
+    return bool(run.static) or bool(run.import_changes) \
+        or bool(task_flags(run.calls, run.checks_off, run.hidden_checks_off))
 
 
 def hidden_kinds(calls: list[tuple[str, CallResult]], off=()) -> list[str]:
@@ -229,6 +195,9 @@ def task_problems(run: TaskRun, file: str) -> list[dict]:
     elif run.memcheck_silent:
         found.append(problem("memory_errors", "memory errors not ruled out: compute-sanitizer printed no "
                              "summary for a worker (it was ended before it could)"))
+    if run.import_changes:
+        found.append(problem(STARTED_KIND, f"{STARTED}: importing the kernel file added to the worker "
+                             + "; ".join(run.import_changes)))
     return found + task_flags(run.calls, run.checks_off, run.hidden_checks_off)
 
 
@@ -353,7 +322,21 @@ def performance_verdict(spec: TestSpec, run: TaskRun, runs: Runs, settings: Sett
         return Verdict(False, "not timed: " + why)
     if timed.error or timed.timing is None:
         return Verdict(False, timed.error or "grader error: no timing")
+    voided = timing_void(run)
+    if voided:
+        return Verdict(False, voided)
     return timing_verdict(spec, timed.timing, runs.bandwidth_gbs, settings)
+
+
+def timing_void(run: TaskRun) -> str:
+    """Why none of the task's timings counts, or "": a thread, process or library appeared in
+    the worker around one of its timed runs (measure.py reads them before each round's first
+    probe and after its run): something besides the timed calls may have run on the clock."""
+    for name, timed in run.timed.items():
+        if timed.timing is not None and timed.timing.appeared:
+            return (f"timing void: {STARTED}; around the timed runs of {name} the grader found in the worker "
+                    + "; ".join(timed.timing.appeared))
+    return ""
 
 
 def verdict(spec: TestSpec, runs: Runs, rubric: Rubric) -> Verdict:

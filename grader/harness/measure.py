@@ -22,6 +22,7 @@ from ..compare import check_task_output
 from ..facts import CallResult, Timing
 from ..tasks import get
 from ..worker.graphs import capture, one_kernel_graph
+from . import osfacts
 from .arena import Arena, Plan
 from .session import Session, WorkerGone
 
@@ -39,11 +40,14 @@ FIXED_SHARE = 0.5
 
 def checked_call(session: Session, name: str, args: tuple, out_shape, label: str | None = None) -> CallResult:
     """Put ``args`` in a new arena, have the worker call the kernel once, read the output.
-    ``label``: the test the call belongs to (the compile check names its kernels by it)."""
+    ``label``: the test the call belongs to (the compile check names its kernels by it).
+    On the CPU the worker sees shapes only and the executor runs its program (``_shape_call``)."""
     plan = Plan()
     specs = [plan.arg(a) for a in args]
     out_spec = plan.output(out_shape)
     arena = Arena(plan, session.device, name)
+    if session.executor is not None:
+        return _shape_call(session, name, arena, args, specs, out_spec, label)
     try:
         mapped = session.map(name, arena)
         if not mapped["ok"]:
@@ -62,6 +66,89 @@ def checked_call(session: Session, name: str, args: tuple, out_shape, label: str
     modified = [i for i, (a, s) in enumerate(zip(args, specs)) if not _same(a, arena.arg(s))]
     return CallResult("ok", output=arena.view(out_spec).clone(), evidence=evidence,
                       inputs_modified=modified, stray_write=bool(arena.guards_broken()))
+
+
+def _appeared(session: Session) -> list[str]:
+    """CPU: the threads, processes and libraries that appeared in the worker and in its executor
+    since they imported the kernel file, read by this process after the call (osfacts.py). Their
+    warm-ups started what an honest call would. (A GPU call loads Triton's launcher of each new
+    kernel signature: there the timed runs are watched instead, ``timed_rounds``.)"""
+    found = session.changes_since_import()
+    if session.executor is not None:   # its gate starts the GPU compiler's front end as a process of its own
+        found += [f"{c} (in the executor)" for c in session.executor.changes_since_import(processes=False)]
+    return found
+
+
+MAX_CONFIGS = 16   # autotune configs checked per call (every one a GPU autotuner may pick)
+EXECUTOR_EVIDENCE = ("outside", "kernel_flops", "checks_off")
+
+
+def _shape_call(session: Session, name: str, arena, args, specs, out_spec, label) -> CallResult:
+    """A CPU checked call: the worker calls the wrapper on shape-only tensors and sends back its
+    program (worker/shapes.py); the executor, which alone holds the inputs, carries it out
+    once per autotune config (worker/executor.py). The outputs of configs after the first
+    travel in ``CallResult.configs`` and are checked like the first."""
+    msg = {"op": "call", "args": specs, "out": out_spec}
+    if label:
+        msg["label"] = label
+    try:
+        reply = session.request(msg)
+    except WorkerGone as e:
+        return CallResult("gone", str(e), kind=e.kind)
+    evidence = reply.get("evidence", {})
+    if not reply["ok"]:
+        if "returned" in reply:
+            return CallResult("unusable", reply["returned"], evidence=evidence, appeared=_appeared(session))
+        return CallResult("error", reply.get("error", "?"), evidence=evidence, appeared=_appeared(session))
+    program = reply.get("program") or {}
+    configs = program_configs(program)
+    outputs = []
+    try:
+        mapped = session.executor.map(name, arena)
+        if not mapped["ok"]:
+            return CallResult("error", "the executor could not map its inputs:\n" + mapped.get("error", "?"))
+        for k in range(len(configs) or 1):
+            if k:
+                arena.view(out_spec).fill_(float("nan"))
+            done = session.executor.request({"op": "execute", "arena": name, "args": specs, "out": out_spec,
+                                             "program": program, "choice": k})
+            # What the executor saw (the bounds check, the arithmetic); the launches are the worker's.
+            ran = done.get("evidence", {})
+            evidence = {**evidence, **{k: ran[k] for k in EXECUTOR_EVIDENCE if k in ran}}
+            if not done["ok"]:
+                where = f"with autotune config {configs[k]} ({k + 1} of {len(configs)}): " if configs else ""
+                return CallResult("error", where + done.get("error", "?"), evidence=evidence)
+            outputs.append(arena.view(out_spec).clone())
+        session.executor.request({"op": "release", "arena": name})
+    except WorkerGone as e:
+        return CallResult("gone", str(e), kind=e.kind, evidence=evidence)
+    modified = [i for i, (a, s) in enumerate(zip(args, specs)) if not _same(a, arena.arg(s))]
+    return CallResult("ok", output=outputs[0], evidence=evidence, inputs_modified=modified,
+                      stray_write=bool(arena.guards_broken()),
+                      configs=list(zip(configs[1:], outputs[1:])), configs_checked=len(configs),
+                      appeared=_appeared(session))
+
+
+def program_configs(program: dict) -> list[str]:
+    """The autotune configs a CPU call's program holds (worker/shapes.py ``choice`` steps), in
+    words: the call is carried out once per config. Read defensively (the worker sent it)."""
+    best: list[str] = []
+
+    def walk(steps, depth: int) -> None:
+        nonlocal best
+        if not isinstance(steps, list) or depth > 4:
+            return
+        for step in steps[:10000]:
+            if isinstance(step, dict) and isinstance(step.get("branches"), list):
+                branches = [b for b in step["branches"] if isinstance(b, dict)]
+                names = [f"{step.get('choice')}: {b.get('config')}"[:200] for b in branches]
+                if len(names) > len(best):
+                    best = names
+                for b in branches:
+                    walk(b.get("steps"), depth + 1)
+
+    walk(program.get("steps"), 0)
+    return best[:MAX_CONFIGS]
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -189,7 +276,7 @@ def timed_batches(session: Session, name: str, task: str, shape, options: dict, 
     try:
         return timed_rounds(session, timing, rounds, refresh, time_baseline,
                             lambda: _first_wrong(arena, batch, sets, private, task, shape, act),
-                            more_rounds, extra_rounds)
+                            more_rounds, extra_rounds, facts=None if session.facts_off else session)
     finally:
         release(session, name)
 
@@ -205,7 +292,7 @@ def release(session: Session, name: str) -> None:
 
 
 def timed_rounds(session, timing: Timing, rounds: int, refresh, time_baseline, check,
-                 more_rounds=None, extra_rounds: int = 4) -> Timing:
+                 more_rounds=None, extra_rounds: int = 4, facts=None) -> Timing:
     """The rounds of a timed test, appended to ``timing``.
 
     Each round: ``refresh(r)`` (fresh activations, output slots reset), the
@@ -219,19 +306,37 @@ def timed_rounds(session, timing: Timing, rounds: int, refresh, time_baseline, c
     (the first wrong one, in words, or ""). A worker that cannot collect its
     outputs (they share memory, or are not plain tensors) has timed calls
     without an output of their own: they count as wrong.
+
+    ``facts`` (the session, when its worker's threads and libraries are read):
+    before each round's first probe and after its run, this process reads them
+    (grader/harness/osfacts.py). Any thread, process or library that appears
+    from the first such reading to the end of the last run, and any thread or
+    process that appeared since the kernel file was imported, is recorded in
+    ``timing.appeared``: something besides the timed calls could have run during
+    the probes or the run (the judge voids the task's timing).
     """
     calls = timing.calls
+    first = None
     r = 0
     while r < rounds or (more_rounds and r < rounds + extra_rounds and more_rounds(timing)):
         refresh(r)
         base_s, base_fixed = time_baseline()
         timing.baseline_fixed_ms.append(base_fixed * 1e3)
         timing.baseline_ms.append(_less_fixed(base_s, base_fixed) * 1e3 / calls)
+        if facts is not None:
+            now = facts.snapshot()
+            if first is None:
+                first = now
+                _record(timing, "since the kernel file was imported", osfacts.changes(
+                    facts.after_import, now, libraries_too=False))
+            _record(timing, "during the timed runs", osfacts.changes(first, now))
         fixed = worker_fixed_s(session)
         timing.fixed_ms.append(fixed * 1e3)
         t0 = time.perf_counter()
         ran = session.request({"op": "run"})
         timing.kernel_ms.append(_less_fixed(time.perf_counter() - t0, fixed) * 1e3 / calls)
+        if facts is not None:
+            _record(timing, "during the timed runs", osfacts.changes(first, facts.snapshot()))
         collected = session.request({"op": "collect"})
         if timing.wrong:
             pass
@@ -244,6 +349,12 @@ def timed_rounds(session, timing: Timing, rounds: int, refresh, time_baseline, c
             timing.wrong = check()
         r += 1
     return timing
+
+
+def _record(timing: Timing, when: str, found: list[str]) -> None:
+    """Keep the first reading's changes that are not recorded yet (one phrase each)."""
+    timing.appeared += [f"{change} ({when})" for change in found
+                        if not any(a.startswith(change) for a in timing.appeared)]
 
 
 def worker_fixed_s(session: Session) -> float:

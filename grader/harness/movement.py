@@ -63,10 +63,15 @@ def measure(session: Session, name: str, task: str, shape, options: dict, seed: 
     arena = Arena(plan, session.device, name)
     failed = {"shape": list(shape), "error": ""}
     try:
-        mapped = session.map(name, arena)
-        if not mapped["ok"]:
-            return {**failed, "error": "the worker could not map its inputs"}
-        reply = session.request({"op": "movement", "arena": name, "args": specs, "out": out_spec})
+        # The worker writes its wrapper's program down on shape-only inputs (worker/shapes.py);
+        # the executor, which holds the inputs, counts it (worker/executor.py).
+        reply = session.request({"op": "call", "args": specs, "out": out_spec})
+        if reply["ok"]:
+            mapped = session.executor.map(name, arena)
+            if not mapped["ok"]:
+                return {**failed, "error": "the executor could not map its inputs"}
+            reply = session.executor.request({"op": "movement", "arena": name, "args": specs, "out": out_spec,
+                                              "program": reply.get("program") or {}, "choice": 0})
     except WorkerGone as e:
         return {**failed, "error": f"not counted: {e}"}
     if not reply["ok"]:

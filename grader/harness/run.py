@@ -34,7 +34,7 @@ from ..tracebacks import explain_error, known_error
 from ..worker import fence
 from . import capture, movement
 from .measure import checked_call, timed_batches
-from .session import Session, WorkerGone
+from .session import FACTS_CHECK, Session, WorkerGone
 
 DRAWS = 2   # fresh draws per correctness case: a kernel that keeps state between calls fails the second
 
@@ -216,7 +216,7 @@ def _checks_off(run: TaskRun, found: dict | None, hidden: bool) -> None:
     says reaches those tests' own messages only (``hidden_checks_off``): whether a
     check went off there could tell a student about a hidden shape."""
     for check, why in (found or {}).items():
-        if check not in fence.CHECKS:   # only the checks fence.py names
+        if check not in fence.CHECKS or check == FACTS_CHECK:   # only the worker's own checks fence.py names
             continue
         _check_off(run, check, f"the worker: {why}", hidden)
 
@@ -241,6 +241,12 @@ def _check_import(run: TaskRun, session: Session, hidden: bool) -> None:
         _stop(run, e.kind, str(e), hidden)
         return
     _checks_off(run, hello.get("checks_off"), hidden)
+    # The import is the same in both workers and comes before any shape: what it started is
+    # the task's, whichever worker showed it.
+    run.import_changes += [c for c in session.import_changes() if c not in run.import_changes]
+    for s in (session, session.executor):
+        if s is not None and s.facts_off:
+            _check_off(run, FACTS_CHECK, f"not read: {s.facts_off}", hidden)
     if not hello["ok"]:
         _stop(run, "import_error", "the kernel file could not be imported:\n"
               + explain_error(hello.get("error", "")), hidden)
@@ -261,10 +267,7 @@ def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs, hos
         result.work_limit = shape[0] * shape[1] + sum(args[i].numel() for i in task.activation_args)
         _checks_off(run, result.evidence.get("checks_off"), spec.hidden)
         off = _off(run, spec.hidden)
-        if runs.device == "cpu" and "arithmetic count" not in off:
-            result.flops_needed = task.product_flops(shape, spec.options, args)
         result.traced = runs.device == "cuda" and "kernel trace" not in off
-        result.provenance = runs.device == "cpu" and "output provenance" not in off
         # A wrapper may read a few values into Python (a count, a block row's bounds), never the data.
         result.read_limit = host_reads + shape[0] + shape[1]
         if result.status == "gone":
@@ -288,6 +291,14 @@ def _draw(task: str, result: CallResult, args: tuple, extras: dict) -> Draw:
         return d
     ref_slack = get(task).reference_and_slack(args)   # computed once: the check and the diagnosis share it
     d.check = check_task_output(result.output, task, args, ref_slack)
+    d.configs = result.configs_checked
+    for config, output in result.configs if d.check.passed else ():
+        # CPU: every autotune config's output is checked, since the GPU's autotuner may pick any.
+        check = check_task_output(output, task, args, ref_slack)
+        if not check.passed:
+            check.message = f"with autotune config {config}: {check.message}"
+            d.check, result.output = check, output
+            break
     if not d.check.passed:
         d.cause = likely_cause(task, result.output, args, ref_slack[0])
         if d.cause is None and d.outside:

@@ -23,17 +23,21 @@ from pathlib import Path
 
 from .. import toolchain
 from ..submission import Submission, stage
-from . import sandbox
+from . import osfacts, sandbox
 
 LOG_TAIL_BYTES = 16 * 1024
-MAX_REPLY_BYTES = 64 * 1024
+MAX_REPLY_BYTES = 4 << 20   # a CPU call's program (worker/shapes.py) carries its constants
 PASS_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH",
             "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "NVIDIA_VISIBLE_DEVICES", "LANG", "LC_ALL",
             # a batch grading several students at once limits each one's thread pools
             "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 # The fields a reply may have, and their types; anything else is a broken reply.
 REPLY_SCHEMA = {"ok": bool, "error": str, "returned": str, "graph": bool, "note": str, "evidence": dict,
-                "compile": list, "movement": dict, "checks_off": dict, "capture": dict}
+                "compile": list, "movement": dict, "checks_off": dict, "capture": dict, "program": dict,
+                "started": bool}
+# The harness's own check of the worker's threads, libraries and processes (osfacts.py): its
+# name in the reports' "checks off" lines (grader/worker/fence.py's CHECKS describes it).
+FACTS_CHECK = "threads and libraries"
 # One row of the compile check (grader/worker/compile.py), as the report uses it.
 COMPILE_ROW = {"kernel": str, "file": str, "line": int, "status": str, "error": str, "registers": int,
                "spills": int, "shared_bytes": int, "launchable": bool, "why_not": str, "warning": str,
@@ -51,7 +55,6 @@ EVIDENCE_SCHEMA = {"own_launches": int, "foreign_launches": list, "library_matmu
                    "oversized_ops": list, "torch_elements": int, "torch_sites": list}
 # Evidence only some calls have: absent means "not measured", never zero.
 OPTIONAL_EVIDENCE = {"kernel_flops": int, "host_reads": int}
-PROVENANCE_COUNTS = ("elements", "unwritten", "foreign", "inputless", "unchecked")   # worker/provenance.py
 TRACE_SCHEMA = {"own": int, "copies": int, "torch_ops": list, "foreign": list}   # worker/trace.py
 MAX_TEXT = 12000
 # The data-movement counts (grader/worker/movement.py): feedback the worker
@@ -109,19 +112,6 @@ def _outside(value) -> dict:
     return out
 
 
-def _provenance(value) -> dict:
-    """Who wrote the output of one call (worker/provenance.py ``report``): counts of elements."""
-    if not isinstance(value, dict) or not set(value) <= set(PROVENANCE_COUNTS):
-        raise WorkerGone("the worker sent malformed evidence (field 'provenance')")
-    out = {}
-    for key in PROVENANCE_COUNTS:
-        n = value.get(key, 0)
-        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_COUNT:
-            raise WorkerGone("the worker sent malformed evidence (field 'provenance')")
-        out[key] = n
-    return out
-
-
 def _checks_off(value) -> dict:
     """{check: why} from the worker (fence.py's check names), type-checked and capped."""
     if not isinstance(value, dict) or len(value) > 10 or not all(
@@ -167,8 +157,6 @@ def _validate(reply) -> dict:
                 ev[key] = value
         if "outside" in clean["evidence"]:
             ev["outside"] = _outside(clean["evidence"]["outside"])
-        if "provenance" in clean["evidence"]:
-            ev["provenance"] = _provenance(clean["evidence"]["provenance"])
         if "trace" in clean["evidence"]:
             ev["trace"] = _trace(clean["evidence"]["trace"])
         if "checks_off" in clean["evidence"]:
@@ -396,12 +384,16 @@ class Session:
 
     def __init__(self, sub: Submission, kernel_file: str, entry: str, device: str,
                  deadline: float, writable: list[Path] = (), sanitizer: str | None = None,
-                 checks_off=()):
+                 checks_off=(), role: str = "worker"):
         """``sanitizer``: a compute-sanitizer binary to run the worker under (GPU;
         a TA's option: every out-of-bounds access is named, at a large cost in speed).
         ``checks_off``: the worker's checks to leave off (fence.py's names: the
-        harness's probe found this Triton without what they hook into)."""
-        self.device, self.deadline, self.sanitizer = device, deadline, sanitizer
+        harness's probe found this Triton without what they hook into).
+        ``role``: "worker" (calls the wrapper) or "executor" (CPU: carries out the
+        worker's programs on the real inputs, worker/executor.py). A CPU worker starts
+        its executor beside it (``self.executor``): the arenas go to the executor only."""
+        self.device, self._deadline, self.sanitizer, self.role = device, deadline, sanitizer, role
+        self.executor: Session | None = None
         self.tmp = sandbox.task_dir("grade-")
         self.scratch = self.tmp / "scratch"
         self.scratch.mkdir()
@@ -415,8 +407,12 @@ class Session:
         self._reply_r, reply_w = os.pipe()
         # GPU arenas travel as file descriptors over this socket (grader/worker/vmm.py).
         self._fds, fds_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        argv = [sys.executable, "-m", "_grader_worker.main", str(cmd_r), str(reply_w),
-                str(fds_child.fileno()), "submission", kernel_file[:-3], entry, ",".join(sorted(checks_off))]
+        if role == "executor":
+            argv = [sys.executable, "-m", "_grader_worker.executor", str(cmd_r), str(reply_w),
+                    str(fds_child.fileno()), "submission", kernel_file[:-3], ",".join(sorted(checks_off))]
+        else:
+            argv = [sys.executable, "-m", "_grader_worker.main", str(cmd_r), str(reply_w),
+                    str(fds_child.fileno()), "submission", kernel_file[:-3], entry, ",".join(sorted(checks_off))]
         env = self._env()
         if sanitizer:
             argv = [sanitizer, "--tool", "memcheck", "--print-limit", "20", *argv]
@@ -439,14 +435,70 @@ class Session:
         self._log.start()
         self._pending = b""
         self._hello: dict | None = None
+        # The worker's threads, libraries and processes, read from /proc by this process
+        # (osfacts.py): before the kernel file is imported and after. ``facts_off``: why
+        # they could not be read or compared ("": they were).
+        self.watch = osfacts.Watch(self.proc.pid)
+        self.before_import = self.after_import = osfacts.Snapshot(libraries_how="", error="not read yet")
+        self.facts_off = ""
+        if device == "cpu" and role == "worker":
+            try:
+                self.executor = Session(sub, kernel_file, entry, device, deadline, writable,
+                                        checks_off=checks_off, role="executor")
+            except BaseException:
+                self.close()
+                raise
+
+    @property
+    def deadline(self) -> float:
+        return self._deadline
+
+    @deadline.setter
+    def deadline(self, value: float) -> None:
+        self._deadline = value
+        if self.executor is not None:
+            self.executor.deadline = value
 
     @property
     def hello(self) -> dict:
-        """The worker's first reply: whether the kernel file imported. Read on first
-        use, so that several workers can start (import torch, CUDA) side by side."""
+        """The worker's reply to its import of the kernel file. Read on first use, so that
+        several workers can start (import torch, CUDA) side by side. The worker first says
+        that it has started (torch, Triton and, on a GPU, CUDA, the kernel trace and what
+        an honest run would start lazily, warmed up) and waits: the harness reads its
+        threads and libraries, lets it import the kernel file, and reads them again."""
         if self._hello is None:
+            started = self._recv()
+            if not started.get("started"):
+                self._gone("the worker did not say that it had started")
+            # A warm-up that failed (its note) would let an honest run start threads later: no rule then.
+            self.facts_off = self.watch.find() or started.get("note", "")[:300]
+            self.before_import = self.snapshot()
+            self._send(b'{"op": "import"}\n')
             self._hello = self._recv()
+            self.after_import = self.snapshot()
+            self.facts_off = self.facts_off or osfacts.unread(self.before_import, self.after_import)
         return self._hello
+
+    def snapshot(self) -> osfacts.Snapshot:
+        """The worker's threads, libraries and processes now, as this process reads them."""
+        return self.watch.take()
+
+    def import_changes(self) -> list[str]:
+        """What appeared in the worker (and in its executor, which imports the kernel file too)
+        while it imported the kernel file (osfacts.changes)."""
+        self.hello  # noqa: B018
+        found = [] if self.facts_off else osfacts.changes(self.before_import, self.after_import)
+        if self.executor is not None:
+            try:
+                found += [f"{c} (in the executor)" for c in self.executor.import_changes()]
+            except WorkerGone:
+                pass   # its first execute reports how it ended
+        return found
+
+    def changes_since_import(self, libraries: bool = True, processes: bool = True) -> list[str]:
+        """What appeared in the worker since the kernel file was imported, read now."""
+        self.hello  # noqa: B018
+        return [] if self.facts_off else osfacts.changes(self.after_import, self.snapshot(), libraries, processes)
 
     def _env(self) -> dict:
         env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
@@ -571,6 +623,8 @@ class Session:
         if getattr(self, "_closed", False):
             return
         self._closed = True
+        if self.executor is not None:
+            self.executor.close()
         if self.sanitizer and self.exit_reason is None:
             # End of input lets the worker exit by itself, so that compute-sanitizer
             # prints its summary; then the whole tree is killed as always.

@@ -43,8 +43,10 @@ CHECKS = {
     "compile check": "kernels are not compiled for the GPU on a CPU run, nor captured at the GPU shapes",
     "launch capture": "what the wrapper launches at the GPU shapes is neither compiled nor estimated on a CPU run",
     "kernel trace": "no trace of the kernels that ran on the GPU during a checked call",
-    "output provenance": "no check that the submission's kernels stored the output from the call's inputs, "
-                         "and the bounds check holds each access to any known tensor, not to its own",
+    "shape-only call": "a CPU run cannot call the wrapper on shape-only inputs (grading on the CPU fails)",
+    # The harness's own (grader/harness/osfacts.py), listed here with the others for the reports.
+    "threads and libraries": "no check that the kernel file starts no thread, process or library, at import "
+                             "(a CPU run: nor during its calls) or while timed",
 }
 
 _RUN = ("grid", "warmup")                       # run(self, *args, grid, warmup, **kwargs)
@@ -87,38 +89,16 @@ _CAPTURE = (
     ("triton.runtime.autotuner", "Autotuner.run", None),
     ("triton.runtime.autotuner", "Autotuner._bench", ("config",)),  # one captured launch per config
 )
-# Who wrote each value (provenance.py; its rules in provenance_rules.py): every value-making method of
-# the builder is wrapped by name (its handles' flags joined); these have rules of their own, with the
-# parameters they read.
-_PROVENANCE = (
-    (_INTERP, "InterpreterBuilder", None),
-    (_INTERP, "InterpreterBuilder.binary_op", ("lhs", "rhs", "op")),
-    (_INTERP, "InterpreterBuilder.unary_op", ("arg", "op")),
-    (_INTERP, "InterpreterBuilder.ternary_op", ("lhs", "rhs", "other", "op")),   # tl.where: np.where
-    (_INTERP, "InterpreterBuilder.cast_impl", ("src", "dst_type")),
-    (_INTERP, "InterpreterBuilder.create_masked_load", ("ptrs", "mask", "other")),
-    (_INTERP, "InterpreterBuilder.create_masked_store", ("ptrs", "value", "mask")),
-    (_INTERP, "InterpreterBuilder.create_atomic_rmw", ("rmwOp", "ptr", "val", "mask")),
-    (_INTERP, "InterpreterBuilder.create_atomic_cas", ("ptr", "cmp", "val")),
-    (_INTERP, "InterpreterBuilder.create_dot", ("a", "b", "d")),
-    (_INTERP, "InterpreterBuilder.create_reshape", ("arg", "shape")),
-    (_INTERP, "InterpreterBuilder.create_trans", ("arg", "perm")),
-    (_INTERP, "InterpreterBuilder.create_expand_dims", ("arg", "axis")),
-    (_INTERP, "InterpreterBuilder.create_broadcast", ("arg", "shape")),
-    (_INTERP, "InterpreterBuilder.create_cat", ("lhs", "rhs")),
-    (_INTERP, "InterpreterBuilder.create_join", ("lhs", "rhs")),
-    (_INTERP, "InterpreterBuilder.create_split", ("val",)),
-    (_INTERP, "InterpreterBuilder.create_gather", ("src", "indices", "axis")),
-    (_INTERP, "InterpreterBuilder.create_descriptor_gather", ("desc", "x_offsets", "y_offset", "type")),
-    (_INTERP, "InterpreterBuilder.create_descriptor_scatter", ("desc", "value", "x_offsets", "y_offset")),
-    (_INTERP, "ReduceScanOpInterface.apply", ("input",)),          # tl.sum, tl.max, tl.cumsum
-    (_INTERP, "ScanOps", None),                                     # its .reverse: a scan's direction
-    (_INTERP, "BlockPointerHandle.materialize_pointers", ("boundary_check",)),
-    (_INTERP, "TensorDescHandle.materialize_pointers", ("offsets",)),
-    (_INTERP, "TensorHandle", None),                                # a value's flags ride on it
-    (_INTERP, "_implicit_cvt", ("arg",)),                           # a launch's arguments: pointers tagged
-    (_INTERP, "_patch_lang", ("fn",)),                              # tensor.T, built outside the builder
-    (_INTERP, "GridExecutor.__call__", None),                       # one launch: whose kernel it is
+# The CPU call on shape-only tensors (shapes.py): launches written down, autotuned ones once per config;
+# the executor's gate compiles each launch's kernel up to Triton IR (gate_child.py).
+_SHAPES = (
+    (_INTERP, "GridExecutor.__call__", None),               # one launch: written down, not run
+    (_INTERP, "GridExecutor", None),                        # its .fn and .grid
+    (_INTERP, "InterpretedFunction.rewrite", None),         # the executor finds a kernel by its def line
+    ("triton.runtime.autotuner", "Autotuner.run", None),
+    ("triton.runtime.autotuner", "Autotuner.prune_configs", ("kwargs",)),
+    ("triton.runtime.autotuner", "Config.all_kwargs", None),
+    ("triton.backends.nvidia.compiler", "CUDABackend.make_ttgir", None),
 )
 PRIVATE = (
     ("launch record", "cuda", "triton.runtime.jit", "JITFunction.run", _RUN),
@@ -144,7 +124,7 @@ PRIVATE = (
      ("src", "metadata", "opt", "capability")),
     ("compile check", "cpu", "triton.knobs", "nvidia.dump_ptxas_log", None),
     *(("launch capture", "cpu", *m) for m in _CAPTURE),
-    *(("output provenance", "cpu", *m) for m in _PROVENANCE),
+    *(("shape-only call", "cpu", *m) for m in _SHAPES),
     # The trace knows the submission's kernels by the name their launch returns (CompiledKernel.name).
     ("kernel trace", "cuda", "triton.compiler.compiler", "CompiledKernel", None),
 )
@@ -162,7 +142,7 @@ TRITON_OWN_COMPUTE = ("testing.py",)
 # the patches read (an interpreter without create_dot_scaled, 3.6's, runs no tl.dot_scaled:
 # there is nothing to count).
 OPTIONAL = (
-    (("data movement", "arithmetic count", "launch capture", "output provenance"), _INTERP,
+    (("data movement", "arithmetic count", "launch capture"), _INTERP,
      "InterpreterBuilder.create_dot_scaled", ("lhs", "lhs_scale_handle", "lhs_format_enum", "rhs")),
 )
 

@@ -25,14 +25,12 @@ With ``confine``, a lane whose element lies outside the tensor its pointer
 was derived from is masked off before the interpreter touches memory, and
 counted: an out-of-bounds load or store (a missing mask, a wrong stride)
 becomes a count the harness can name instead of a read of whatever lies
-there, or a crash of the interpreter. A GPU would fault on it, or read and
-write another tensor: a read past the end of x is out of bounds even where
-it lands inside another argument. The tensor comes from provenance.py, which
-tags every pointer handle with the argument it was computed from (an input's
-own bytes; a tensor the wrapper made: its storage); where it is not known
-(no Provenance installed, a pointer mixed from two tensors) a lane must lie
-inside one of the known tensors (the named ranges and the storages the
-launches were given).
+there, or a crash of the interpreter. A lane must lie inside one of the
+known tensors (the named ranges and the storages the launches were given);
+the arena keeps guard bytes between the inputs, so a read just past the end
+of x lands outside every tensor and is named after x (the tensor it read
+past). A jump far enough to land inside another argument is not caught here
+(the guards' NaN shows it in the output instead).
 
 With ``arithmetic``, the arithmetic done inside the programs of the kernels
 whose module starts with ``own_prefix`` is counted: 2 M N K per ``tl.dot``
@@ -113,6 +111,12 @@ class _Ranges:
         ok[ok] = addr[ok] + np.uint64(nbytes) <= self.ends[idx[ok]]
         return ok
 
+    def below(self, addr: int) -> str:
+        """The key of the range that starts last at or before ``addr``: the tensor an access just past
+        its end was read past ("" if none)."""
+        i = int(np.searchsorted(self.starts, np.uint64(addr), side="right")) - 1
+        return self.keys[i] if i >= 0 else ""
+
     def count(self, addr: np.ndarray, nbytes: int, into: dict) -> None:
         """Add ``nbytes`` per address in ``addr`` to ``into[key]`` (key None: no range)."""
         if addr.size == 0:
@@ -178,18 +182,15 @@ class Movement:
         self.ranges.count(addr, nbytes, into)
         confined, outside = None, 0
         if self.confine and addr.size:
-            # The tensor the pointer was derived from (provenance.py tags it), else any known tensor.
-            base = getattr(ptrs, "_pb", None)
+            # Inside some tensor the call knows; the inputs lie apart in the arena, guard bytes between them.
             where = data.astype(np.uint64, copy=False)
-            if isinstance(base, tuple) and len(base) == 3:
-                inside = (where >= np.uint64(base[0])) & (where + np.uint64(nbytes) <= np.uint64(base[1]))
-            else:
-                inside = self.ranges.inside(where, nbytes)
+            inside = self.ranges.inside(where, nbytes)
             wanted = inside if live is None else inside | ~live
             if not wanted.all():
                 if not self.first_outside and self._current is not None:
                     self.first_outside = self._current["kernel"]
-                    self.first_tensor = base[2] if isinstance(base, tuple) and len(base) == 3 else ""
+                    first = int(where.reshape(-1)[np.flatnonzero(~wanted.reshape(-1))[0]])
+                    self.first_tensor = self.ranges.below(first)   # the tensor read or written past
                 confined = inside if live is None else inside & live
                 outside = int((~wanted).sum()) * nbytes
         return int(addr.size) * nbytes, confined, outside

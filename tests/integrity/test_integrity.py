@@ -139,7 +139,8 @@ def test_forked_process_does_not_outlive_the_task(tmp_path, how):
     marker = f"{12345 + hash(str(tmp_path)) % 1000}.{len(how)}7"   # a unique sleep length
     src = submission(f"w8a8_{how}_survivor", marker=marker)
     result = _graded_untouched(tmp_path, src)
-    assert _task(result).score > 0  # the kernel itself is right
+    # The kernel itself is right, but starting a process voids the task (grader/harness/osfacts.py).
+    assert _task(result).score == 0 and "new process" in _flags(_task(result)), _flags(_task(result))
     time.sleep(0.5)
     assert _survivors(marker) == [], f"a process started by the submission outlived its task ({how})"
     assert grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=True).score == 0

