@@ -11,7 +11,9 @@ the kernel's Python into Triton IR and refuses what it cannot. A launch whose
 variant the front end refuses raises ``NotCompiled`` with the compiler's
 message in the student's terms; the whole compile (PTX, ptxas, resources) is
 compile.py's, later, as before. One child serves every launch of the
-executor; verdicts are kept per variant.
+executor; verdicts are kept per variant. The child builds the kernel file's
+kernels alone (kernels_only.py), as the executor does: no host code of the
+submission runs there either, and its replies come on a pipe of their own.
 
 This file runs in the sandboxed executor; it depends on triton only.
 """
@@ -43,6 +45,7 @@ class Gate:
         self.check = CompileCheck(target)
         self.verdicts: dict[str, str | None] = {}   # variant group -> None (accepted) or the error
         self.child: subprocess.Popen | None = None
+        self.replies = -1   # the read end of the child's reply pipe
 
     def admit(self, fn, kwargs: dict) -> None:
         """Return if ``fn`` launched with ``kwargs`` compiles for the target; raise NotCompiled if not."""
@@ -77,14 +80,19 @@ class Gate:
             env = dict(os.environ)
             env.pop("TRITON_INTERPRET", None)
             env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
-            self.child = subprocess.Popen([sys.executable, "-m", __package__ + ".gate_child"], env=env,
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.DEVNULL)
+            # Replies come on a pipe of their own: nothing the child prints can pass for one.
+            self.replies, write_end = os.pipe()
+            try:
+                self.child = subprocess.Popen([sys.executable, "-m", __package__ + ".gate_child", str(write_end)],
+                                              env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL, pass_fds=(write_end,))
+            finally:
+                os.close(write_end)
         data = pickle.dumps(job)
         self.child.stdin.write(struct.pack("<I", len(data)) + data)
         self.child.stdin.flush()
         deadline = time.monotonic() + BUDGET_S
-        fd = self.child.stdout.fileno()
+        fd = self.replies
         line = b""
         while not line.endswith(b"\n"):
             left = deadline - time.monotonic()
@@ -103,6 +111,7 @@ class Gate:
             self.child.kill()
             self.child.wait()
             self.child = None
+            os.close(self.replies)
 
 
 def _root(module: str) -> str | None:

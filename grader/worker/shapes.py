@@ -121,8 +121,9 @@ class Program:
                 raise HostComputeRefused(f"a tensor of {nbytes} bytes made outside the call reached it: "
                                          "allocate buffers in the wrapper (at most 1 MiB of constants)")
             twin = torch.empty_strided(dense.shape, dense.stride(), dtype=dense.dtype, device="meta")
+            # Not .numpy(), which the wrapper's call refuses (shape_only).
+            data = torch._C.TensorBase.numpy(dense.reshape(-1).view(torch.uint8)).tobytes() if nbytes else b""
         sid = self.bind(twin)
-        data = dense.view(torch.uint8).numpy().tobytes() if nbytes else b""
         self.emit({"const": sid, "dtype": dtype_name(dense.dtype), "size": list(dense.shape),
                    "data": base64.b64encode(data).decode()})
         return twin
