@@ -27,12 +27,17 @@ standard library only.
 from __future__ import annotations
 
 import ast
+import builtins
 import importlib
 import importlib.util
 import sys
 import types
 
 IMPORTABLE = ("triton", "math", "torch", "typing")   # and the package's own .utils
+SAFE_BUILTINS = ("range", "min", "max", "len", "abs", "float", "int", "bool", "tuple", "list", "zip", "enumerate",
+                 "isinstance", "print", "round", "divmod", "pow", "all", "any", "reversed", "sorted", "slice",
+                 "ValueError", "TypeError", "AssertionError", "RuntimeError", "IndexError", "KeyError",
+                 "NotImplementedError", "Exception", "True", "False", "None", "__import__")
 CONST_CALLS = {"constexpr", "cdiv", "next_power_of_2", "float32", "int32"}   # callables a constant may use
 
 
@@ -73,10 +78,65 @@ def _constant(expr: ast.expr, known: set[str]) -> bool:
     return True
 
 
+# Names a kernel body may not use, whatever the static check said: Python's ways to attributes by
+# name, to modules, code and frames. Names starting with "__" are refused too.
+REFUSED_NAMES = {"hasattr", "getattr", "setattr", "delattr", "__import__", "eval", "exec", "compile", "open",
+                 "globals", "vars", "locals", "dir", "type", "id", "object", "super", "memoryview", "breakpoint",
+                 "input", "classmethod", "staticmethod", "property"}
+# Attributes a kernel body may use that are not in dir() of Triton's classes (set per instance).
+INSTANCE_ATTRS = {"dtype", "shape", "type", "numel", "value", "element_ty", "block_type", "base", "block_shape",
+                  "strides", "layout"}
+
+
+class KernelRefused(ValueError):
+    """A @triton.jit function reaches past Triton's language (the interpreter's internals)."""
+
+
+def kernel_attributes() -> set[str]:
+    """What may follow a dot in a kernel body: the public names of Triton's language values and
+    modules (tl.*, its tensors, dtypes, descriptors, libdevice) and of ``math``; never ``handle``."""
+    import math
+
+    import triton
+    import triton.language as tl
+
+    names = set(INSTANCE_ATTRS)
+    owners = [tl, triton, math, tl.tensor, tl.dtype, tl.constexpr, tl.pointer_type, tl.block_type]
+    owners += [getattr(tl, n) for n in ("tensor_descriptor", "tuple", "math") if hasattr(tl, n)]
+    try:   # tl.extra.cuda.libdevice.rint(x) and `from triton.language.extra import libdevice`
+        import triton.language.extra.cuda as cuda
+        from triton.language.extra import libdevice
+        owners += [tl.extra, cuda, libdevice]
+    except ImportError:  # pragma: no cover
+        pass
+    for owner in owners:
+        for n in dir(owner):
+            value = getattr(owner, n, None)
+            # A module only where it is part of the language (tl.math, tl.extra.cuda.libdevice): never
+            # triton.runtime, os, sys or anything a module imported for itself.
+            if isinstance(value, types.ModuleType) and not value.__name__.startswith("triton.language"):
+                continue
+            if not n.startswith("_"):
+                names.add(n)
+    return names - {"handle", "data", "core", "semantic", "standard", "target_info", "builder"}
+
+
+def _check_kernel(fn: ast.FunctionDef, allowed: set[str]) -> None:
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Attribute) and node.attr not in allowed:
+            raise KernelRefused(f"{fn.name} (line {node.lineno}) uses .{node.attr}, which is not part of Triton's "
+                                "language (the interpreter's internals are not a kernel's to use)")
+        if isinstance(node, (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.ClassDef, ast.Lambda)):
+            raise KernelRefused(f"{fn.name} (line {node.lineno}) has {type(node).__name__.lower()} statement or "
+                                "expression, which has no place in a kernel")
+        if isinstance(node, ast.Name) and (node.id in REFUSED_NAMES or node.id.startswith("__")):
+            raise KernelRefused(f"{fn.name} (line {node.lineno}) uses {node.id}, which has no place in a kernel")
+
+
 def kernel_tree(source: str, filename: str) -> ast.Module:
     """The file's syntax tree with only its imports, ``@triton.jit`` functions and constants."""
     tree = ast.parse(source, filename)
-    kept, known = [], set()
+    kept, known, allowed = [], set(), kernel_attributes()
     for node in tree.body:
         if _import_kept(node):
             kept.append(node)
@@ -85,6 +145,7 @@ def kernel_tree(source: str, filename: str) -> ast.Module:
             jit = next((d for d in map(_jit_decorator, node.decorator_list) if d is not None), None)
             if jit is not None:
                 node.decorator_list = [jit]
+                _check_kernel(node, allowed)
                 kept.append(node)
                 known.add(node.name)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
@@ -110,5 +171,7 @@ def load(package: str, name: str) -> types.ModuleType:
     module.__file__, module.__package__, module.__spec__ = spec.origin, package, spec
     sys.modules[module.__name__] = module
     code = compile(kernel_tree(source, spec.origin), spec.origin, "exec")
+    # The kernels' builtins: what Triton's language accepts in a kernel, nothing that reaches further.
+    module.__dict__["__builtins__"] = {n: getattr(builtins, n) for n in SAFE_BUILTINS}
     exec(code, module.__dict__)   # noqa: S102 - imports, @triton.jit defs and constants only
     return module

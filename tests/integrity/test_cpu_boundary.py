@@ -1,0 +1,74 @@
+"""The CPU boundary graded end to end (docs/integrity.md, "On the CPU the host never holds the
+values"): honest idioms pass with full correctness and no flag, every autotune config is
+checked, and the attacks that need the values on the host, or host code beside them, get
+nothing. Each grade uses the small rubric of tests/fakes.py (two cases per task).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import by_name, correctness, grade_files
+
+pytestmark = pytest.mark.slow   # every test grades in the interpreter
+
+ROOT = Path(__file__).resolve().parents[2]
+IDIOMS = ROOT / "tests" / "idioms"
+SUBMISSIONS = ROOT / "tests" / "fixtures" / "submissions"
+CORPUS = sorted(p.stem for p in IDIOMS.glob("*_*.py") if p.stem.split("_")[0] in ("w8a8", "w4a16", "dds"))
+
+
+def _grade_one(tmp_path, task: str, path: Path, **kw):
+    return grade_files(tmp_path, {task: path.read_text()}, [task], **kw)
+
+
+def _flags(result, task: str) -> list:
+    (t,) = [t for t in result.tasks if t.task == task]
+    return list(t.flags)
+
+
+@pytest.mark.parametrize("name", CORPUS)
+def test_the_idiom_corpus_passes_through_the_grader(tmp_path, name):
+    """Block pointers, tensor descriptors, autotune (both forms, every config), heuristics, helpers,
+    split-K atomics, persistent kernels: full correctness, no flag, no static finding."""
+    task = name.split("_")[0]
+    result = _grade_one(tmp_path, task, IDIOMS / f"{name}.py")
+    assert correctness(result, task) == 4, [t.message for t in result.tests if t.task == task]
+    assert not _flags(result, task)
+
+
+def test_every_autotune_config_is_checked_on_the_cpu(tmp_path):
+    """A quantize launch whose grid is right for one config only: the CPU runs every config, each
+    in memory of its own, so the broken one fails and the message names it."""
+    fresh = _grade_one(tmp_path / "fresh", "w8a8", SUBMISSIONS / "w8a8_autotune_fresh_workspace.py")
+    stale = _grade_one(tmp_path / "stale", "w8a8", SUBMISSIONS / "w8a8_autotune_stale_workspace.py")
+    for result in (fresh, stale):
+        failed = [t for t in result.tests if t.task == "w8a8" and t.kind == "correctness" and t.status != "passed"]
+        assert failed, "the config whose grid misses rows passed"
+        assert any("with autotune config" in t.message and "BLOCK_M=16" in t.message for t in failed), \
+            [t.message for t in failed]
+
+
+@pytest.mark.parametrize("attack", [
+    "w8a8_interpret_env_branch_numpy",     # a constexpr global read from TRITON_INTERPRET chooses the branch
+    "w8a8_hasattr_branch_numpy",           # hasattr(x.handle, "data"): True in the interpreter only
+    "w8a8_ctypes_runs_python_in_executor",  # numpy's ctypes from an interpreter-only branch runs any Python
+    "w8a8_patches_executor",               # module code patching the executor (static check off)
+])
+def test_host_code_beside_the_values_gets_nothing(tmp_path, attack):
+    """Each computed the product in numpy or torch inside the executor and got full marks against
+    the first version of the shape-only design; the executor now builds the file's kernels alone and
+    never runs its host code, and the static check refuses the in-kernel tricks."""
+    for static in (True, False):
+        result = _grade_one(tmp_path / str(static), "w8a8", SUBMISSIONS / f"{attack}.py", static=static)
+        assert correctness(result, "w8a8") == 0, (static, [t.message for t in result.tests])
+
+
+def test_an_honest_print_at_import_costs_nothing(tmp_path):
+    """The gate answers on a pipe of its own and never imports the file: a print at import is
+    harmless (it made the first version of the gate refuse every launch)."""
+    result = _grade_one(tmp_path, "w8a8", SUBMISSIONS / "w8a8_honest_print_at_import.py")
+    assert correctness(result, "w8a8") == 4, [t.message for t in result.tests]
+    assert by_name(result)["w8a8/c0"].status == "passed"

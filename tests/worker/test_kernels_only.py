@@ -1,0 +1,110 @@
+"""The executor's module of the kernel file (grader/worker/kernels_only.py): its kernels and
+constants, never its host code; kernel bodies held to Triton's language, whatever the static
+check said; every honest kernel file of the repository loads."""
+
+from __future__ import annotations
+
+import glob
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grader.worker import kernels_only
+
+ROOT = Path(__file__).resolve().parents[2]
+HONEST = sorted({*glob.glob(str(ROOT / "solutions" / "*.py")), *glob.glob(str(ROOT / "calibration" / "*" / "*.py")),
+                 *glob.glob(str(ROOT / "tests" / "variants" / "*.py")), *glob.glob(str(ROOT / "tests" / "idioms" / "*_*.py")),
+                 *glob.glob(str(ROOT / "tests" / "fixtures" / "from_the_handout" / "*.py")),
+                 *glob.glob(str(ROOT / "tests" / "fixtures" / "tuned_student" / "**" / "*.py"), recursive=True),
+                 *glob.glob(str(ROOT / "tests" / "fixtures" / "slow" / "*" / "*.py")),
+                 str(ROOT / "tests" / "fixtures" / "student" / "w8a8_libdevice_error.py")}
+               - {p for p in glob.glob(str(ROOT / "**" / "__init__.py"), recursive=True)}
+               - {str(ROOT / "tests" / "idioms" / n) for n in ("check_corpus.py", "grade_corpus.py")})
+
+HOST_CODE = '''
+import os
+import threading
+import torch
+import triton
+import triton.language as tl
+
+from .utils import BSR_BLOCK
+
+MARK = {mark!r}
+open(MARK, "w").write("module body ran")          # host code at import
+threading.Thread(target=lambda: None).start()
+SCALE: tl.constexpr = 2
+HALF = tl.constexpr(SCALE * 0.5)
+COMPUTED = tl.constexpr(int(os.environ.get("X", "1")))   # reads the environment: left out
+
+
+def host_helper():
+    open(MARK, "w").write("host function ran")
+
+
+@triton.autotune(configs=[triton.Config({{"BLOCK": 16}})], key=["n"])
+@triton.jit
+def _kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * SCALE * HALF, mask=offs < n)
+
+
+class Tuner:
+    pass
+
+
+_tuned = triton.autotune(configs=[], key=[])(_kernel)
+'''
+
+
+def _package(tmp_path, source: str, name: str = "w8a8"):
+    pkg = tmp_path / "subpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "utils.py").write_text((ROOT / "assignment" / "utils.py").read_text())
+    (pkg / f"{name}.py").write_text(textwrap.dedent(source))
+    sys.path.insert(0, str(tmp_path))
+    return "subpkg", name
+
+
+def test_the_executor_runs_no_host_code_of_the_kernel_file(tmp_path, monkeypatch):
+    mark = tmp_path / "ran"
+    package, name = _package(tmp_path, HOST_CODE.format(mark=str(mark)))
+    monkeypatch.delitem(sys.modules, "subpkg", raising=False)
+    try:
+        module = kernels_only.load(package, name)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("subpkg.w8a8", None)
+    assert not mark.exists()
+    assert hasattr(module, "_kernel") and module.SCALE == 2 and module.BSR_BLOCK == 32
+    for absent in ("host_helper", "Tuner", "_tuned", "COMPUTED", "os", "threading"):
+        assert not hasattr(module, absent), absent
+    assert type(module._kernel).__name__ in ("InterpretedFunction", "JITFunction")   # autotune dropped
+    assert "open" not in module.__builtins__ and "getattr" not in module.__builtins__
+
+
+@pytest.mark.parametrize("body, words", [
+    ("v = x_ptr.handle", ".handle"),
+    ("v = hasattr(x_ptr, 'handle')", "hasattr"),
+    ("v = getattr(x_ptr, 'dtype')", "getattr"),
+    ("v = x_ptr.dtype.__class__", ".__class__"),
+    ("v = tl.core.tensor", ".core"),
+    ("v = tl.load(x_ptr).astype", ".astype"),
+    ("import os", "import"),
+    ("v = __builtins__", "__builtins__"),
+    ("v = (lambda: 0)()", "lambda"),
+    ("v = tl.semantic", ".semantic"),
+])
+def test_a_kernel_body_is_held_to_tritons_language(body, words):
+    source = f"import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x_ptr):\n    {body}\n"
+    with pytest.raises(kernels_only.KernelRefused, match=words.replace(".", r"\.").replace("(", r"\(")):
+        kernels_only.kernel_tree(source, "k.py")
+
+
+@pytest.mark.parametrize("path", HONEST, ids=lambda p: str(Path(p).relative_to(ROOT)))
+def test_every_honest_kernel_file_loads(path):
+    tree = kernels_only.kernel_tree(Path(path).read_text(), path)
+    assert any(type(n).__name__ == "FunctionDef" for n in tree.body) or "assignment" in path
