@@ -15,7 +15,8 @@ from grader.worker import kernels_only
 
 ROOT = Path(__file__).resolve().parents[2]
 HONEST = sorted({*glob.glob(str(ROOT / "solutions" / "*.py")), *glob.glob(str(ROOT / "calibration" / "*" / "*.py")),
-                 *glob.glob(str(ROOT / "tests" / "variants" / "*.py")), *glob.glob(str(ROOT / "tests" / "idioms" / "*_*.py")),
+                 *glob.glob(str(ROOT / "tests" / "variants" / "*.py")),
+                 *glob.glob(str(ROOT / "tests" / "idioms" / "*_*.py")),
                  *glob.glob(str(ROOT / "tests" / "fixtures" / "from_the_handout" / "*.py")),
                  *glob.glob(str(ROOT / "tests" / "fixtures" / "tuned_student" / "**" / "*.py"), recursive=True),
                  *glob.glob(str(ROOT / "tests" / "fixtures" / "slow" / "*" / "*.py")),
