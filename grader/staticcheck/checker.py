@@ -25,6 +25,7 @@ from .policy import (
     DUNDERS_ALLOWED,
     HOST_COPY_ATTRS,
     KERNEL_ATTRS,
+    KERNEL_BUILTINS,
     KERNEL_DECORATORS,
     KERNEL_IMPORT_ROOTS,
     KERNEL_REFUSED_ATTRS,
@@ -632,6 +633,8 @@ class _Checker:
         elif attr in HOST_COPY_ATTRS:
             self.flag(node, "attribute", f"uses .{attr}{of}, which copies or exposes tensor memory outside "
                                          "PyTorch and Triton; keep data in tensors and read it in your kernel")
+        elif attr in KERNEL_REFUSED_ATTRS:
+            self.flag(node, "attribute", f"uses .{attr}{of}: .{attr} {KERNEL_REFUSED_ATTRS[attr]}")
         else:
             self.flag(node, "attribute", f"uses .{attr}{of}, which is not on the list of attributes a kernel "
                                          "file may use outside a @triton.jit function (shape, stride, dtype, "
@@ -834,12 +837,21 @@ class _Checker:
             push(k.value)
 
     def _kernel_builtin(self, name: str) -> bool:
-        return (name in KERNEL_REFUSED_BUILTINS and name not in self.imports
+        """Whether ``name`` (not bound in the kernel) is a builtin that a kernel may not use."""
+        return (name in BUILTIN_NAMES and name not in KERNEL_BUILTINS and name not in self.imports
                 and name not in self.module_names.bindings)
 
     def _flag_kernel_builtin(self, node, name: str) -> None:
-        self.flag(node, "introspection", f"uses {name} in a @triton.jit function: {name} "
-                                         f"{KERNEL_REFUSED_BUILTINS[name]}")
+        if name in KERNEL_REFUSED_BUILTINS:
+            self.flag(node, "introspection", f"uses {name} in a @triton.jit function: {name} "
+                                             f"{KERNEL_REFUSED_BUILTINS[name]}")
+        elif name in REFUSED_BUILTINS:
+            rule, why = REFUSED_BUILTINS[name]
+            self.flag(node, rule, f"uses {name}, which {why}")
+        else:
+            self.flag(node, "builtin", f"uses the builtin {name} in a @triton.jit function, where Triton's "
+                                       f"compiler knows only {', '.join(sorted(KERNEL_BUILTINS))}: use the "
+                                       "tl.* functions (tl.abs, tl.sum, ...) and the tensor's methods")
 
     def visit_Assign(self, node, in_kernel, scope, level, push, stack):
         parts = self._kernel_parts(node.value)

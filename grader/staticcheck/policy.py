@@ -305,7 +305,33 @@ KERNEL_REFUSED_ATTRS = {
     "KIND": _TYPE_TABLES, "SIGNEDNESS": _TYPE_TABLES, "FP_TYPES": _TYPE_TABLES, "SINT_TYPES": _TYPE_TABLES,
     "UINT_TYPES": _TYPE_TABLES, "STANDARD_FP_TYPES": _TYPE_TABLES, "OTHER_TYPES": _TYPE_TABLES,
 }
-# The builtins a kernel may not call: each answers differently in Triton's interpreter (where a
+
+
+def _triton_internal_attrs() -> set[str]:
+    """Names that reach inside Triton's language values (the interpreter's numpy arrays, the compiler's
+    IR): the refused public ones and every private one (``_flatten_ir`` hands out the handles). They
+    join LIBRARY_ATTRS, which no class of the file may declare, so that no annotation (``t: Mine``)
+    makes ``t.handle`` readable in a host function that a kernel calls."""
+    names = set(KERNEL_REFUSED_ATTRS)
+    try:
+        import triton.language.core as core
+
+        for cls in KERNEL_VALUE_CLASSES + ("base_value", "base_type"):
+            names |= {n for n in dir(getattr(core, cls, object)) if n.startswith("_") and not n.endswith("__")}
+    except Exception:  # pragma: no cover - a Triton without these classes
+        pass
+    return names
+
+
+TRITON_INTERNAL_ATTRS = _triton_internal_attrs()
+LIBRARY_ATTRS |= TRITON_INTERNAL_ATTRS
+
+# The builtins a kernel may use: those Triton's GPU compiler knows in a kernel (its code generator's
+# builtin_namespace; tests/integrity/test_staticcheck_kernel.py holds the two together), less the
+# three below. Any other (str, repr, type, abs, ...) is a NameError on the GPU, and in the
+# interpreter some turn a tensor's values into Python (str(x) is their text).
+KERNEL_BUILTINS = {"len", "list", "range", "float", "int", "print", "min", "max"}
+# Known to the GPU compiler but refused: each answers differently in Triton's interpreter (where a
 # value holds numpy arrays) and in the GPU compiler (where it holds IR), so a branch on one runs code
 # the GPU compiler never sees.
 KERNEL_REFUSED_BUILTINS = {

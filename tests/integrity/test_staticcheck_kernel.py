@@ -62,6 +62,16 @@ def test_the_kernel_attribute_list_is_the_installed_tritons_public_api():
     assert "handle" in KERNEL_REFUSED_ATTRS
 
 
+def test_the_kernel_builtins_are_those_the_gpu_compiler_knows():
+    from triton.compiler.code_generator import CodeGenerator
+
+    from grader.staticcheck.policy import KERNEL_BUILTINS, KERNEL_REFUSED_BUILTINS
+
+    known = set(CodeGenerator.builtin_namespace)
+    assert KERNEL_BUILTINS | set(KERNEL_REFUSED_BUILTINS) == known
+    assert not KERNEL_BUILTINS & set(KERNEL_REFUSED_BUILTINS)
+
+
 # --- the red team's files ----------------------------------------------------------------------
 
 def _fixture(name: str) -> list[str]:
@@ -122,6 +132,18 @@ REFUSED = {
                                             "kernel-global"),
     "a class used in a kernel": ("class H:\n    pass\n" + KERNEL + "    x = H()", "kernel-global"),
     "a lambda global called in a kernel": ("_h = lambda a: a\n" + KERNEL + "    x = _h(p)", "kernel-global"),
+    "str of a tensor (its values as text)": (KERNEL + "    s = str(tl.load(p))", "builtin"),
+    "a builtin the GPU compiler does not know": (KERNEL + "    x = abs(tl.load(p))", "builtin"),
+    "type in a kernel": (KERNEL + "    t = type(p)", "builtin"),
+    # a host function that a kernel calls (passed as a constexpr) with an own class's annotation
+    # may not read the interpreter's handles either: no class of the file may declare the name
+    ".handle through an annotation on the host": (
+        "class Own:\n    handle = None\n    _flatten_ir = None\n"
+        "def helper(t: Own):\n    return dataclasses.astuple(t.handle)[0]\n"
+        + KERNEL + "    y = B(tl.load(p))\ndef f(x):\n    k[(1,)](x, x, helper, tl.float16)", "attribute"),
+    "._flatten_ir through an annotation on the host": (
+        "class Own:\n    _flatten_ir = None\ndef helper(t: Own):\n    hs = []\n    t._flatten_ir(hs)\n"
+        "    return hs[0]", "attribute"),
 }
 
 
