@@ -449,8 +449,8 @@ class _Checker:
                           f"kernel {node.name} must be defined at the top level of the file with only triton.jit, "
                           "triton.autotune and triton.heuristics as decorators (another decorator or a class "
                           "receives the kernel and could run it as plain Python)")
-        for s in node.body:
-            stack.append((s, kernel, inner, FUNCTION))
+        for s in node.body:   # a def inside a kernel is kernel code
+            stack.append((s, kernel or in_kernel, inner, FUNCTION))
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
@@ -468,7 +468,7 @@ class _Checker:
         self._push_arguments(node.args, push)
         inner = _Scope(_bound_in(node), scope)
         inner.types = self.own.scope_types(node, lambda n: self._type_of_name(n, scope))
-        stack.append((node.body, False, inner, FUNCTION))
+        stack.append((node.body, in_kernel, inner, FUNCTION))   # a lambda in a kernel is kernel code
 
     def visit_ClassDef(self, node, in_kernel, scope, level, push, stack):
         self._check_binding(node, node.name, level)
@@ -771,6 +771,12 @@ class _Checker:
                                         "the launches the grader records; launch with "
                                         f"{func.value.id}[grid](...) on every call, as a statement of its own")
         local = scope is not None and isinstance(func, ast.Name) and scope.binds(func.id)
+        if in_kernel and (local or not isinstance(func, (ast.Name, ast.Attribute))):
+            what = f"its parameter or variable {func.id}" if isinstance(func, ast.Name) else "a computed value"
+            self.flag(node, "jit-call", f"calls {what} in a @triton.jit function: what a launch passes in (a "
+                                        "Python function) would run as plain Python in the CPU interpreter; call "
+                                        "tl.* and @triton.jit functions by name, and choose among them with a "
+                                        "tl.constexpr flag (if MODE == 1: ...)")
         if in_kernel and isinstance(func, ast.Name) and not local and self._kernel_builtin(func.id):
             self._flag_kernel_builtin(func, func.id)
             for a in node.args + [k.value for k in node.keywords]:

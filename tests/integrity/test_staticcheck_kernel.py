@@ -141,6 +141,13 @@ REFUSED = {
         "class Own:\n    handle = None\n    _flatten_ir = None\n"
         "def helper(t: Own):\n    return dataclasses.astuple(t.handle)[0]\n"
         + KERNEL + "    y = B(tl.load(p))\ndef f(x):\n    k[(1,)](x, x, helper, tl.float16)", "attribute"),
+    "calling a parameter (a host function passed in)": (
+        "def helper(t):\n    return str(t)\n" + KERNEL + "    y = B(tl.load(p))\n"
+        "def f(x):\n    k[(1,)](x, x, helper, tl.float16)", "jit-call"),
+    "calling a lambda": (KERNEL + "    y = (lambda a: a)(tl.load(p))", "jit-call"),
+    "str inside a lambda in a kernel": (KERNEL + "    g = lambda a: str(a)", "builtin"),
+    "a def inside a kernel is kernel code": (KERNEL + "    def g(a):\n        return str(a)\n    y = g(p)",
+                                              "builtin"),
     "._flatten_ir through an annotation on the host": (
         "class Own:\n    _flatten_ir = None\ndef helper(t: Own):\n    hs = []\n    t._flatten_ir(hs)\n"
         "    return hs[0]", "attribute"),
