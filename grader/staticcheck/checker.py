@@ -658,6 +658,8 @@ class _Checker:
         names = self.module_names
         if name in self.kernels or name not in names.bindings or names.is_constant_name(name):
             return
+        if name not in names.defs and all(self._language_path(v) for v in names.bindings[name]):
+            return   # _dot = tl.dot: a name of the kernel language, which the GPU compiler reads too
         kind = names.defs.get(name)
         if kind:
             self.flag(node, "kernel-global", f"uses the {kind} {name} in a @triton.jit function, which may call "
@@ -670,6 +672,10 @@ class _Checker:
                                              "tl.constexpr of one, assigned once at the top of the file): "
                                              "Triton's compiler reads only such globals in a kernel; pass the "
                                              "value as an argument")
+
+    def _language_path(self, value: ast.AST | None) -> bool:
+        path = self._resolve(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
+        return path is not None and path[:2] == ["triton", "language"] and self.covered(path)[0] == len(path)
 
     def _check_constexpr_call(self, node: ast.Call) -> None:
         """``tl.constexpr(...)`` outside a kernel holds a constant (constants.py), never a callable, a module

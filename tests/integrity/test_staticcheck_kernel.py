@@ -186,6 +186,8 @@ HONEST = {
         "@triton.jit\ndef _helper(a):\n    return a * 2\n" + KERNEL +
         "    acc = 0.0\n    for i in range(0, min(B, 4)):\n        acc += _helper(tl.load(p + i))\n"
         "    tl.store(q, acc)"),
+    "a global naming the kernel language": (
+        "_dot = tl.dot\n_F32 = tl.float32\n" + KERNEL + "    x = tl.load(p)\n    tl.store(q, _dot(x, x).to(_F32))"),
     "reading the environment on the host": (
         "SMALL = os.environ.get('TRITON_INTERPRET') == '1'\n" + KERNEL + "    pass\n"
         "def f(x):\n    k[(1,)](x, x, 16 if SMALL else 64, tl.float16)"),
