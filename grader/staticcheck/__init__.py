@@ -80,9 +80,9 @@ class (owntypes.py: ``self``, the class, ``C(...)``, annotations, annotated
 returns and containers), never on every object; and never when the name is also
 an attribute of ``torch.Tensor``, of a Triton kernel object, or of the
 interpreter's frames, code objects and generators (``gi_frame``, ``f_globals``,
-``mro``). Inside a real ``@triton.jit`` function any attribute of Triton's own
-values is fine. Dunder attributes are refused everywhere, except ``__name__``,
-``__qualname__``, ``__doc__``, ``__init__`` and ``__version__``.
+``mro``), nor Triton's internal names (``.handle``, the interpreter's numpy arrays;
+``._flatten_ir``). Dunder attributes are refused everywhere, except ``__name__``,
+``__qualname__``, ``__doc__``, ``__init__`` and ``__version__`` outside kernels.
 ``"...".format(...)`` is allowed on a string literal whose fields read no
 attribute or item starting with ``_``; on anything else (a computed string,
 ``str.format``) it is refused. ``type(x)`` may be read (``type(x).__name__``) or
@@ -95,9 +95,28 @@ compared (``type(x) is C``), not kept, passed or called.
 ``exit``, ``memoryview``, ``SystemExit`` and the builtin ``sum`` (it adds
 tensors in PyTorch; ``math.prod`` and loops serve shapes) are refused unless a
 function binds that name locally (a parameter called ``input`` is fine).
-``getattr`` is fine called with a literal name (it is read as ``x.name``),
+Outside kernels ``getattr`` is fine called with a literal name (it is read as ``x.name``),
 refused with a computed one or as a value (``g = getattr``); ``type()`` with
 three arguments (a class built at run time) is refused.
+
+**Inside a kernel** the allowlist is what Triton's language has, because the CPU
+interpreter runs a kernel as Python on values that hold numpy arrays while the GPU
+compiler sees only IR, and whatever tells the two apart picks a branch the GPU never
+builds. An attribute of a value must be one of Triton's language values' public
+attributes (``KERNEL_ATTRS``: ``tl.tensor``'s methods and ``dtype``/``shape``/``numel``,
+the dtypes', ``constexpr.value``, block pointers' ``advance``, tensor descriptors'
+``load``/``store``/``block_shape``, ...), which tests/integrity/test_staticcheck_kernel.py
+holds against the installed Triton (every public attribute is listed or refused with its
+reason in ``KERNEL_REFUSED_ATTRS``: ``handle``, the code generator's). The builtins are
+those the GPU compiler knows (``len``, ``list``, ``range``, ``float``, ``int``,
+``print``, ``min``, ``max``), not ``hasattr``, ``getattr``, ``isinstance`` (they answer
+differently in the interpreter), nor ``str``, ``type``, ``abs``, .... Through imports a
+kernel reaches ``tl.*``, triton's listed names, math and ``.utils``, never a host module
+(``os.environ`` in a kernel). A global a kernel reads is another kernel or a constant
+(grader/staticcheck/constants.py: a number, bool, string, dtype, ``tl.constexpr`` of one,
+arithmetic on these, bound once at module level), never a function, class or lambda of
+the file, nor a value from the environment; and every ``tl.constexpr(...)`` outside a
+kernel holds such a constant, never ``os.environ``, a callable or a module.
 
 **Kernels.** A function is a kernel only if a decorator resolves through the
 imports to ``triton.jit``: a local ``def jit(f): return f`` is ordinary Python
@@ -134,7 +153,8 @@ Every input gives a list of findings, possibly empty, never an exception.
 **Findings** carry a stable ``rule``: ``torch-product`` (PyTorch computes the
 product or a reduction), ``not-allowed`` (a name off the list), ``attribute``,
 ``import``, ``cross-file``, ``module-value``, ``introspection``,
-``dynamic-code``, ``builtin``, ``patching``, ``jit-call``, ``syntax-refused``
+``dynamic-code``, ``builtin``, ``patching``, ``jit-call``, ``kernel-global`` (a
+global a kernel may not read, a ``tl.constexpr`` of something not constant), ``syntax-refused``
 (a construct off ``policy.SYNTAX``); and for files that
 cannot be checked ``syntax``, ``too-large``, ``too-complex``, ``internal``;
 ``truncated`` closes a list cut at ``MAX_FINDINGS``. ``extra_allowed_imports``
@@ -145,7 +165,8 @@ with ``* + /`` on tensors, and a PyTorch tensor smuggled into a kernel as a
 ``tl.constexpr`` (the GPU compile of that kernel fails).
 
 The package: policy.py holds the lists, the grammar and the reasons, scopes.py
-how names bind, owntypes.py which values are the file's own classes', checker.py
+how names bind, owntypes.py which values are the file's own classes', constants.py
+which module-level names are constants, checker.py
 the pass over a file; ``check_source`` (here) is the entry.
 """
 

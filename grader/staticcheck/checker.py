@@ -10,6 +10,7 @@ from _string import formatter_field_name_split
 from dataclasses import dataclass
 
 from . import policy
+from .constants import ModuleNames
 from .owntypes import OwnTypes
 from .policy import (
     ALLOWED_BUILTINS,
@@ -23,7 +24,12 @@ from .policy import (
     DISPATCH_HOOKS,
     DUNDERS_ALLOWED,
     HOST_COPY_ATTRS,
+    KERNEL_ATTRS,
+    KERNEL_BUILTINS,
     KERNEL_DECORATORS,
+    KERNEL_IMPORT_ROOTS,
+    KERNEL_REFUSED_ATTRS,
+    KERNEL_REFUSED_BUILTINS,
     LIBRARY_ATTRS,
     LIBRARY_METHODS,
     MATMUL_DUNDERS,
@@ -32,7 +38,6 @@ from .policy import (
     PRODUCT_NAMES,
     PY_INTERNAL_ATTRS,
     REFUSED_BUILTINS,
-    REFUSED_IN_KERNEL,
     REFUSED_SYNTAX,
     SYNTAX,
     UTILS,
@@ -159,6 +164,7 @@ class _Checker:
                 break
             self.kernels |= grown
         self.own = OwnTypes(self.tree, self._call_path, LIBRARY_ATTRS)
+        self.module_names = ModuleNames(self.tree, self._resolve)
         self.defined |= _bound_in(self.tree) | set(self.imports)
         self._collect_classes(nodes)
 
@@ -443,8 +449,8 @@ class _Checker:
                           f"kernel {node.name} must be defined at the top level of the file with only triton.jit, "
                           "triton.autotune and triton.heuristics as decorators (another decorator or a class "
                           "receives the kernel and could run it as plain Python)")
-        for s in node.body:
-            stack.append((s, kernel, inner, FUNCTION))
+        for s in node.body:   # a def inside a kernel is kernel code
+            stack.append((s, kernel or in_kernel, inner, FUNCTION))
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
@@ -462,7 +468,7 @@ class _Checker:
         self._push_arguments(node.args, push)
         inner = _Scope(_bound_in(node), scope)
         inner.types = self.own.scope_types(node, lambda n: self._type_of_name(n, scope))
-        stack.append((node.body, False, inner, FUNCTION))
+        stack.append((node.body, in_kernel, inner, FUNCTION))   # a lambda in a kernel is kernel code
 
     def visit_ClassDef(self, node, in_kernel, scope, level, push, stack):
         self._check_binding(node, node.name, level)
@@ -534,6 +540,10 @@ class _Checker:
             self._check_use(node, self.imports[name].split("."), in_kernel, name)
         elif scope is not None and scope.binds(name):
             return
+        elif in_kernel and name in self.module_names.bindings:
+            self._check_kernel_global(node)
+        elif in_kernel and self._kernel_builtin(name):
+            self._flag_kernel_builtin(node, name)
         elif name in REFUSED_BUILTINS:
             rule, why = REFUSED_BUILTINS[name]
             self.flag(node, rule, f"uses {name}, which {why}")
@@ -571,6 +581,13 @@ class _Checker:
                 shown = text if text == path else f"{text} ({path})"
                 self.flag(node, rule, f"uses {shown}, which {why}")
             return
+        if in_kernel and parts[0] not in KERNEL_IMPORT_ROOTS and not any(
+                full[:len(m.split("."))] == m.split(".") for m in self.extra):
+            self.flag(node, "not-allowed", f"uses {_text(text_root, attrs)} in a @triton.jit function, which may "
+                                           "use the kernel language (tl.*), math on constexprs and other "
+                                           f"@triton.jit functions; {parts[0]} is host Python, which the CPU "
+                                           "interpreter would run and the GPU compiler refuses or folds away")
+            return
         for attr in full[got:]:
             self._check_attr(node, attr, in_kernel, ".".join(full[:got]))
 
@@ -583,7 +600,7 @@ class _Checker:
                                              "product; use tl.dot in your @triton.jit kernel")
             return
         if attr.startswith("__") and attr.endswith("__"):
-            if attr not in ALLOWED_DUNDERS or store:
+            if attr not in ALLOWED_DUNDERS or store or in_kernel:
                 self.flag(node, "introspection", f"uses .{attr}: introspection and dunder attributes are not "
                                                  "allowed in a kernel file; use the object's public API")
             return
@@ -597,9 +614,7 @@ class _Checker:
                                              "code objects, classes); a kernel file has no use for it")
             return
         if in_kernel:
-            if attr in REFUSED_IN_KERNEL:
-                self.flag(node, "attribute", f"uses .{attr} in a kernel, where values are Triton tensors; "
-                                             f".{attr} is a PyTorch or host-side attribute")
+            self._check_kernel_attr(node, attr)
             return
         if attr in VALUE_ATTRS or self.own.has_attr(owner_type, attr):
             return
@@ -618,11 +633,62 @@ class _Checker:
         elif attr in HOST_COPY_ATTRS:
             self.flag(node, "attribute", f"uses .{attr}{of}, which copies or exposes tensor memory outside "
                                          "PyTorch and Triton; keep data in tensors and read it in your kernel")
+        elif attr in KERNEL_REFUSED_ATTRS:
+            self.flag(node, "attribute", f"uses .{attr}{of}: .{attr} {KERNEL_REFUSED_ATTRS[attr]}")
         else:
             self.flag(node, "attribute", f"uses .{attr}{of}, which is not on the list of attributes a kernel "
                                          "file may use outside a @triton.jit function (shape, stride, dtype, "
                                          "device, views, .contiguous(), .to(), .crow_indices(), .values(), "
                                          "dict/list/str methods, your own classes' attributes)")
+
+    def _check_kernel_attr(self, node, attr: str) -> None:
+        """Inside a @triton.jit function every value is one of Triton's language values: an attribute
+        must be one of theirs (policy.KERNEL_ATTRS), whatever the value is."""
+        if attr in KERNEL_ATTRS:
+            return
+        why = KERNEL_REFUSED_ATTRS.get(attr) or (
+            "is not an attribute of Triton's language values (a tensor, a dtype, a constexpr, a tensor "
+            "descriptor): use theirs (.to(), .reshape(), .trans(), .shape, .dtype, .value, ...) and the tl.* "
+            "functions")
+        self.flag(node, "attribute", f"uses .{attr} in a @triton.jit function: .{attr} {why}")
+
+    def _check_kernel_global(self, node: ast.Name) -> None:
+        """A global read in a kernel: another kernel, or a constant (grader/staticcheck/constants.py)."""
+        name = node.id
+        names = self.module_names
+        if name in self.kernels or name not in names.bindings or names.is_constant_name(name):
+            return
+        if name not in names.defs and all(self._language_path(v) for v in names.bindings[name]):
+            return   # _dot = tl.dot: a name of the kernel language, which the GPU compiler reads too
+        kind = names.defs.get(name)
+        if kind:
+            self.flag(node, "kernel-global", f"uses the {kind} {name} in a @triton.jit function, which may call "
+                                             "only other @triton.jit functions and tl.*: Triton's compiler refuses "
+                                             f"a plain Python {kind} there (the CPU interpreter would run it as "
+                                             f"Python); make {name} a @triton.jit function or inline it")
+        else:
+            self.flag(node, "kernel-global", f"reads the global {name} in a @triton.jit function, but {name} is "
+                                             "not a constant (a number, a bool, a string or a dtype, or "
+                                             "tl.constexpr of one, assigned once at the top of the file): "
+                                             "Triton's compiler reads only such globals in a kernel; pass the "
+                                             "value as an argument")
+
+    def _language_path(self, value: ast.AST | None) -> bool:
+        path = self._resolve(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
+        return path is not None and path[:2] == ["triton", "language"] and self.covered(path)[0] == len(path)
+
+    def _check_constexpr_call(self, node: ast.Call) -> None:
+        """``tl.constexpr(...)`` outside a kernel holds a constant (constants.py), never a callable, a module
+        or what the environment says."""
+        if len(node.args) == 1 and not node.keywords and self.module_names.is_constant(node.args[0]):
+            return
+        reads_env = any(isinstance(n, (ast.Name, ast.Attribute)) and (self._resolve(n) or [""])[0] == "os"
+                        for n in ast.walk(node))
+        what = ("reads the environment, which differs between the CPU interpreter and the GPU compiler"
+                if reads_env else "is not a constant")
+        self.flag(node, "kernel-global", f"makes a tl.constexpr of something that {what}: a tl.constexpr global "
+                                         "must be a number, a bool, a string or a dtype (tl.float16), or "
+                                         "arithmetic on those (tl.constexpr(12582912.0))")
 
     def _class_itself(self, expr: ast.AST, scope: _Scope | None) -> str | None:
         """The text of ``expr`` if it is one of the file's classes itself (its name, a
@@ -711,6 +777,19 @@ class _Checker:
                                         "the launches the grader records; launch with "
                                         f"{func.value.id}[grid](...) on every call, as a statement of its own")
         local = scope is not None and isinstance(func, ast.Name) and scope.binds(func.id)
+        if in_kernel and (local or not isinstance(func, (ast.Name, ast.Attribute))):
+            what = f"its parameter or variable {func.id}" if isinstance(func, ast.Name) else "a computed value"
+            self.flag(node, "jit-call", f"calls {what} in a @triton.jit function: what a launch passes in (a "
+                                        "Python function) would run as plain Python in the CPU interpreter; call "
+                                        "tl.* and @triton.jit functions by name, and choose among them with a "
+                                        "tl.constexpr flag (if MODE == 1: ...)")
+        if in_kernel and isinstance(func, ast.Name) and not local and self._kernel_builtin(func.id):
+            self._flag_kernel_builtin(func, func.id)
+            for a in node.args + [k.value for k in node.keywords]:
+                push(a)
+            return
+        if not in_kernel and self._resolve(func) == ["triton", "language", "constexpr"]:
+            self._check_constexpr_call(node)
         if (isinstance(func, ast.Attribute) and node.args and isinstance(node.args[0], ast.Name)
                 and scope is not None and scope.self_name and scope.cls_name is None
                 and node.args[0].id == scope.self_name):
@@ -768,6 +847,23 @@ class _Checker:
             push(a)
         for k in node.keywords:
             push(k.value)
+
+    def _kernel_builtin(self, name: str) -> bool:
+        """Whether ``name`` (not bound in the kernel) is a builtin that a kernel may not use."""
+        return (name in BUILTIN_NAMES and name not in KERNEL_BUILTINS and name not in self.imports
+                and name not in self.module_names.bindings)
+
+    def _flag_kernel_builtin(self, node, name: str) -> None:
+        if name in KERNEL_REFUSED_BUILTINS:
+            self.flag(node, "introspection", f"uses {name} in a @triton.jit function: {name} "
+                                             f"{KERNEL_REFUSED_BUILTINS[name]}")
+        elif name in REFUSED_BUILTINS:
+            rule, why = REFUSED_BUILTINS[name]
+            self.flag(node, rule, f"uses {name}, which {why}")
+        else:
+            self.flag(node, "builtin", f"uses the builtin {name} in a @triton.jit function, where Triton's "
+                                       f"compiler knows only {', '.join(sorted(KERNEL_BUILTINS))}: use the "
+                                       "tl.* functions (tl.abs, tl.sum, ...) and the tensor's methods")
 
     def visit_Assign(self, node, in_kernel, scope, level, push, stack):
         parts = self._kernel_parts(node.value)

@@ -74,14 +74,16 @@ gather bitonic_merge
 reshape view broadcast broadcast_to expand_dims trans permute ravel join split interleave cat squeeze
 unsqueeze slice swizzle2d
 rand randn randint randint4x rand4x randn4x philox philox_impl pair_uniform_to_normal uint_to_uniform_float
-float16 bfloat16 float32 float64 int1 int8 int16 int32 int64 uint8 uint16 uint32 uint64
-float8e4nv float8e5 float8e4b8 float8e5b16 float8e4b15 dtype void pointer_type block_type tensor const tuple
+dtype void pointer_type block_type tensor const tuple
 pi32_t PropagateNan TRITON_MAX_TENSOR_NUMEL
 math.abs math.ceil math.floor math.cos math.sin math.exp math.exp2 math.log math.log2 math.sqrt math.sqrt_rn
 math.rsqrt math.erf math.fma math.div_rn math.fdiv math.umulhi
 extra.cuda.gdc_wait extra.cuda.gdc_launch_dependents
 """
-TL_NAMES = set(_TL.split())
+# the language's dtypes (also what a constexpr global may hold: grader/staticcheck/constants.py)
+TL_DTYPES = set("""float16 bfloat16 float32 float64 int1 int8 int16 int32 int64 uint8 uint16 uint32 uint64
+float8e4nv float8e5 float8e4b8 float8e5b16 float8e4b15""".split())
+TL_NAMES = set(_TL.split()) | TL_DTYPES
 _INTERNALS = "is part of Triton's own machinery for types and values, not of the kernel language"
 TL_REFUSED = {
     "core": "holds the language's internals and re-exports Triton's runtime (knobs, launch hooks, builtins); "
@@ -122,7 +124,7 @@ def _paths(module: str, names: str) -> set[str]:
     return {f"{module}.{n}" for n in names.split()}
 
 
-ALLOWED_PATHS = (_paths("torch", _TORCH) | _paths("triton", _TRITON) | _paths("triton.language", _TL)
+ALLOWED_PATHS = (_paths("torch", _TORCH) | _paths("triton", _TRITON) | _paths("triton.language", " ".join(TL_NAMES))
                  | _paths("math", _MATH) | {p for m, names in _OTHERS.items() for p in _paths(m, names)})
 
 # Names whose use means "PyTorch computes the product (or a reduction) here".
@@ -208,24 +210,19 @@ KERNEL_DECORATORS = (["triton", "jit"], ["triton", "autotune"], ["triton", "heur
 DISPATCH_HOOKS = {"__torch_function__", "__torch_dispatch__"}
 
 
-def _library_attrs() -> tuple[set[str], set[str]]:
-    """(names of attributes that torch/Triton objects have, those of Triton's in-kernel values)."""
+def _library_attrs() -> set[str]:
+    """Names of attributes that torch/Triton objects have."""
     import torch
 
     lib = set(dir(torch.Tensor)) | KERNEL_OBJECT_ATTRS | HOST_COPY_ATTRS | PRODUCT_NAMES
-    triton_values: set[str] = set()
     try:
-        import triton.language as tl
         from triton.runtime.autotuner import Autotuner, Heuristics
         from triton.runtime.jit import JITFunction
 
         lib |= set(dir(JITFunction)) | set(dir(Autotuner)) | set(dir(Heuristics))
-        for cls in (tl.tensor, tl.constexpr, tl.dtype, getattr(tl, "tensor_descriptor", object),
-                    getattr(tl, "block_type", object), getattr(tl, "pointer_type", object)):
-            triton_values |= set(dir(cls))
     except Exception:  # pragma: no cover - a Triton without these modules
         pass
-    return lib, triton_values
+    return lib
 
 
 def _python_internal_attrs() -> set[str]:
@@ -256,7 +253,7 @@ def _python_internal_attrs() -> set[str]:
 
 
 PY_INTERNAL_ATTRS = _python_internal_attrs() - VALUE_ATTRS
-LIBRARY_ATTRS, TRITON_VALUE_ATTRS = _library_attrs()
+LIBRARY_ATTRS = _library_attrs()
 LIBRARY_ATTRS |= PY_INTERNAL_ATTRS
 
 
@@ -270,9 +267,83 @@ def _library_methods() -> set[str]:
 
 
 LIBRARY_METHODS = _library_methods()
-# In a kernel, values are Triton's; refuse what only a PyTorch tensor or a kernel object has.
-REFUSED_IN_KERNEL = ((LIBRARY_ATTRS - TRITON_VALUE_ATTRS - VALUE_ATTRS) | HOST_COPY_ATTRS | KERNEL_OBJECT_ATTRS
-                     | PY_INTERNAL_ATTRS)
+
+# --- inside @triton.jit functions: what Triton's language values have ----------------------
+# In a kernel every value is one of the language's: a tensor (a block pointer is one), a dtype
+# (pointer and block types included), a constexpr, a tensor descriptor, a tuple. An attribute
+# there must be one of theirs, by name: KERNEL_ATTRS, or it is refused. The installed Triton's
+# public attributes of those classes (methods, properties, what __init__ sets) are each either in
+# KERNEL_ATTRS or in KERNEL_REFUSED_ATTRS with the reason, and nothing else is in either
+# (tests/integrity/test_staticcheck_kernel.py): a new Triton's additions fail that test until
+# someone lists them.
+KERNEL_VALUE_CLASSES = ("tensor", "dtype", "pointer_type", "block_type", "constexpr", "tensor_descriptor", "tuple")
+_KERNEL_ATTRS = {
+    "tensor": """T abs advance argmax argmin associative_scan atomic_add atomic_and atomic_cas atomic_max atomic_min
+                 atomic_or atomic_xchg atomic_xor broadcast_to cast cdiv ceil cos cumprod cumsum erf exp exp2
+                 expand_dims flip floor gather histogram item log log2 logical_and logical_or max min permute ravel
+                 reduce reduce_or reshape rsqrt sigmoid sin softmax sort split sqrt sqrt_rn store sum to trans view
+                 xor_sum dtype numel shape type""",
+    "dtype": """get_int_max_value get_int_min_value is_bf16 is_block is_bool is_const is_dtype is_floating is_fp16
+                is_fp32 is_fp64 is_fp8 is_fp8e4b15 is_fp8e4b8 is_fp8e4nv is_fp8e5 is_fp8e5b16 is_int is_int1 is_int16
+                is_int32 is_int64 is_int8 is_int_signed is_int_unsigned is_ptr is_standard_floating is_uint16
+                is_uint32 is_uint64 is_uint8 is_void kind scalar with_element_ty exponent_bias fp_mantissa_width
+                int_bitwidth int_signedness itemsize name primitive_bitwidth""",
+    "pointer_type": "address_space const element_ty",
+    "block_type": "get_block_shapes nbytes element_ty numel shape",
+    "constexpr": "value type logical_and logical_or",
+    "tensor_descriptor": """atomic_add atomic_and atomic_max atomic_min atomic_or atomic_xor block_shape block_type
+                            dtype gather load scatter store shape strides type""",
+    "tuple": "values type",
+}
+KERNEL_ATTRS = {a for names in _KERNEL_ATTRS.values() for a in names.split()}
+_CODEGEN = "is part of Triton's code generator, not of the kernel language"
+_TYPE_TABLES = "is one of Triton's tables of type names, not part of the kernel language; ask the dtype (.is_fp16())"
+KERNEL_REFUSED_ATTRS = {
+    "handle": ("is the interpreter's internals (its numpy arrays) or the compiler's IR value, not part of Triton's "
+               "language; use the tensor itself with tl.* operations"),
+    "to_ir": _CODEGEN, "mangle": _CODEGEN, "codegen_name": _CODEGEN, "cache_key_part": _CODEGEN,
+    "KIND": _TYPE_TABLES, "SIGNEDNESS": _TYPE_TABLES, "FP_TYPES": _TYPE_TABLES, "SINT_TYPES": _TYPE_TABLES,
+    "UINT_TYPES": _TYPE_TABLES, "STANDARD_FP_TYPES": _TYPE_TABLES, "OTHER_TYPES": _TYPE_TABLES,
+}
+
+
+def _triton_internal_attrs() -> set[str]:
+    """Names that reach inside Triton's language values (the interpreter's numpy arrays, the compiler's
+    IR): the refused public ones and every private one (``_flatten_ir`` hands out the handles). They
+    join LIBRARY_ATTRS, which no class of the file may declare, so that no annotation (``t: Mine``)
+    makes ``t.handle`` readable in a host function that a kernel calls."""
+    names = set(KERNEL_REFUSED_ATTRS)
+    try:
+        import triton.language.core as core
+
+        for cls in KERNEL_VALUE_CLASSES + ("base_value", "base_type"):
+            names |= {n for n in dir(getattr(core, cls, object)) if n.startswith("_") and not n.endswith("__")}
+    except Exception:  # pragma: no cover - a Triton without these classes
+        pass
+    return names
+
+
+TRITON_INTERNAL_ATTRS = _triton_internal_attrs()
+LIBRARY_ATTRS |= TRITON_INTERNAL_ATTRS
+
+# The builtins a kernel may use: those Triton's GPU compiler knows in a kernel (its code generator's
+# builtin_namespace; tests/integrity/test_staticcheck_kernel.py holds the two together), less the
+# three below. Any other (str, repr, type, abs, ...) is a NameError on the GPU, and in the
+# interpreter some turn a tensor's values into Python (str(x) is their text).
+KERNEL_BUILTINS = {"len", "list", "range", "float", "int", "print", "min", "max"}
+# Known to the GPU compiler but refused: each answers differently in Triton's interpreter (where a
+# value holds numpy arrays) and in the GPU compiler (where it holds IR), so a branch on one runs code
+# the GPU compiler never sees.
+KERNEL_REFUSED_BUILTINS = {
+    "hasattr": "asks what a value has, which differs between the CPU interpreter and the GPU compiler",
+    "getattr": "reads an attribute by name; write it out (x.dtype), so that it is checked",
+    "isinstance": ("asks a value's class, which differs between the CPU interpreter and the GPU compiler; "
+                   "a kernel knows its values' types (x.dtype, tl.static_assert)"),
+}
+# What a kernel may reach through the file's imports: the kernel language (triton.language), the
+# triton names on ALLOWED_PATHS, math on constexprs, and the .utils helpers; never host modules
+# (os.environ in a kernel is read by the interpreter but folded away by the GPU compiler).
+KERNEL_IMPORT_ROOTS = ("triton", "math", UTILS)
 
 
 def _utils_names() -> tuple[set[str], set[str]]:

@@ -2,7 +2,8 @@
 
 The corpus is every honest kernel file in the repository (the reference solutions, the
 stubs, the tutorial-style kernels, the faithful and the buggy-but-honest variants, the
-handout's and the tuned student's files, the slow fixtures, the honest student) and one
+handout's and the tuned student's files, the slow fixtures, the honest student, the idiom
+corpus of tests/idioms/) and one
 small file per idiom of Triton's tutorials that an earlier check refused or could
 refuse (tests/fixtures/static/idioms/). A false cheating verdict on honest code is the
 worst bug a grader can have: each file must give no finding at all.
@@ -20,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 IDIOMS = ROOT / "tests" / "fixtures" / "static" / "idioms"
 _GLOBS = ("solutions/*.py", "assignment/w8a8.py", "assignment/w4a16.py", "assignment/dds.py", "calibration/naive/*.py",
           "tests/variants/*.py", "tests/fixtures/from_the_handout/*.py", "tests/fixtures/tuned_student/*.py",
-          "tests/fixtures/static/honest_student.py", "tests/fixtures/slow/*/*.py", "tests/fixtures/static/idioms/*.py")
+          "tests/fixtures/static/honest_student.py", "tests/fixtures/slow/*/*.py", "tests/fixtures/static/idioms/*.py",
+          "tests/idioms/w8a8_*.py", "tests/idioms/w4a16_*.py", "tests/idioms/dds_*.py")
 CORPUS = sorted({p for g in _GLOBS for p in ROOT.glob(g) if p.name != "__init__.py"})
 # each idiom that the corpus must hold a file for (the list)
 IDIOM_FILES = {"autotune_as_function.py", "own_decorator.py", "tensor_descriptors.py", "block_pointers.py",
@@ -33,6 +35,7 @@ def test_the_corpus_is_what_it_says():
             "tests/fixtures/static/honest_student.py"} <= names
     assert len([n for n in names if n.startswith("tests/variants/")]) >= 20
     assert len([n for n in names if n.startswith("tests/fixtures/slow/")]) >= 8
+    assert len([n for n in names if n.startswith("tests/idioms/")]) >= 15
     assert IDIOM_FILES == {p.name for p in IDIOMS.glob("*.py")}
 
 
