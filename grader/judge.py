@@ -259,7 +259,8 @@ def _draw_verdict(d: Draw) -> Verdict:
                               "mask on a ragged edge?", details=details)
     if d.sanity is None or not d.sanity.passed:
         return Verdict(False, d.sanity.message if d.sanity else "no sanity check", details=details)
-    return Verdict(True, f"{c.message}; {d.sanity.message}", 1.0, details)
+    configs = f"; every autotune config checked ({d.configs})" if d.configs > 1 else ""
+    return Verdict(True, f"{c.message}; {d.sanity.message}{configs}", 1.0, details)
 
 
 def correctness_verdict(spec: TestSpec, run: TaskRun) -> Verdict:

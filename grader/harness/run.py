@@ -273,7 +273,7 @@ def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs, hos
         if result.status == "gone":
             _stop(run, result.kind, result.message, spec.hidden)
         d = _draw(run.task, result, args, extras)
-        result.output = None   # the evidence stays, the tensor goes
+        result.output, result.configs = None, []   # the evidence stays, the tensors go
         run.calls.append((HIDDEN_CALL if spec.hidden else spec.name, result))
         case.draws.append(d)
         if not d.clean:
