@@ -96,6 +96,22 @@ def test_handout_local_check_script_catches_the_edges_it_names(variant, tmp_path
         assert not float(errors[task.upper()]) < 1e-2, errors   # a large error, or nan
 
 
+@pytest.mark.slow
+def test_the_local_check_script_checks_every_autotune_config(tmp_path):
+    """A multi-config @triton.autotune (the handout recommends it) cannot be timed in the
+    interpreter: the script runs each config in turn and prints one line per config."""
+    import shutil
+
+    pkg = tmp_path / "assignment"
+    shutil.copytree(ROOT / "assignment", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(ROOT / "tests" / "idioms" / "w8a8_autotune_grouped.py", pkg / "w8a8.py")
+    ran = _check_mine(script=pkg / "check_mine.py")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    lines = [line for line in ran.stdout.splitlines() if line.startswith("W8A8")]
+    assert [line.split("(")[-1] for line in lines] == [f"autotune config {k} of 4)" for k in (1, 2, 3, 4)], lines
+    assert all(float(line.split()[1]) < 1e-3 for line in lines), lines
+
+
 def test_performance_doc_shows_the_newest_benchmark_of_each_gpu_and_names_the_older():
     """docs/performance.md holds one benchmark per GPU, its newest results file;
     the older files are named, not shown (tools/render_results.py)."""
