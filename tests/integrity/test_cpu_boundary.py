@@ -21,6 +21,7 @@ CORPUS = sorted(p.stem for p in IDIOMS.glob("*_*.py") if p.stem.split("_")[0] in
 
 
 def _grade_one(tmp_path, task: str, path: Path, **kw):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     return grade_files(tmp_path, {task: path.read_text()}, [task], **kw)
 
 
@@ -55,6 +56,8 @@ def test_every_autotune_config_is_checked_on_the_cpu(tmp_path):
 
 
 @pytest.mark.parametrize("attack", [
+    "w8a8_host_numpy_product",             # issue 40 item 5: the product in numpy, rebuilt with tl.where
+    "w8a8_values_from_error_text",         # issue 40 item 6: values read from an interpreter error's text
     "w8a8_interpret_env_branch_numpy",     # a constexpr global read from TRITON_INTERPRET chooses the branch
     "w8a8_hasattr_branch_numpy",           # hasattr(x.handle, "data"): True in the interpreter only
     "w8a8_ctypes_runs_python_in_executor",  # numpy's ctypes from an interpreter-only branch runs any Python
