@@ -44,7 +44,8 @@ class CallResult:
     evidence: dict = field(default_factory=dict)
     inputs_modified: list = field(default_factory=list)
     stray_write: bool = False
-    kind: str = ""                   # status gone: WorkerGone.kind (timeout, crashed, ...)
+    kind: str = ""                   # status gone: WorkerGone.kind (timeout, crashed, ...); error: "not_compiled"
+                                     # when the GPU's compiler refused a kernel, so the interpreter never ran it
     # The most elements PyTorch compute ops may produce in the call (the harness's
     # figure: the activations and the output once); 0: not judged.
     work_limit: int = 0
@@ -90,7 +91,7 @@ class Draw:
     """One checked call of a correctness case, on one fresh draw of its inputs."""
     status: str                       # ok | error | unusable | gone (CallResult)
     message: str = ""                 # the exception, the unusable return, or why the worker is gone
-    kind: str = ""                    # status gone: how (timeout, crashed, ...; session.WorkerGone)
+    kind: str = ""                    # gone: how (timeout, crashed, ...; session.WorkerGone); error: not_compiled
     check: Check | None = None        # the tight comparison with the exact reference (status ok)
     sanity: Check | None = None       # the loose one with the unquantized layer (when check passed)
     cause: str | None = None          # the likely cause of a failed check (grader/diagnose.py)

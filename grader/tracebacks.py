@@ -33,6 +33,11 @@ KNOWN_ERRORS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("Unsupported function referenced",),
      "likely cause: a kernel calls a Python function that has no @triton.jit; Triton's CPU interpreter runs "
      "it, but compiled code (the GPU) needs @triton.jit on every function a kernel calls"),
+    # The same helper under the CPU grade's gate, which builds the file's kernels alone (worker/kernels_only.py).
+    (("does not compile for the GPU", "NameError", "is not defined"),
+     "likely cause: a kernel uses a name of your file that the GPU's compiler cannot use: a Python function "
+     "without @triton.jit (compiled code needs @triton.jit on every function a kernel calls) or a global that "
+     "is not a constant (write it as NAME = tl.constexpr(value) with a literal value)"),
     # The same helper on the GPU's second call (Triton has cached the kernel), or a plain constant.
     (("Cannot access global variable", "from within @jit'ed function"),
      "likely cause: a kernel uses a module-level name that is neither a @triton.jit function nor a "
@@ -56,14 +61,14 @@ def explain_error(text: str, max_lines: int = 8) -> str:
     if not lines:
         return "(no error text)"
     for segment in _CHAINED.split(text):
-        mine = [m for m in _FRAME.finditer(segment + "\n") if _PACKAGE in m["path"]]
+        mine = [m for m in _FRAME.finditer(segment + "\n") if _mine(m["path"])]
         if mine:
             break
     else:
         return "\n".join(lines[-max_lines:])
     final = _final_exception([ln for ln in segment.splitlines() if ln.strip()] or lines)
     frame = mine[-1]
-    where = f'{frame["path"].rsplit(_PACKAGE, 1)[1]}, line {frame["line"]}'
+    where = f'{frame["path"].rsplit(_PACKAGE, 1)[-1]}, line {frame["line"]}'
     if frame["func"] and frame["func"] != "<module>":
         where += f', in {frame["func"]}'
     src = [ln for ln in frame["src"].splitlines() if ln.strip() and not set(ln.strip()) <= set("^~")][:2]
@@ -72,6 +77,12 @@ def explain_error(text: str, max_lines: int = 8) -> str:
     if caret and src and final.startswith("SyntaxError"):
         body.append(caret[0].rstrip())
     return "\n".join(body + [final])
+
+
+def _mine(path: str) -> bool:
+    """A frame in the submission: staged under .../submission/, or named by its file alone (the GPU
+    compiler's messages, grader/worker/compile.py, name the student's file so)."""
+    return _PACKAGE in path or ("/" not in path and path.endswith(".py"))
 
 
 def final_exception(text: str) -> str:

@@ -86,7 +86,7 @@ def rubric_toml(**kw) -> str:
 def grade_files(tmp_path: Path, files: dict[str, str], tasks: list[str], **rubric_kw):
     """Write ``files`` ({"w8a8": source, ...}) as a submission folder and grade ``tasks``."""
     sub = tmp_path / "submission"
-    sub.mkdir(exist_ok=True)
+    sub.mkdir(parents=True, exist_ok=True)
     for task, src in files.items():
         (sub / f"{task}.py").write_text(src)
     return grade(sub, rubric(**rubric_kw), seed=1234, tasks=tasks, log=lambda *_: None)

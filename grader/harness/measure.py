@@ -117,7 +117,8 @@ def _shape_call(session: Session, name: str, arena, args, specs, out_spec, label
             evidence = {**evidence, **{k: ran[k] for k in EXECUTOR_EVIDENCE if k in ran}}
             if not done["ok"]:
                 where = f"with autotune config {configs[k]} ({k + 1} of {len(configs)}): " if configs else ""
-                return CallResult("error", where + done.get("error", "?"), evidence=evidence)
+                kind = "not_compiled" if done.get("kind") == "not_compiled" else ""
+                return CallResult("error", where + done.get("error", "?"), kind=kind, evidence=evidence)
             outputs.append(arena.view(out_spec).clone())
         session.executor.request({"op": "release", "arena": name})
     except WorkerGone as e:

@@ -34,7 +34,7 @@ PASS_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUD
 # The fields a reply may have, and their types; anything else is a broken reply.
 REPLY_SCHEMA = {"ok": bool, "error": str, "returned": str, "graph": bool, "note": str, "evidence": dict,
                 "compile": list, "movement": dict, "checks_off": dict, "capture": dict, "program": dict,
-                "started": bool}
+                "started": bool, "kind": str}
 # The harness's own check of the worker's threads, libraries and processes (osfacts.py): its
 # name in the reports' "checks off" lines (grader/worker/fence.py's CHECKS describes it).
 FACTS_CHECK = "threads and libraries"

@@ -298,7 +298,7 @@ class Executor:
         if tuple(y.shape) != tuple(out.shape) or y.dtype != out.dtype:
             raise ProgramError("the program's result is not the output the worker described")
         out.copy_(y)
-        return counter
+        return counter, y
 
     def execute(self, msg: dict) -> dict:
         bounds, arithmetic = "bounds check" not in self.off, "arithmetic count" not in self.off
@@ -310,9 +310,9 @@ class Executor:
                             own_prefix=self.own_prefix)
 
         try:
-            counter = self._carry_out(msg, counter_for)
+            counter, _ = self._carry_out(msg, counter_for)
         except gate_mod.NotCompiled as e:
-            return {"ok": False, "error": str(e), "evidence": self._evidence(None)}
+            return {"ok": False, "kind": "not_compiled", "error": str(e), "evidence": self._evidence(None)}
         except BaseException:  # noqa: BLE001 - one case lost, never the executor
             return {"ok": False, "error": _traceback(), "evidence": self._evidence(None)}
         return {"ok": True, "evidence": self._evidence(counter)}
@@ -321,10 +321,11 @@ class Executor:
         if "data movement" in self.off:
             return {"ok": False, "error": "data movement is not counted with this Triton (fence.py)"}
         try:
-            counter = self._carry_out(msg, lambda args, specs: Movement(_named(args, specs)))
+            counter, y = self._carry_out(msg, lambda args, specs: Movement(_named(args, specs)))
         except BaseException:  # noqa: BLE001
             return {"ok": False, "error": _traceback()}
-        return {"ok": True, "movement": counter.report(output=view(self.arenas[msg["arena"]], msg["out"]))}
+        # The output is the tensor the wrapper returned (its own allocation here), not the worker's copy.
+        return {"ok": True, "movement": counter.report(output=y)}
 
     def _evidence(self, counter) -> dict:
         evidence = {}

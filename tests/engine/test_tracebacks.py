@@ -66,7 +66,13 @@ def test_interpreter_error_reaches_the_report_as_the_students_line(tmp_path):
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
     msg = by_name(result)["w8a8/c0"].message
     assert "w8a8.py, line 11, in _k:" in msg and "libdevice.rint" in msg
-    # Triton's own words ("Did you forget to add @triton.jit ?") point the wrong way.
+    # The GPU's compiler refuses rint on float16 (libdevice has no such function), before anything runs.
+    assert msg.startswith("does not compile for the GPU: KeyError"), msg
+    # On float32 it compiles, and then the interpreter cannot run it; Triton's own words there
+    # ("Did you forget to add @triton.jit ?") point the wrong way.
+    fp32 = src.replace("rint(x)", "rint(x.to(tl.float32))")
+    msg = by_name(grade_files(tmp_path / "fp32", {"w8a8": fp32}, ["w8a8"]))["w8a8/c0"].message
+    assert "w8a8.py, line 11, in _k:" in msg and "libdevice.rint" in msg
     assert "libdevice (tl.extra.cuda.libdevice) does not run in Triton's CPU interpreter" in msg
 
 
@@ -93,9 +99,14 @@ def test_a_helper_without_jit_passes_the_interpreter_and_is_named_by_the_compile
     src = FAITHFUL.replace("@triton.jit\ndef _w8a8_kernel(", helper, 1) \
                   .replace("q = ((v + _MAGIC) - _MAGIC).to(tl.int8)", "q = _round_half_even(v).to(tl.int8)")
     assert src.count("_round_half_even") == 2
-    result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
+    # The static check names it first, with the fix.
+    task = grade_files(tmp_path, {"w8a8": src}, ["w8a8"]).tasks[0]
+    assert task.score == 0 and "make _round_half_even a @triton.jit function or inline it" in task.flags[0]["detail"]
+    # Without it, the CPU grade still runs only kernels that the GPU's compiler accepts: refused, not run.
+    result = grade_files(tmp_path / "no_static", {"w8a8": src}, ["w8a8"], static=False)
     msg = by_name(result)["w8a8/c0"].message
-    assert msg.startswith("passed in the interpreter, but compile error for the GPU"), msg
+    assert msg.startswith("does not compile for the GPU: NameError: _round_half_even is not defined"), msg
+    assert "w8a8.py, line" in msg and "_round_half_even(v)" in msg
     assert "needs @triton.jit on every function a kernel calls" in msg
 
 
