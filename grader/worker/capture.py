@@ -20,7 +20,9 @@ trusted side (grader/estimate.py), which needs per launch:
   (every live lane, and the distinct 32-byte sectors), the ``tl.dot`` work by
   operand type, the element operations of the rest (weighted: a division is
   dearer than an add), and the number of loop steps (the most any one load
-  line of the kernel ran);
+  of the kernel ran: a load in a @triton.jit helper is one per call of the
+  helper, a load in a ``tl.static_range`` body one per unrolled iteration,
+  as the compiler inlines and unrolls them);
 - per tensor, how far back in launch order the nearest program that reads the
   same rows runs (from the first loop step of a few more programs): whether a
   re-read can come from the L2 cache depends on it.
@@ -77,7 +79,11 @@ FREE_OPS = {"create_make_range", "create_expand_dims", "create_broadcast", "crea
             "create_dot_scaled", "create_atomic_rmw", "create_atomic_cas", "create_print", "create_assert",
             "create_assume", "create_barrier", "create_bitcast", "create_int_to_ptr", "create_ptr_to_int",
             "create_make_tensor_descriptor", "create_descriptor_load", "create_descriptor_store",
+            "create_descriptor_gather", "create_descriptor_scatter", "create_make_block_ptr", "create_advance",
+            "create_tensor_pointer_load", "create_tensor_pointer_store",
             "create_gather", "create_atomic_load", "create_atomic_store", "create_atomic_poll"}
+# Block pointers and tensor descriptors load and store through create_masked_load/_store (counted
+# there); their own builder calls are address bookkeeping, free like a pointer's layout.
 
 
 # ---------------------------------------------------------------------------
@@ -128,6 +134,17 @@ def _extent(t: torch.Tensor) -> tuple[int, int]:
 
 class _Stop(Exception):
     """Ends a sampled program early: its first loop step is done, or its time is up."""
+
+
+def _stop_of(e: BaseException) -> _Stop | None:
+    """The _Stop behind ``e``: a @triton.jit helper re-raises whatever stops inside it as an
+    InterpreterError ``from`` it (once per helper it was nested in)."""
+    seen = 0
+    while e is not None and seen < 64:
+        if isinstance(e, _Stop):
+            return e
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
 
 
 class _Tensors:
@@ -196,17 +213,38 @@ class _Counter:
         self.prog: _Program | None = None   # None: confine only, count nothing
         self.stop_at_step = False
         self.outside = 0                     # loads and stores that had lanes masked off
+        self.unrolled: list[int] = []        # the iteration of each tl.static_range the program is in
         self._hooks = Hooks()
 
     def _site(self) -> tuple:
+        """Where a load is in the compiled code: its call (line and bytecode offset) and the
+        call of every @triton.jit helper that leads to it (helpers are inlined: a helper called from two
+        places is two loads), and the iteration of each tl.static_range around it (unrolled:
+        each iteration is a load of its own). A load line that runs again is a loop's next trip."""
+        chain = []
         f = sys._getframe(2)
-        for _ in range(12):
+        for _ in range(256):   # block pointers and descriptors reach the builder many frames down
             if f is None:
                 break
             if f.f_code.co_filename in self.files:
-                return (f.f_code.co_filename, f.f_lineno)
+                chain.append((f.f_code.co_filename, f.f_lineno, f.f_lasti))   # two loads on one line: two
             f = f.f_back
-        return ("?", 0)
+        return (tuple(chain) or ("?",), tuple(self.unrolled))
+
+    def _static_range(self, original):
+        """tl.static_range as the interpreter runs it (a Python range), with the iteration
+        kept in ``unrolled`` while its body runs."""
+        def static_range(*args, **kwargs):
+            stack = self.unrolled   # a program stopped inside the loop leaves this list behind
+            stack.append(0)
+            try:
+                for i, v in enumerate(original(*args, **kwargs)):
+                    stack[-1] = i
+                    yield v
+            finally:
+                if stack:
+                    stack.pop()
+        return static_range
 
     def _touch(self, ptrs, mask, write: bool):
         """Count one load or store; the mask to use instead of ``mask`` (lanes outside
@@ -252,6 +290,13 @@ class _Counter:
         me = self
         names = [n for n in dir(B) if n.startswith("create_")]
         originals = {n: getattr(B, n) for n in names}
+        patch_core = interp._patch_lang_core
+
+        # Each kernel and helper call patches the language anew (interpreter._patch_lang):
+        # tl.static_range is wrapped every time, after the interpreter's own.
+        def patch_lang_core(lang, scope):
+            patch_core(lang, scope)
+            scope.set_attr(lang, "static_range", me._static_range(lang.static_range))
 
         # The cache hints after the mask (cache_modifier, eviction_policy) pass through;
         # the interpreter ignores them. A descriptor load passes them by keyword.
@@ -321,6 +366,7 @@ class _Counter:
                 continue
             patches[name] = counted(name, originals[name], OP_WEIGHTS.get(name, 1.0))
         self._hooks.install({(B, name): fn for name, fn in patches.items()})
+        self._hooks.install({(interp, "_patch_lang_core"): patch_lang_core})
 
     def _dot(self, a, b) -> None:
         p = self.prog
@@ -500,8 +546,8 @@ class Capture:
         bases = list(dict.fromkeys(b for b in (min(P - 1, centre + 5), P - 3, P // 3 + 7) if 0 <= b < P))
         dists = sorted({d for d in (1, 2, 3, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
                                     grid[0], 2 * grid[0], grid[0] * grid[1]) if d > 0})
+        counter.install()   # first: the language patch below takes the counted tl.static_range
         patch = interp._patch_lang(executor.fn)
-        counter.install()
         programs, signatures, spent = [], {}, []
         try:
             def run(pid, count, step_only=False, limit=PROGRAM_LIMIT_S):
@@ -510,13 +556,17 @@ class Capture:
                     return None
                 prog = counter.prog = _Program() if count else None
                 counter.stop_at_step = step_only
+                counter.unrolled = []
                 interp.interpreter_builder.set_grid_dim(*grid)
                 interp.interpreter_builder.set_grid_idx(*_linear(pid, grid))
                 t0 = time.process_time()
                 try:
                     with _Alarm(min(limit, left)):
                         executor.fn(**callargs)
-                except _Stop as e:
+                except Exception as stopped:  # noqa: BLE001 - only a _Stop, maybe raised inside a helper
+                    e = _stop_of(stopped)
+                    if e is None:
+                        raise
                     if prog is not None:
                         prog.complete = str(e) == "first step done"
                     else:
@@ -545,8 +595,8 @@ class Capture:
             if programs and all(p.complete for p in programs) and each * P <= FULL_RUN_S:
                 record["ran"] = all(run(pid, False, limit=FULL_RUN_S) for pid in range(P))
         finally:
-            counter.restore()
             patch.restore()
+            counter.restore()
         record.update(_summary(programs, signatures, bases, dists))
         record["outside"] = counter.outside
         record["probe_s"] = round(time.monotonic() - started, 3)

@@ -86,6 +86,7 @@ _CAPTURE = (
     (_INTERP, "GridExecutor._init_args_hst", ("args_dev", "kwargs")),
     (_INTERP, "_implicit_cvt", ("arg",)),
     (_INTERP, "_patch_lang", ("fn",)),                     # a sampled program runs on the interpreter's tl
+    (_INTERP, "_patch_lang_core", ("lang", "scope")),      # its tl.static_range, counted per unrolled copy
     ("triton.runtime.autotuner", "Autotuner.run", None),
     ("triton.runtime.autotuner", "Autotuner._bench", ("config",)),  # one captured launch per config
 )

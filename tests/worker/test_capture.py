@@ -213,3 +213,125 @@ def test_counted_programs_leave_state_kept_between_calls_alone(monkeypatch):
     _, rep = _captured(wrapper, torch.empty(1), names=("x",))
     assert rep["launches"][0]["sampled"] >= 3 and int(counter) == 0
     assert rep["launches"][0]["counts"]["cnt_ptr"]["lanes_written"] > 0   # counted as a write all the same
+
+
+# ----------------------------------------------------------------------------- every construct counted
+# The same tile product as tile_kernel, written with each construct a kernel may use: each must be
+# counted exactly as the plain kernel is (bytes, rows, dots, sharing), with its loop trips as the
+# compiled loop runs them (the issue 41 report: a W8A8 body moved into a helper counted nothing).
+
+@triton.jit
+def _tile_at(p, rows, cols, stride):
+    return tl.load(p + rows[:, None] * stride + cols[None, :])
+
+
+@triton.jit
+def _k_loop(x_ptr, w_ptr, offs_m, offs_n, N, K, BLOCK_K: tl.constexpr):
+    """A loop in a helper, calling a nested helper from two places of its body."""
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((offs_m.shape[0], offs_n.shape[0]), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = _tile_at(x_ptr, offs_m, k0 + offs_k, K)
+        b = _tile_at(w_ptr, k0 + offs_k, offs_n, N)
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def helpers_kernel(x_ptr, w_ptr, y_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_K: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = _k_loop(x_ptr, w_ptr, offs_m, offs_n, N, K, BLOCK_K)
+    tl.store(y_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(tl.float16))
+
+
+@triton.jit
+def static_range_kernel(x_ptr, w_ptr, y_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_K: tl.constexpr):
+    """Two K tiles a trip, unrolled by tl.static_range: the compiled loop runs K / (2 BLOCK_K) trips."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, 2 * BLOCK_K):
+        for j in tl.static_range(2):
+            k = k0 + j * BLOCK_K + offs_k
+            a = tl.load(x_ptr + offs_m[:, None] * K + k[None, :])
+            b = tl.load(w_ptr + k[:, None] * N + offs_n[None, :])
+            acc = tl.dot(a, b, acc)
+    tl.store(y_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(tl.float16))
+
+
+@triton.jit
+def blockptr_kernel(x_ptr, w_ptr, y_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    xb = tl.make_block_ptr(x_ptr, (M, K), (K, 1), (pid_m * BLOCK_M, 0), (BLOCK_M, BLOCK_K), (1, 0))
+    wb = tl.make_block_ptr(w_ptr, (K, N), (N, 1), (0, pid_n * BLOCK_N), (BLOCK_K, BLOCK_N), (1, 0))
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(0, K, BLOCK_K):
+        acc = tl.dot(tl.load(xb, boundary_check=(0, 1)), tl.load(wb, boundary_check=(0, 1)), acc)
+        xb = tl.advance(xb, (0, BLOCK_K))
+        wb = tl.advance(wb, (BLOCK_K, 0))
+    yb = tl.make_block_ptr(y_ptr, (M, N), (N, 1), (pid_m * BLOCK_M, pid_n * BLOCK_N), (BLOCK_M, BLOCK_N), (1, 0))
+    tl.store(yb, acc.to(tl.float16), boundary_check=(0, 1))
+
+
+@triton.jit
+def host_desc_kernel(x_desc, w_desc, y_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        acc = tl.dot(x_desc.load([pid_m * BLOCK_M, k0]), w_desc.load([k0, pid_n * BLOCK_N]), acc)
+    y_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(tl.float16))
+
+
+@triton.jit
+def device_desc_kernel(x_ptr, w_ptr, y_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr):
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
+    y_desc = tl.make_tensor_descriptor(y_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        acc = tl.dot(x_desc.load([pid_m * BLOCK_M, k0]), w_desc.load([k0, pid_n * BLOCK_N]), acc)
+    y_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(tl.float16))
+
+
+def _construct_matmul(kernel):
+    def call(x, w, BLOCK=32):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        M, K = x.shape
+        N = w.shape[1]
+        y = torch.full((M, N), 7.0, dtype=torch.float16)
+        args = (x, w, y)
+        if kernel is host_desc_kernel:
+            args = (TensorDescriptor.from_tensor(x, [BLOCK, BLOCK]), TensorDescriptor.from_tensor(w, [BLOCK, BLOCK]),
+                    TensorDescriptor.from_tensor(y, [BLOCK, BLOCK]))
+        kernel[(M // BLOCK, N // BLOCK)](*args, M, N, K, BLOCK_M=BLOCK, BLOCK_N=BLOCK, BLOCK_K=BLOCK)
+        return y
+    return call
+
+
+def _by_name(launch: dict) -> dict:
+    """A launch's counts keyed by the call's tensor names (x, w, output), not the kernel's parameters."""
+    return {launch["tensors"][k]["name"]: v for k, v in launch["counts"].items()}
+
+
+@pytest.mark.parametrize("kernel", [helpers_kernel, static_range_kernel, blockptr_kernel, host_desc_kernel,
+                                    device_desc_kernel], ids=lambda k: k.__name__)
+def test_every_construct_is_counted_as_the_plain_kernel_is(kernel):
+    M, N, K, B = 256, 128, 256, 32
+    x, w = torch.empty(M, K, dtype=torch.float16), torch.empty(K, N, dtype=torch.float16)
+    _, plain = _captured(matmul, x, w)
+    _, rep = _captured(_construct_matmul(kernel), x, w)
+    (want,), (got,) = plain["launches"], rep["launches"]
+    assert "probe_error" not in got and got["complete"] and got["sampled"] == want["sampled"]
+    assert _by_name(got) == _by_name(want)
+    assert got["dot_flops"] == want["dot_flops"] == {"fp16": 2 * B * B * K} and got["dots"] == K // B
+    unrolled = 2 if kernel is static_range_kernel else 1   # the compiled loop's trips: K / (unrolled * B)
+    assert want["steps"] == K // B and got["steps"] == K // (unrolled * B) and got["outer_steps"] == 0
