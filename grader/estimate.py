@@ -15,11 +15,14 @@ calibrated on (grader/targets.toml, generated from the results files), a
 launch's time is modelled from six bounds:
 
 - **DRAM**: the bytes that must come from device memory at the measured copy
-  bandwidth. A tensor is read from DRAM once (its footprint), and again for
-  each re-read that the L2 cache cannot serve: the re-read comes from a
-  program too far behind in launch order for the data to still be in L2 (the
-  sampled programs say how far back the nearest program reading the same rows
-  runs; the window is what runs at once, or what fits in L2 if more). Data a
+  bandwidth, in the 32-byte sectors the GPU moves (a program's 64-byte run of
+  a row is two sectors, whatever its neighbours read). A tensor is read from
+  DRAM once (its footprint), and again for each re-read that the L2 cache
+  cannot serve: the re-read comes from a program too far behind in launch
+  order for the data to still be in L2 (the sampled programs say how far back
+  the nearest program reading the same rows runs; the window is what runs at
+  once, or what fits in L2 if more, counted in the 128-byte lines the
+  programs hold there: the L2 keeps a line's tag for any sector of it). Data a
   previous launch of the same call wrote is in L2 if it fits.
 - **L2**: every sector the programs touch, at a multiple of that bandwidth.
 - **tensor cores**: the ``tl.dot`` work at the measured peak of its type
@@ -82,8 +85,6 @@ L2_FACTOR = 3.0           # L2-to-SM bandwidth / DRAM copy bandwidth
 LAUNCH_US = 2.5           # per launch: start, fill, drain
 MMA_SYNC = 0.5            # mma.sync's share of the tensor cores' peak (wgmma: all of it)
 L2_USABLE = 0.6           # share of the L2 that holds re-read data
-DRAM_RUN_BYTES = 128.0    # a program's run along a row shorter than this costs DRAM time as if ...
-DRAM_RUN_EXP = 1.0        # ... (DRAM_RUN_BYTES / run) ** DRAM_RUN_EXP times its bytes
 SOFT_P = 3.0              # (sum t^p)^(1/p)
 UNCERTAINTY = 1.5         # the range shown: time / 1.5 .. time * 1.5
 LSU_LINES_PER_CYCLE = 1.0  # per SM: 128-byte lines the L1's load/store path serves a cycle (128 B/clk)
@@ -190,8 +191,8 @@ def launch_time(launch: dict, row: dict | None, gpu: Target, in_l2: set) -> dict
     waves = math.ceil(P / (occ * gpu.sms))
     bw = gpu.copy_gbs * 1e9                                 # bytes / s
 
-    # Memory: what the programs touch (L2), what must come from DRAM.
-    per_program = sum(c.get("sectors_read", 0) + c.get("sectors_written", 0) for c in counts.values())
+    # Memory: what the programs touch (L2, DRAM: sectors), what they hold of the L2 (lines).
+    per_program = sum(_held(c, "read") + _held(c, "written") for c in counts.values())
     window = max(occ * gpu.sms, (L2_USABLE * gpu.l2_bytes) / max(per_program, 1.0))
     footprints = 0.0
     reads = {}
@@ -200,7 +201,7 @@ def launch_time(launch: dict, row: dict | None, gpu: Target, in_l2: set) -> dict
         r = c.get("sectors_read", 0) * P
         w = c.get("sectors_written", 0) * P
         reads[key] = (size, r, w)
-        footprints += min(size, r) + min(size, w)
+        footprints += min(size, _held(c, "read") * P) + min(size, _held(c, "written") * P)
     fits = footprints <= L2_USABLE * gpu.l2_bytes
     dram = l2 = 0.0
     for key, (size, r, w) in reads.items():
@@ -210,8 +211,7 @@ def launch_time(launch: dict, row: dict | None, gpu: Target, in_l2: set) -> dict
         again = r - first
         shared_at = c.get("shared_at")
         hits = fits or (shared_at is not None and shared_at <= window)
-        dram += (((0.0 if name in in_l2 else first) + (0.0 if hits else again)) * _short_runs(c, "read")
-                 + min(size, w) * _short_runs(c, "written"))
+        dram += (0.0 if name in in_l2 else first) + (0.0 if hits else again) + min(size, w)
         l2 += r + w
     flops = sum(launch.get("dot_flops", {}).values()) * P
     mma_s = 0.0
@@ -293,14 +293,10 @@ def _code(loop: dict) -> dict:
     return out
 
 
-def _short_runs(c: dict, how: str) -> float:
-    """How much more DRAM time a tensor's bytes cost when each program touches only a
-    short run of each row (a gather of 32 columns, say): DRAM moves whole bursts."""
-    rows = c.get(f"rows_{how}") or 0
-    if not rows or not DRAM_RUN_BYTES:
-        return 1.0
-    run = c.get(f"sectors_{how}", 0) / rows
-    return max(1.0, DRAM_RUN_BYTES / max(run, 32.0)) ** DRAM_RUN_EXP
+def _held(c: dict, how: str) -> float:
+    """Bytes of the L2 a program's reads or writes of one tensor hold: whole 128-byte lines
+    (a capture without them: its sectors)."""
+    return c.get(f"lines_{how}", c.get(f"sectors_{how}", 0))
 
 
 def _soft(times) -> float:

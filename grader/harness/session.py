@@ -258,7 +258,8 @@ def _loop(loop: dict) -> dict:
 MAX_CAPTURE_CASES = 64
 MAX_CAPTURE_LAUNCHES = 12
 MAX_CAPTURE_TENSORS = 16
-_NUMBERS = ("lanes_read", "lanes_written", "sectors_read", "sectors_written", "rows_read", "rows_written")
+_NUMBERS = ("lanes_read", "lanes_written", "sectors_read", "sectors_written", "lines_read", "lines_written",
+            "rows_read", "rows_written")
 _LAUNCH_NUMBERS = ("dots", "alu", "steps", "max_steps", "outer_steps", "probe_s")
 _LAUNCH_INTS = ("programs", "sampled", "signatures", "outside")
 

@@ -17,9 +17,9 @@ trusted side (grader/estimate.py), which needs per launch:
 - its grid and the tensors it was given (shape, strides, size in bytes);
 - per program, measured on a few sampled programs run in the interpreter on
   the uninitialised inputs: the bytes each tensor's loads and stores touch
-  (every live lane, and the distinct 32-byte sectors), the ``tl.dot`` work by
-  operand type, the element operations of the rest (weighted: a division is
-  dearer than an add), and the number of loop steps (the most any one load
+  (every live lane, the distinct 32-byte sectors and 128-byte lines, all as
+  bytes), the ``tl.dot`` work by operand type, the element operations of the
+  rest (weighted: a division is dearer than an add), and the number of loop steps (the most any one load
   of the kernel ran: a load in a @triton.jit helper is one per call of the
   helper, a load in a ``tl.static_range`` body one per unrolled iteration,
   as the compiler inlines and unrolls them);
@@ -49,7 +49,8 @@ import torch
 
 from .hooks import Hooks
 
-SECTOR = 32                 # bytes: the unit of a memory transaction
+SECTOR = 32                 # bytes: what DRAM and the caches move at least (a 64-byte access is two)
+LINE = 128                  # bytes: a cache line, four sectors under one tag (the L2 holds whole lines' tags)
 MAX_LAUNCHES = 12           # launch records kept per call
 MAX_FULL_PROGRAMS = 6       # programs run to the end per launch
 MAX_SIGNATURES = 12         # programs run for one loop step per base program (sharing distances)
@@ -398,10 +399,14 @@ def _skipped_dot(a, b, acc):
     return interp.TensorHandle(np.zeros(shape, dtype=np.float32), a.dtype.scalar)
 
 
-def _sectors(parts: list) -> int:
+def _bytes_in(parts: list, unit: int) -> int:
+    """Bytes of the distinct ``unit``-byte blocks (sectors or lines) that the sector arrays
+    ``parts`` of one program fall in."""
     if not parts:
         return 0
-    return int(np.unique(np.concatenate(parts)).size) if len(parts) > 1 else int(parts[0].size)
+    if len(parts) == 1 and unit == SECTOR:
+        return SECTOR * int(parts[0].size)   # one access's sectors: already distinct
+    return unit * int(np.unique(np.concatenate(parts) // np.uint64(unit // SECTOR)).size)
 
 
 def _linear(pid: int, grid) -> tuple[int, int, int]:
@@ -645,8 +650,10 @@ def _summary(programs: list[_Program], signatures: dict, bases: list[int], dists
         lanes = [p.lanes.get(k, [0, 0]) for p in programs]
         sect = [p.sectors.get(k, [[], []]) for p in programs]
         entry = {"lanes_read": sum(x[0] for x in lanes) / n, "lanes_written": sum(x[1] for x in lanes) / n,
-                 "sectors_read": SECTOR * sum(_sectors(s[0]) for s in sect) / n,
-                 "sectors_written": SECTOR * sum(_sectors(s[1]) for s in sect) / n,
+                 "sectors_read": sum(_bytes_in(s[0], SECTOR) for s in sect) / n,
+                 "sectors_written": sum(_bytes_in(s[1], SECTOR) for s in sect) / n,
+                 "lines_read": sum(_bytes_in(s[0], LINE) for s in sect) / n,
+                 "lines_written": sum(_bytes_in(s[1], LINE) for s in sect) / n,
                  "rows_read": sum(len(p.rows.get(k, ())) for p in programs) / n,
                  "rows_written": sum(len(p.rows_written.get(k, ())) for p in programs) / n}
         found = []

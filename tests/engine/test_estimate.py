@@ -68,6 +68,35 @@ def test_rereads_come_from_l2_only_when_the_sharer_runs_close_enough():
     assert near["dram_bytes"] == 512 << 20 and far["dram_bytes"] == 8 * (512 << 20)
 
 
+@pytest.mark.parametrize("width", [32, 64])
+def test_dram_moves_the_sectors_a_kernel_touches(width):
+    """A copy in strips of 32 or 64 fp16 columns (64 or 128 bytes of each row a program):
+    either way every sector of x is read once and every sector of y written once, as the
+    GPU moves them (32-byte sectors: a 64-byte run is two, not a whole line)."""
+    from tests.worker.test_capture import _captured, aligned, strips
+
+    R, C = 512, 1024
+    _, rep = _captured(lambda x: strips(x, width), aligned((R, C)), names=("x",))
+    (launch,) = rep["launches"]
+    t = launch_time(launch, {"num_warps": 4, "registers": 32, "shared_bytes": 0}, H100, set())
+    assert t["dram_bytes"] == t["l2_bytes"] == 2 * (R * C * 2)
+
+
+def test_the_l2_holds_whole_lines_of_what_a_program_touches():
+    """Programs that read one sector of each line hold four in L2: with the lines they hold
+    counted, fewer run within reach of the L2, and a sharer 500 programs back misses it."""
+    size, P = 64 << 20, 4096
+    sectors = {"sectors_read": 32 << 10, "rows_read": 64, "shared_at": 500}
+    row = {"num_warps": 4, "registers": 32, "shared_bytes": 200_000}   # one program a multiprocessor
+
+    def dram(counts):
+        launch = {"kernel": "k", "programs": P, "steps": 1, "counts": {"a": counts},
+                  "tensors": {"a": {"name": "x", "bytes": size}}}
+        return launch_time(launch, row, H100, set())["dram_bytes"]
+    assert dram(sectors) == size   # the sectors alone: 960 programs' reads fit in L2
+    assert dram({**sectors, "lines_read": 128 << 10}) == P * (32 << 10)   # their lines: 240 do
+
+
 def _one_launch(test: str, programs: int, counts: dict, tensors: dict) -> tuple[dict, list]:
     """A capture of ``test`` with one launch of ``programs`` programs, and its compile rows."""
     launch = {"kernel": "k", "programs": programs, "steps": 1, "sampled": 6, "counts": counts, "tensors": tensors,

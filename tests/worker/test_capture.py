@@ -335,3 +335,47 @@ def test_every_construct_is_counted_as_the_plain_kernel_is(kernel):
     assert got["dot_flops"] == want["dot_flops"] == {"fp16": 2 * B * B * K} and got["dots"] == K // B
     unrolled = 2 if kernel is static_range_kernel else 1   # the compiled loop's trips: K / (unrolled * B)
     assert want["steps"] == K // B and got["steps"] == K // (unrolled * B) and got["outer_steps"] == 0
+
+
+# ----------------------------------------------------------------------------- sectors and lines
+# What a program's access moves, as the GPU moves it: whole 32-byte sectors, under 128-byte lines'
+# tags (the issue 41 report: a 64-byte run of each row was priced as a whole 128-byte line).
+
+@triton.jit
+def strip_kernel(x_ptr, y_ptr, R, C, FIRST, STEP, BLOCK_R: tl.constexpr, WIDTH: tl.constexpr):
+    """y[:, strip] = x[:, strip]: the strip of WIDTH columns from FIRST + program_id(0) * STEP."""
+    rows = tl.arange(0, BLOCK_R)
+    cols = FIRST + tl.program_id(0) * STEP + tl.arange(0, WIDTH)
+    offs = rows[:, None] * C + cols[None, :]
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs))
+
+
+def aligned(shape, dtype=torch.float16, to=128) -> torch.Tensor:
+    """An uninitialised tensor whose first byte starts a 128-byte line (a GPU allocation's does)."""
+    n = int(np.prod(shape))
+    size = torch.tensor([], dtype=dtype).element_size()
+    buf = torch.empty(n + to // size, dtype=dtype)
+    skip = (-buf.data_ptr() % to) // size
+    return buf[skip:skip + n].view(shape)
+
+
+def strips(x, width, first=0, step=None):
+    R, C = x.shape
+    step = step or width
+    y = aligned((R, C))
+    strip_kernel[((C - first - width) // step + 1,)](x, y, R, C, first, step, BLOCK_R=R, WIDTH=width)
+    return y
+
+
+@pytest.mark.parametrize("first, sectors, lines", [(0, 2, 1), (8, 3, 1), (56, 3, 2)],
+                         ids=["aligned", "inside-a-line", "across-lines"])
+def test_an_access_counts_the_sectors_and_lines_it_falls_in(first, sectors, lines):
+    """A program's strip of 32 fp16 columns is 64 bytes of each row: two sectors of one
+    line from a line's start, three sectors 16 bytes in, three over two lines 112 bytes in
+    (each program's strip a line further along the row)."""
+    R, C = 16, 256
+    _, rep = _captured(lambda x: strips(x, 32, first, step=64), aligned((R, C)), names=("x",))
+    counts = _by_name(rep["launches"][0])
+    for name, how in (("x", "read"), ("output", "written")):
+        assert counts[name][f"lanes_{how}"] == R * 64 and counts[name][f"rows_{how}"] == R
+        assert counts[name][f"sectors_{how}"] == R * sectors * 32 and counts[name][f"lines_{how}"] == R * lines * 128
