@@ -25,9 +25,13 @@ launch's time is modelled from six bounds:
   programs hold there: the L2 keeps a line's tag for any sector of it). Data a
   previous launch of the same call wrote is in L2 if it fits.
 - **L2**: every sector the programs touch, at a multiple of that bandwidth.
-- **tensor cores**: the ``tl.dot`` work at the measured peak of its type
-  (fp16 ``torch.matmul``, int8 ``torch._int_mm``), less for the older
-  ``mma.sync`` instructions Triton uses for small tiles.
+- **tensor cores**: the ``tl.dot`` work at the tensor cores' rate for its type:
+  the measured fp16 peak (``torch.matmul``) times the type's dense peak over
+  fp16's in NVIDIA's figures for the GPU (grader/targets.toml's
+  ``tensor_tflops``: int8 twice fp16 on Hopper), less for the older
+  ``mma.sync`` instructions Triton uses for small tiles. The library's own
+  int8 product (``torch._int_mm``) reaches far less than the hardware's rate,
+  so its measured peak is no measure of what a Triton kernel can reach.
 - **issue**: every instruction of every warp, four warps' worth per cycle per SM.
 - **load/store unit**: every pass its memory instructions cost a warp (one per
   128-byte line a global access touches: a 16-byte vector load of 32 adjacent
@@ -106,6 +110,21 @@ class Target:
     max_blocks: int = 32
     baseline_ms: dict = field(default_factory=dict)   # "MxNxK" -> fp16 torch.matmul per call, as graded
     reference_ms: dict = field(default_factory=dict)  # test -> the reference solution's time, as graded
+    tensor_tflops: dict = field(default_factory=dict)  # dot operand type -> dense tensor-core peak (NVIDIA's)
+    tensor_source: str = ""          # where tensor_tflops comes from
+
+    def tensor_peak(self, kind: str) -> float:
+        """TFLOP/s of a dot whose operands are ``kind`` (Triton's type name): the measured fp16
+        peak scaled by the type's share of NVIDIA's dense figures for the GPU (the same
+        tensor cores: what fp16 reaches of its figure, every type reaches of its own)."""
+        fp16 = self.tflops.get("fp16", 1.0)
+        kind = {"uint8": "int8", "fp32": "tf32"}.get(kind, "fp8" if kind.startswith("fp8") else kind)
+        figures = self.tensor_tflops
+        if figures.get("fp16") and figures.get(kind):
+            return fp16 * figures[kind] / figures["fp16"]
+        # A GPU without NVIDIA's figures recorded (one tools/validate_estimate meets first):
+        # the ratios of Ampere's and Hopper's dense figures.
+        return fp16 * {"int8": 2.0, "fp8": 2.0, "tf32": 0.5}.get(kind, 1.0)
 
 
 def load_targets(path: Path = TARGETS_FILE) -> list[Target]:
@@ -154,18 +173,6 @@ def occupancy(row: dict, gpu: Target) -> tuple[int, str]:
         limits["shared memory"] = gpu.smem_per_sm // (smem + 1024)   # 1 KiB a block is the system's
     why = min(limits, key=limits.get)
     return max(0, limits[why]), why
-
-
-def _peak(kind: str, gpu: Target) -> float:
-    """TFLOP/s of a dot whose operands are ``kind`` (Triton's type name)."""
-    fp16 = gpu.tflops.get("fp16", 1.0)
-    if kind in ("int8", "uint8"):
-        return gpu.tflops.get("int8", 2 * fp16)
-    if kind.startswith("fp8"):
-        return 2 * fp16
-    if kind in ("fp32", "tf32"):
-        return fp16 / 2
-    return fp16
 
 
 def launch_time(launch: dict, row: dict | None, gpu: Target, in_l2: set) -> dict:
@@ -217,7 +224,7 @@ def launch_time(launch: dict, row: dict | None, gpu: Target, in_l2: set) -> dict
     mma_s = 0.0
     mma_share = 1.0 if loop.get("wgmma") or not loop.get("mma") else MMA_SYNC
     for kind, f in (launch.get("dot_flops") or {}).items():
-        mma_s += f * P / (_peak(kind, gpu) * 1e12 * mma_share)
+        mma_s += f * P / (gpu.tensor_peak(kind) * 1e12 * mma_share)
 
     # Instructions: per thread, the loop's trips and the rest of the kernel once.
     steps = float(launch.get("steps") or 0)
@@ -245,7 +252,7 @@ def launch_time(launch: dict, row: dict | None, gpu: Target, in_l2: set) -> dict
     mma_trip = 0.0
     if steps:
         for kind, f in (launch.get("dot_flops") or {}).items():
-            mma_trip += (f / steps) * resident / (_peak(kind, gpu) * 1e12 * mma_share / gpu.sms)
+            mma_trip += (f / steps) * resident / (gpu.tensor_peak(kind) * 1e12 * mma_share / gpu.sms)
     trip = _soft((alu_trip, async_wait, mma_trip)) + sync_wait
     waits = {"its instructions": alu_trip, "its pipelined loads": async_wait, "the tensor cores": mma_trip,
              "loads that wait for a load": sync_wait}

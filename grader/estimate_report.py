@@ -81,7 +81,8 @@ def markdown(result, plots: dict[str, str] | None, md_inline, md_code) -> list[s
           "launches at each performance test's GPU shape (the kernels in the compile table marked with that "
           "test), a few of each kernel's programs counted in the interpreter, the code the compiler emitted for "
           "the GPU (how wide its loads are, which ones are asynchronous), and the GPU's measured bandwidth "
-          "and tensor-core peak; each launch says what bounds it, which is where to look for speed."]
+          "and its tensor cores' rate for the product's type (the measured fp16 peak, scaled by NVIDIA's "
+          "figures); each launch says what bounds it, which is where to look for speed."]
     graded_on = " and ".join(str(c) for c in (result.calibrated_on or [])[:4])
     if graded_on:
         md += ["", f"The rubric grades on {md_inline(graded_on, 300)}: the GPUs its thresholds were placed on "

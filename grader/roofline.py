@@ -84,7 +84,7 @@ def draw(task_result, tests: list, target, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
     bw = target.copy_gbs * 1e9
     kind = _mma_dtype(task_result.task)
-    peak = target.tflops.get(kind, max(target.tflops.values())) * 1e12
+    peak = target.tensor_peak(kind) * 1e12
     xs = [r["flops"] / r["min_bytes"] for r in rows]
     lo, hi = min(xs) / 3, max(xs) * 3
     grid = [lo * (hi / lo) ** (i / 50) for i in range(51)]

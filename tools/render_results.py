@@ -19,7 +19,9 @@ how far later runs stray from the first; and ``eager``, a list of
 shown there too. docs/performance.md shows the newest file of each GPU and
 names the older ones (``--tables FILE`` prints theirs). grader/targets.toml is what the CPU run's speed estimate
 (grader/estimate.py) knows of each GPU: the device (``device``), its
-measured copy bandwidth and product peaks (the last `make bench`), and per
+measured copy bandwidth and product peaks (the last `make bench`), the
+tensor cores' dense peak per type in NVIDIA's figures (``TENSOR_FIGURES``,
+with where they come from), and per
 performance test the graded time of fp16 ``torch.matmul`` and of the
 reference (the median over the grades recorded with the grader's current
 clock, tools.gpu_session.CLOCK; where a GPU has none yet, over every grade,
@@ -57,6 +59,17 @@ HANDOUT_NUMBERS = (
 EST_BEGIN, EST_END = "<!-- estimate:begin (tools/render_results.py) -->", "<!-- estimate:end -->"
 TARGETS = ROOT / "grader" / "targets.toml"
 DEVICE_KEYS = ("sms", "l2_bytes", "clock_ghz", "smem_per_sm", "regs_per_sm", "max_warps", "max_blocks")
+# The tensor cores' dense peak per operand type (TFLOP/s, TOP/s for int8) in NVIDIA's own figures,
+# by the name torch gives the GPU: no benchmark of a library's product gives it (torch._int_mm
+# reaches about half of int8's). The estimate scales its measured fp16 peak by them.
+_HOPPER_SXM = {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp8": 1978.9, "int8": 1978.9}
+TENSOR_FIGURES = {
+    "NVIDIA H100 80GB HBM3": (_HOPPER_SXM, "NVIDIA H100 Tensor Core GPU Architecture whitepaper and H100 datasheet, "
+                              "H100 SXM, dense (the datasheet's figures with sparsity halved): FP16 and BF16 989.4 "
+                              "TFLOPS, TF32 494.7, FP8 1978.9, INT8 1978.9 TOPS"),
+    "NVIDIA H200": (_HOPPER_SXM, "NVIDIA H200 datasheet: the H100 SXM's compute (FP16 and BF16 1979 TFLOPS, FP8 "
+                    "and INT8 3958 with sparsity; dense is half), with more and faster memory"),
+}
 
 
 def _runs() -> list[tuple[Path, dict]]:
@@ -258,7 +271,12 @@ def targets_toml() -> str:
                 "baseline_ms = {" + ", ".join(f'"{k}" = {statistics.median(v):.5f}' for k, v in sorted(base.items()))
                 + "}",
                 "reference_ms = {" + ", ".join(f'"{k}" = {statistics.median(v):.5f}' for k, v in sorted(ref.items()))
-                + "}", ""]
+                + "}"]
+        if gpu in TENSOR_FIGURES:
+            figures, where = TENSOR_FIGURES[gpu]
+            out += ["tensor_tflops = {" + ", ".join(f"{k} = {v:.1f}" for k, v in sorted(figures.items())) + "}",
+                    f"tensor_source = {json.dumps(where)}"]
+        out.append("")
     return "\n".join(out)
 
 

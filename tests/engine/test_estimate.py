@@ -97,6 +97,26 @@ def test_the_l2_holds_whole_lines_of_what_a_program_touches():
     assert dram({**sectors, "lines_read": 128 << 10}) == P * (32 << 10)   # their lines: 240 do
 
 
+def test_int8_dots_run_at_twice_the_fp16_rate_as_in_nvidias_figures():
+    """The tensor cores' rate per type is the measured fp16 peak scaled by NVIDIA's dense
+    figures (recorded in grader/targets.toml with their source): int8 twice fp16 on Hopper,
+    not the library's int8 product (torch._int_mm), which reaches far less."""
+    for target in load_targets():
+        figures = target.tensor_tflops   # H100 SXM (H200 the same): 989.4 TFLOPS fp16, 1978.9 TOPS int8, dense
+        assert (figures["fp16"], figures["int8"]) == (989.4, 1978.9)
+        assert "NVIDIA" in target.tensor_source and "datasheet" in target.tensor_source
+        assert target.tensor_peak("fp16") == target.tflops["fp16"]
+        assert target.tensor_peak("int8") == pytest.approx(2 * target.tflops["fp16"], rel=1e-4)
+
+    def tensor_cores(kind):
+        launch = {"kernel": "k", "programs": 1024, "steps": 32, "dot_flops": {kind: 2 * 128 * 128 * 4096}}
+        return launch_time(launch, {"num_warps": 8, "registers": 128, "shared_bytes": 65536}, H100,
+                           set())["parts"]["tensor cores"]
+    flops = 1024 * 2 * 128 * 128 * 4096
+    assert tensor_cores("fp16") == pytest.approx(flops / (H100.tflops["fp16"] * 1e6))
+    assert tensor_cores("int8") == pytest.approx(tensor_cores("fp16") / 2, rel=1e-4)
+
+
 def _one_launch(test: str, programs: int, counts: dict, tensors: dict) -> tuple[dict, list]:
     """A capture of ``test`` with one launch of ``programs`` programs, and its compile rows."""
     launch = {"kernel": "k", "programs": programs, "steps": 1, "sampled": 6, "counts": counts, "tensors": tensors,
