@@ -14,9 +14,10 @@ python -c "import pytest" 2>/dev/null || python -m pip install -q --no-index --f
 export PYTHONPATH=/tmp/deps${PYTHONPATH:+:$PYTHONPATH}
 { nvidia-smi --query-gpu=name --format=csv,noheader; python -c "import torch, triton; print(torch.__version__, triton.__version__)"; date -u; } > "$OUT/device.txt" 2>&1
 if [ "$PART" = 3 ]; then
-  timeout 180 python tests/idioms/grade_corpus.py --device cuda --correctness-only --jobs 10 --out /tmp/idg \
+  timeout 180 python tests/idioms/grade_corpus.py --device cuda --correctness-only --jobs 10 --out "$OUT/idg" \
     > "$OUT/idioms.txt" 2>&1
-  cat "$OUT/idioms.txt"
+  python tests/idioms/grade_corpus.py --summarize --out "$OUT/idg" > "$OUT/idioms_summary.txt" 2>&1
+  cat "$OUT/idioms_summary.txt"
   timeout 250 python -m pytest tests/integrity/test_threads_and_libraries.py -m gpu -s -p no:cacheprovider -q \
     > "$OUT/facts.txt" 2>&1
   tail -40 "$OUT/facts.txt"
