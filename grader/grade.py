@@ -36,8 +36,8 @@ from .staticcheck import check_source
 from .submission import Submission, SubmissionError, load_submission
 
 TRITON_NOTE = {
-    "cpu": ("Triton use is judged from the kernel files (allowlist) and from what the worker recorded: the PyTorch "
-            "ops of each checked call and, in the interpreter, the arithmetic its kernels did; flagged items are "
+    "cpu": ("On a CPU the wrapper sees shapes only (never a value) and a separate process runs its kernels once "
+            "the GPU's compiler accepts them; the kernel files are checked against an allowlist; flagged items are "
             "for a TA to review."),
     "cuda": ("Triton use is judged from the kernel files (allowlist) and from what the worker recorded: the PyTorch "
              "ops of each checked call and a trace of the kernels that ran on the GPU; flagged items are for a TA "

@@ -80,7 +80,7 @@ def _appeared(session: Session) -> list[str]:
 
 
 MAX_CONFIGS = 16   # autotune configs checked per call (every one a GPU autotuner may pick)
-EXECUTOR_EVIDENCE = ("outside", "kernel_flops", "checks_off")
+EXECUTOR_EVIDENCE = ("outside", "checks_off")
 
 
 def _shape_call(session: Session, name: str, arena, args, specs, out_spec, label) -> CallResult:
@@ -112,7 +112,7 @@ def _shape_call(session: Session, name: str, arena, args, specs, out_spec, label
                 arena.view(out_spec).fill_(float("nan"))
             done = session.executor.request({"op": "execute", "arena": name, "args": specs, "out": out_spec,
                                              "program": program, "choice": k})
-            # What the executor saw (the bounds check, the arithmetic); the launches are the worker's.
+            # What the executor saw (the bounds check); the launches are the worker's.
             ran = done.get("evidence", {})
             evidence = {**evidence, **{k: ran[k] for k in EXECUTOR_EVIDENCE if k in ran}}
             if not done["ok"]:

@@ -54,7 +54,7 @@ MAX_COMPILE_ROWS = 30
 EVIDENCE_SCHEMA = {"own_launches": int, "foreign_launches": list, "library_matmuls": list,
                    "oversized_ops": list, "torch_elements": int, "torch_sites": list}
 # Evidence only some calls have: absent means "not measured", never zero.
-OPTIONAL_EVIDENCE = {"kernel_flops": int, "host_reads": int}
+OPTIONAL_EVIDENCE = {"host_reads": int}
 TRACE_SCHEMA = {"own": int, "copies": int, "torch_ops": list, "foreign": list}   # worker/trace.py
 MAX_TEXT = 12000
 # The data-movement counts (grader/worker/movement.py): feedback the worker

@@ -80,9 +80,6 @@ class Task:
     # (*args) -> extra absolute deviation per element a faithful kernel may need
     # (W8A8: an ambiguous rounding); None: the tolerance alone
     slack: Callable[..., torch.Tensor] | None = None
-    # (*args) -> FLOPs of the product on these very inputs (DDS: the blocks stored in
-    # this weight); None: dot_flops of the call's shape and options
-    call_flops: Callable[..., int] | None = None
 
     # Likely causes (grader/diagnose.py): this task's own cause texts,
     # {id: (text, handout section or None for this task's)}, and its checks by
@@ -129,13 +126,6 @@ class Task:
     def reference_and_slack(self, args) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The exact reference on ``args`` and the slack there (None when the task has none)."""
         return self.reference(*args), (self.slack(*args) if self.slack else None)
-
-    def product_flops(self, shape, options: Mapping, args) -> int:
-        """FLOPs the product needs on ``args``: what a call's kernels must at least
-        come near (the judge's arithmetic check)."""
-        if self.call_flops is not None:
-            return int(self.call_flops(*args))
-        return int(self.dot_flops(shape, self.defaults(options)))
 
     def minimum_bytes(self, shape, options: Mapping) -> int:
         """Fewest bytes a call must move: every input read once, the output written once."""

@@ -72,11 +72,6 @@ def dot_flops(shape, options) -> int:
     return 2 * shape[0] * BLOCK * BLOCK * _stored_blocks(shape, options)
 
 
-def call_flops(x, weight_bsr) -> int:
-    """FLOPs of the blocks this weight stores (empty block rows included)."""
-    return 2 * x.shape[0] * weight_bsr.values().numel()
-
-
 # ---------------------------------------------------------------- likely causes
 
 def _block_counts(f):
@@ -168,7 +163,7 @@ TASK = Task(
     build_inputs=build_inputs, refresh_activations=refresh_x, reference=reference,
     tolerance=2e-3,   # fp32 accumulation in any block order: about four fp16 ulps
     sanity=0.01,      # no quantization: only accumulation order
-    floor_parts=floor_parts, dot_flops=dot_flops, call_flops=call_flops, shape_problem=shape_problem,
+    floor_parts=floor_parts, dot_flops=dot_flops, shape_problem=shape_problem,
     causes={
         "transposed_block": ("each 32x32 block is used transposed: values[b][r, c] is W[32i + r, 32j + c]; "
                              "the dot wants it as [k, n]", None),

@@ -13,8 +13,8 @@ holds the arena with the real inputs and carries the program out:
 - each launch's kernel is compiled by the grading Triton for the GPU (its
   front end, gate.py) before the interpreter runs it, so the interpreter never
   runs a kernel body the GPU's compiler refuses (plain Python in a kernel);
-- the interpreter runs with the bounds check and the arithmetic count
-  (movement.py); the result is copied into the arena's output slot.
+- the interpreter runs with the bounds check (movement.py); the result is
+  copied into the arena's output slot.
 
 Nothing this process learns goes back to the worker: its replies reach the
 harness only, which keeps errors (they may quote values) for the report.
@@ -250,7 +250,7 @@ def _named(args, specs) -> list[tuple[str, int, int]]:
 
 class Executor:
     def __init__(self, module, fds: socket.socket, package: str, off: set[str]):
-        self.module, self.fds, self.own_prefix, self.off = module, fds, package + ".", set(off)
+        self.module, self.fds, self.off = module, fds, set(off)
         self.arenas: dict = {}
         # One world of memory per autotune config: a buffer kept between calls is written only by the
         # runs of its own config, as when that config is the GPU autotuner's pick from the start.
@@ -301,13 +301,10 @@ class Executor:
         return counter, y
 
     def execute(self, msg: dict) -> dict:
-        bounds, arithmetic = "bounds check" not in self.off, "arithmetic count" not in self.off
+        bounds = "bounds check" not in self.off
 
         def counter_for(args, specs):
-            if not (bounds or arithmetic):
-                return None
-            return Movement(_named(args, specs), confine=bounds, memory=bounds, arithmetic=arithmetic,
-                            own_prefix=self.own_prefix)
+            return Movement(_named(args, specs), confine=True) if bounds else None
 
         try:
             counter, _ = self._carry_out(msg, counter_for)
@@ -330,10 +327,7 @@ class Executor:
     def _evidence(self, counter) -> dict:
         evidence = {}
         if counter is not None:
-            if counter.confine:
-                evidence["outside"] = counter.outside()
-            if counter.count_arithmetic:
-                evidence["kernel_flops"] = counter.arithmetic
+            evidence["outside"] = counter.outside()
         if self.failed:
             evidence["checks_off"] = dict(self.failed)
         return evidence
@@ -351,7 +345,7 @@ def _warm_up() -> str:
             torch.ones(1 << 20).add_(1.0)
         cell = torch.zeros(16)
         _warm_kernel[(1,)](cell, 16, BLOCK=16)
-        counter = Movement([("0", *tensor_range(cell))], confine=True, memory=True, arithmetic=True)
+        counter = Movement([("0", *tensor_range(cell))], confine=True)
         counter.install()
         try:
             _warm_kernel[(1,)](cell, 16, BLOCK=16)

@@ -1,7 +1,7 @@
 """The private Triton APIs the worker patches or calls, in one place, with the Triton versions they were tested on.
 
 The worker's checks hook into Triton below its public API: the launch record
-wraps ``run``, the interpreter's bounds check, arithmetic count and data
+wraps ``run``, the interpreter's bounds check and data
 movement wrap its builder, the launch capture intercepts the interpreter's
 launches and the autotuner's trials and counts sampled programs on the
 builder, the compile check calls Triton's binder and its backend. A new Triton
@@ -11,7 +11,7 @@ which checks cannot install and why; the harness runs it
 worker, and every report of the run says which check is off and why. A check
 is never silently off.
 
-    fence.probe("cpu")    -> {"arithmetic count": "this Triton (3.10.0) has no ...", ...}  ({} when all install)
+    fence.probe("cpu")    -> {"bounds check": "this Triton (3.10.0) has no ...", ...}  ({} when all install)
 
 Each entry of ``PRIVATE`` is (check, platform, module, attribute path, the
 parameters the patch relies on or None). ``platform`` is "cpu" (the CPU
@@ -38,7 +38,6 @@ TESTED_ON = {"cuda": ("3.6.0",), "cpu": ("3.6.0",)}
 CHECKS = {
     "launch record": "no check that the submission launched its own Triton kernel",
     "bounds check": "out-of-bounds loads and stores are not caught in the interpreter",
-    "arithmetic count": "no check that the submission's kernels did the product's arithmetic",
     "data movement": "no data-movement table",
     "compile check": "kernels are not compiled for the GPU on a CPU run, nor captured at the GPU shapes",
     "launch capture": "what the wrapper launches at the GPU shapes is neither compiled nor estimated on a CPU run",
@@ -107,14 +106,6 @@ PRIVATE = (
     *(("bounds check", "cpu", *m) for m in _MEMORY),
     *(("data movement", "cpu", *m) for m in _MEMORY),
     ("data movement", "cpu", _INTERP, "InterpreterBuilder.create_dot", ("a", "b")),
-    ("arithmetic count", "cpu", _INTERP, "InterpreterBuilder.create_dot", ("a", "b")),
-    ("arithmetic count", "cpu", _INTERP, "InterpreterBuilder.binary_op", ("lhs", "rhs", "op")),
-    ("arithmetic count", "cpu", _INTERP, "InterpreterBuilder.unary_op", ("arg", "op")),
-    ("arithmetic count", "cpu", _INTERP, "InterpreterBuilder.ternary_op", ("lhs", "rhs", "other", "op")),
-    ("arithmetic count", "cpu", _INTERP, "InterpreterBuilder.create_fma", ("x", "y", "z")),
-    ("arithmetic count", "cpu", _INTERP, "InterpreterBuilder.set_grid_idx", ("x", "y", "z")),  # a program starts
-    ("arithmetic count", "cpu", _INTERP, "ReduceScanOpInterface.apply", ("input",)),   # tl.sum, tl.max, cumsum
-    ("arithmetic count", "cpu", _INTERP, "GridExecutor.__call__", None),
     ("compile check", "cpu", "triton.runtime.jit", "create_function_from_signature", ("sig", "kparams", "backend")),
     ("compile check", "cpu", "triton.runtime.jit", "JITFunction._pack_args", ("backend", "kwargs", "bound_args",
                                                                             "specialization", "options")),
@@ -143,7 +134,7 @@ TRITON_OWN_COMPUTE = ("testing.py",)
 # the patches read (an interpreter without create_dot_scaled, 3.6's, runs no tl.dot_scaled:
 # there is nothing to count).
 OPTIONAL = (
-    (("data movement", "arithmetic count", "launch capture"), _INTERP,
+    (("data movement", "launch capture"), _INTERP,
      "InterpreterBuilder.create_dot_scaled", ("lhs", "lhs_scale_handle", "lhs_format_enum", "rhs")),
 )
 

@@ -8,10 +8,6 @@
         y = kernel_wrapper(...)
     m.outside()                          # bytes loaded and stored outside every known tensor
 
-    with Movement([], memory=False, arithmetic=True, own_prefix="submission.") as m:
-        y = kernel_wrapper(...)
-    m.arithmetic                         # the arithmetic the submission's own kernels did
-
 While installed, every launch is counted: its grid, the bytes each
 ``tl.load`` and ``tl.store`` touched (one element per lane whose mask is
 true: masked-off lanes are not counted), atomics as one read and one write
@@ -31,17 +27,6 @@ the arena keeps guard bytes between the inputs, so a read just past the end
 of x lands outside every tensor and is named after x (the tensor it read
 past). A jump far enough to land inside another argument is not caught here
 (the guards' NaN shows it in the output instead).
-
-With ``arithmetic``, the arithmetic done inside the programs of the kernels
-whose module starts with ``own_prefix`` is counted: 2 M N K per ``tl.dot``
-(as above), one operation per element of every elementwise result (``+ - * /``,
-comparisons, shifts, casts excluded; an FMA counts two), and one per input
-element of a reduction or scan (``tl.sum``, ``tl.max``, ``tl.cumsum``). Only
-work between a program's start and the launch's end counts: what a grid
-callable computes with ``tl`` before the first program does not. This is the
-positive check that the kernels computed the product (grader/judge.py
-compares it with the product's FLOPs); docs/integrity.md says what it cannot
-tell.
 
 The counts come from the interpreter's builder (``InterpreterBuilder``:
 ``create_masked_load``, ``create_masked_store``, the atomics, ``create_dot``;
@@ -141,17 +126,11 @@ class _Ranges:
 class Movement:
     """Counts loads, stores and dots of every interpreted launch while installed."""
 
-    def __init__(self, named: list[tuple[str, int, int]], confine: bool = False, memory: bool = True,
-                 arithmetic: bool = False, own_prefix: str = ""):
+    def __init__(self, named: list[tuple[str, int, int]], confine: bool = False, memory: bool = True):
         """``named``: (key, first byte, past the last byte) of each tensor to name;
         ``confine``: mask off and count the lanes outside every known tensor;
-        ``memory``: count loads and stores (False: leave them alone);
-        ``arithmetic``: count the arithmetic of the kernels whose module starts
-        with ``own_prefix``."""
-        self.confine, self.memory, self.count_arithmetic = confine, memory, arithmetic
-        self.own_prefix = own_prefix
-        self.arithmetic = 0      # operations counted (count_arithmetic)
-        self._in_program = False  # a program of an own launch is running: its arithmetic counts
+        ``memory``: count loads and stores (False: leave them alone)."""
+        self.confine, self.memory = confine, memory
         self.first_outside = ""  # the kernel of the first out-of-bounds access
         self.first_tensor = ""   # the key of the tensor its pointer came from ("" if not known)
         self.outside_loads = self.outside_stores = 0   # bytes the live lanes touched outside their tensor
@@ -232,13 +211,6 @@ class Movement:
         self.flops += flops
         if self._current is not None:
             self._current["flops"] += flops
-        if self._in_program:
-            self.arithmetic += flops
-
-    def _elements(self, handle, per: int = 1) -> None:
-        """Count ``per`` operations for each element of an elementwise result."""
-        if self._in_program:
-            self.arithmetic += per * int(np.size(getattr(handle, "data", 0)))
 
     # ------------------------------------------------------------------ patching
     def install(self) -> None:
@@ -272,7 +244,7 @@ class Movement:
             patches.update({(B, "create_masked_load"): masked_load, (B, "create_masked_store"): masked_store,
                             (B, "create_atomic_rmw"): atomic_rmw, (B, "create_atomic_cas"): atomic_cas})
 
-        if self.count_arithmetic or not self.confine:   # the movement table and the count need dots
+        if not self.confine:   # the movement table counts dots; the bounds check needs none
             def dot(self, a, b, *rest, **kw):
                 me._dot(a, b)
                 return orig[B, "create_dot"](self, a, b, *rest, **kw)
@@ -284,42 +256,6 @@ class Movement:
             patches[B, "create_dot"] = dot
             if hasattr(B, "create_dot_scaled"):   # a Triton whose interpreter has no dot_scaled runs none
                 patches[B, "create_dot_scaled"] = dot_scaled
-
-        if self.count_arithmetic:
-            R = interp.ReduceScanOpInterface
-
-            def binary_op(self, lhs, rhs, op):
-                out = orig[B, "binary_op"](self, lhs, rhs, op)
-                me._elements(out)
-                return out
-
-            def unary_op(self, arg, op):
-                out = orig[B, "unary_op"](self, arg, op)
-                me._elements(out)
-                return out
-
-            def ternary_op(self, lhs, rhs, other, op):
-                out = orig[B, "ternary_op"](self, lhs, rhs, other, op)
-                me._elements(out)
-                return out
-
-            def fma(self, x, y, z):
-                out = orig[B, "create_fma"](self, x, y, z)
-                me._elements(out, 2)
-                return out
-
-            def reduce_or_scan(self, input):
-                if isinstance(input, tuple) and input:   # apply() calls itself once with a tuple
-                    me._elements(getattr(input[0], "handle", None))
-                return orig[R, "apply"](self, input)
-
-            def set_grid_idx(self, x, y, z):
-                me._in_program = me._current is not None and me._current.get("own", False) and not me._paused
-                return orig[B, "set_grid_idx"](self, x, y, z)
-
-            patches.update({(B, "binary_op"): binary_op, (B, "unary_op"): unary_op, (B, "ternary_op"): ternary_op,
-                            (B, "create_fma"): fma, (R, "apply"): reduce_or_scan,
-                            (B, "set_grid_idx"): set_grid_idx})
 
         def bench(self, *args, **kwargs):
             me._paused += 1
@@ -367,19 +303,15 @@ class Movement:
                 self._keep.append(storage)
                 self.ranges.add(start, start + storage.nbytes(), f"storage:{start}")
         fn = getattr(executor, "fn", None)
-        own = str(getattr(fn, "__module__", "") or "").startswith(self.own_prefix)
-        self._in_program = False
         self._current = {"kernel": str(getattr(fn, "__name__", "?"))[:MAX_TEXT], "grid": [0, 0, 0],
-                         "programs": 0, "loaded": 0, "stored": 0, "flops": 0, "own": own}
+                         "programs": 0, "loaded": 0, "stored": 0, "flops": 0}
 
     def _end(self) -> None:
         import triton.runtime.interpreter as interp
 
         row, self._current = self._current, None
-        self._in_program = False
         if row is None:
             return
-        row.pop("own", None)
         grid = [int(g) for g in getattr(interp.interpreter_builder, "grid_dim", (0, 0, 0))]
         row["grid"] = grid
         row["programs"] = grid[0] * grid[1] * grid[2]

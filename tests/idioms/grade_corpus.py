@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +27,9 @@ sys.path.insert(0, str(IDIOMS))
 from check_corpus import task_of, variants  # noqa: E402
 
 
-def grade(name: str, out: Path, device: str = "cpu", rubric: Path | None = None) -> None:
+def grade(name: str, out: Path, device: str = "cpu", rubric: Path | None = None, own_lock: bool = False) -> None:
+    """Grade one variant. own_lock: this grade takes a GPU lock of its own (correctness only: no
+    timing to disturb, so several variants may share the GPU)."""
     task = task_of(name)
     sub = out / f"sub_{name}"
     shutil.rmtree(sub, ignore_errors=True)
@@ -36,9 +40,13 @@ def grade(name: str, out: Path, device: str = "cpu", rubric: Path | None = None)
     started = time.monotonic()
     with open(out / f"log_{name}.txt", "w") as log:
         extra = ["--rubric", str(rubric)] if rubric else []
+        env = dict(os.environ)
+        if own_lock:
+            (out / f"lock_{name}").mkdir(exist_ok=True)
+            env["GRADER_GPU_LOCK_DIR"] = str(out / f"lock_{name}")
         subprocess.run([sys.executable, "-m", "grader", "grade", str(sub), "--tasks", task, "--device", device,
                         "--report-dir", str(out / f"rep_{name}"), *extra], cwd=ROOT, stdout=log,
-                       stderr=subprocess.STDOUT)
+                       stderr=subprocess.STDOUT, env=env)
     print(f"{name}: graded in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
 
@@ -67,6 +75,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--correctness-only", action="store_true",
                         help="grade with the rubric's correctness tests only (a GPU check of the verdicts)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="variants graded at once (with --correctness-only on a GPU: each its own GPU lock)")
     a = parser.parse_args(argv)
     names = a.names or variants()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -76,9 +86,11 @@ def main(argv=None) -> int:
         head, *tests = text.split("[[tests]]")
         rubric = a.out / "rubric-correctness.toml"
         rubric.write_text(head + "".join("[[tests]]" + t for t in tests if 'kind = "performance"' not in t))
+    if not a.summarize:
+        with ThreadPoolExecutor(max(1, a.jobs)) as pool:
+            list(pool.map(lambda n: grade(n, a.out, a.device, rubric, own_lock=a.jobs > 1 and a.correctness_only),
+                          names))
     for name in names:
-        if not a.summarize:
-            grade(name, a.out, a.device, rubric)
         print(verdict(name, a.out), flush=True)
     return 0
 

@@ -13,7 +13,6 @@ PyTorch ops). Both layers are tested.
 
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -38,19 +37,40 @@ def _task(result, name="w8a8"):
     return {t.task: t for t in result.tasks}[name]
 
 
+HOST_COMPUTE = "computes on the host"        # grader/worker/shapes.py: a torch op that computes, refused
+VALUES_READ = "the wrapper read a tensor's value into Python"   # shapes.VALUES_MESSAGE
+
+
+def _refused_on_the_cpu(result, *words, task="w8a8"):
+    """On the CPU the wrapper sees shapes only (grader/worker/shapes.py): an attack on the host
+    fails every correctness call with the refusal's words, before any kernel runs. The messages."""
+    messages = [t.message for t in result.tests if t.task == task and t.kind == "correctness"]
+    assert result.score == 0 and messages, messages
+    assert all(any(w in m for w in words) for m in messages), messages
+    return messages
+
+
 @pytest.mark.parametrize("static", [True, False])
 def test_torch_fallback_gets_nothing(tmp_path, static):
     result = grade_files(tmp_path, {"w8a8": submission("w8a8_torch_fallback")}, ["w8a8"], static=static)
     task = _task(result)
     assert result.score == 0
-    assert ("forbidden code" if static else "library matmul") in _flags(task)
+    if static:
+        assert "forbidden code" in _flags(task)
+    elif HAS_CUDA:
+        assert "library matmul" in _flags(task)
+    else:
+        _refused_on_the_cpu(result, HOST_COMPUTE)
 
 
 def test_broadcast_product_with_a_token_triton_copy_gets_nothing(tmp_path):
     # The product as multiply-and-sum in PyTorch, then a Triton launch just to look busy.
     src = submission("w8a8_torch_product_token_launch")
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False)
-    assert result.score == 0 and "computed outside Triton" in _flags(_task(result))
+    if HAS_CUDA:
+        assert result.score == 0 and "computed outside Triton" in _flags(_task(result))
+    else:
+        _refused_on_the_cpu(result, HOST_COMPUTE)
 
 
 def test_output_caching_that_skips_the_kernel_voids_the_task(tmp_path):
@@ -62,22 +82,21 @@ def test_output_caching_that_skips_the_kernel_voids_the_task(tmp_path):
 def test_output_caching_fails_on_fresh_inputs(tmp_path):
     # Launches the kernel every time (so it looks busy) but returns the first answer.
     # Every case is called twice on fresh draws: the second call gets the cached answer.
-    # On the CPU the record of who wrote the output also voids the task: the cached answer
-    # was stored by a kernel of an earlier call, not of this one.
     src = submission("w8a8_cache_first_answer")
     result = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"]))
     for name in ("w8a8/c0", "w8a8/c1"):
         assert result[name].score == 0, result[name].message
-        if HAS_CUDA:
-            assert "keep state between calls" in result[name].message
-        else:
-            assert "not stored by the submission's Triton kernels during the call" in result[name].message
+        assert "keep state between calls" in result[name].message
 
 
 def test_writing_into_inputs_voids_the_task(tmp_path):
     src = submission("w8a8_writes_into_inputs")
+    # The static check refuses the in-place op by name; without it the write is seen after the call.
     result = grade_files(tmp_path, {"w8a8": src}, ["w8a8"])
-    assert result.score == 0 and "inputs modified" in _flags(_task(result))
+    assert result.score == 0 and "forbidden code" in _flags(_task(result))
+    result = grade_files(tmp_path / "no_static", {"w8a8": src}, ["w8a8"], static=False)
+    assert result.score == 0 and "inputs modified" in _flags(_task(result)), \
+        (_task(result).flags, [t.message for t in result.tests])
 
 
 @pytest.mark.parametrize("patched", ["allclose", "testing", "equal", "cuda_events", "grader_worker"])
@@ -250,7 +269,9 @@ def test_poisoned_replies_cost_the_task_only(tmp_path, poison):
 def test_output_on_the_meta_device_is_a_failed_case(tmp_path):
     src = submission("w8a8_output_on_meta")
     result = by_name(grade_files(tmp_path, {"w8a8": src}, ["w8a8"], static=False))
-    assert result["w8a8/c0"].score == 0 and "output is on meta" in result["w8a8/c0"].message
+    # On the CPU every tensor of the wrapper is on meta: it is the launch that is missing.
+    words = "output is on meta" if HAS_CUDA else "launched no Triton kernel"
+    assert result["w8a8/c0"].score == 0 and words in result["w8a8/c0"].message, result["w8a8/c0"].message
 
 
 # ---- The sandbox: what a submission can reach with allowed modules and known paths.
@@ -514,11 +535,14 @@ def test_the_hidden_tests_gpu_shapes_stay_out_of_the_compile_table_and_the_estim
 
 def test_a_product_computed_by_pytorch_ops_gets_nothing(tmp_path):
     """A K-loop of rank-1 updates in PyTorch arithmetic (no matmul anywhere) and a
-    token Triton copy: the static check cannot see tensor arithmetic, the op
-    record's total can."""
+    token Triton copy: the static check cannot see tensor arithmetic; on the CPU the
+    shape-only wrapper refuses it, on a GPU the kernel trace names the ops."""
     result = grade_files(tmp_path, {"w8a8": submission("w8a8_torch_k_loop")}, ["w8a8"])
     assert result.score == 0
-    assert "computed_outside_triton" in [f["kind"] for f in _task(result).flags], _task(result).flags
+    if HAS_CUDA:
+        assert "no_triton_compute" in [f["kind"] for f in _task(result).flags], _task(result).flags
+    else:
+        _refused_on_the_cpu(result, HOST_COMPUTE)
 
 
 def test_a_zip_member_that_lies_about_its_size_is_read_with_a_cap(tmp_path):
@@ -560,99 +584,35 @@ def test_no_triton_no_points_where_triton_calls_student_code(tmp_path, where, st
     result = grade_files(tmp_path, {"w8a8": submission(f"w8a8_{where}_computes")}, ["w8a8"], static=static)
     task = _task(result)
     assert correctness(result) == 0, [t.message for t in result.tests]
-    if where == "kernel_helper" and HAS_CUDA:
-        return   # a plain function called from a kernel does not compile for a GPU: every call fails
-    assert NO_TRITON in _flags(task), task.flags
-    assert "no_triton_compute" in [f["kind"] for f in task.flags]
+    if where == "kernel_helper":
+        # A plain function called from a kernel does not compile for a GPU: every call fails, on the CPU
+        # before anything runs (the executor builds the file's kernels alone, grader/worker/kernels_only.py).
+        if not HAS_CUDA:
+            _refused_on_the_cpu(result, "does not compile for the GPU")
+    elif HAS_CUDA:
+        assert NO_TRITON in _flags(task), task.flags
+        assert "no_triton_compute" in [f["kind"] for f in task.flags]
+    else:   # the shape-only wrapper refuses the product's torch ops wherever Triton calls it from
+        _refused_on_the_cpu(result, HOST_COMPUTE, VALUES_READ)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="one .item() per element of x and the weight: far too slow at the GPU "
                     "shapes (docs/integrity.md)")
 def test_no_triton_no_points_for_python_arithmetic(tmp_path):
-    """Element by element in Python floats: PyTorch computes nothing (only .item()
-    and element writes), so the op record has nothing; the arithmetic count (CPU)
-    sees kernels that did no work."""
+    """Element by element in Python floats: PyTorch computes nothing (only .item() and
+    element writes). On the CPU the wrapper never holds a value: the first .item() is refused."""
     result = grade_files(tmp_path, {"w8a8": submission("w8a8_python_scalar_loop")}, ["w8a8"])
-    task = _task(result)
-    assert correctness(result) == 0 and task.status == "no_triton_compute", task.flags
-    assert _flags(task).startswith(NO_TRITON)
-
-
-def test_with_the_arithmetic_count_off_the_report_says_so_and_python_arithmetic_is_still_caught(
-        tmp_path, monkeypatch):
-    """A Triton whose interpreter lacks what the count hooks into (simulated): the
-    grade goes on without that check and every report format says which check is
-    off and why. The Python-arithmetic attack the count is there to stop is still
-    caught: its output was not stored by the kernels, and its wrapper read x and
-    the weight into Python."""
-    from grader.report import gradescope, markdown, terminal_table
-    from grader.worker import fence
-    if HAS_CUDA:
-        pytest.skip("the arithmetic count is the CPU interpreter's")
-    missing = ("arithmetic count", "cpu", "triton.runtime.interpreter", "InterpreterBuilder.create_dot_v9", None)
-    monkeypatch.setattr(fence, "PRIVATE", fence.PRIVATE + (missing,))
-    result = grade_files(tmp_path, {"w8a8": submission("w8a8_python_scalar_loop")}, ["w8a8"])
-    task = _task(result)
-    assert correctness(result) == 0, [t.message for t in result.tests]
-    kinds = [f["kind"] for f in task.flags]
-    assert "no_triton_compute" not in kinds and {"output_not_from_kernels", "computed_outside_triton"} <= set(kinds)
-    why = "this Triton (" + __import__("triton").__version__ + ") has no " \
-          "triton.runtime.interpreter.InterpreterBuilder.create_dot_v9"
-    assert f"arithmetic count off ({fence.CHECKS['arithmetic count']}): {why} (AttributeError); the grader's " \
-           f"hook was tested on Triton {fence.tested_on('cpu')}" in task.checks_off, task.checks_off
-    for text in (markdown(result), terminal_table(result), gradescope(result)["output"]):
-        assert "arithmetic count off" in text and ("create_dot_v9" in text or "create\\_dot\\_v9" in text)
-
-
-HONEST = [(folder, task) for folder in ("solutions", "calibration/naive", "tests/fixtures/from_the_handout")
-          for task in ("w8a8", "w4a16", "dds")]
-HONEST += [(f"tests/variants/{p.stem}", p.stem.split("_")[0])
-           for p in sorted((ROOT / "tests" / "variants").glob("*_faithful_*.py"))]
-
-
-@pytest.mark.skipif(HAS_CUDA, reason="counted in the CPU interpreter")
-@pytest.mark.parametrize("folder, task", HONEST, ids=[f"{f}:{t}" for f, t in HONEST])
-def test_honest_kernels_do_at_least_the_products_arithmetic(tmp_path, monkeypatch, folder, task):
-    """The check voids a task whose kernels did under a quarter of the product's FLOPs;
-    every honest kernel (the reference, the tutorial-style kernels, those written from
-    the handout, the faithful variants: split K, padded tiles, masked tails, M = 1)
-    does at least all of them on every CPU case of the rubric: a margin of 4x."""
-    import importlib
-    import shutil
-
-    from grader.rubric import load_rubric
-    from grader.tasks import get
-    from grader.worker.movement import Movement
-    package = tmp_path / "honest_pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    shutil.copyfile(ROOT / "assignment" / "utils.py", package / "utils.py")
-    source = ROOT / folder if folder.startswith("tests/variants") else ROOT / folder / task
-    shutil.copyfile(source.with_suffix(".py"), package / f"{task}.py")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    t = get(task)
-    fn = getattr(importlib.import_module(f"honest_pkg.{task}"), t.entry)
-    try:
-        for spec in load_rubric().tests_for(task, "correctness"):
-            shape = spec.shape_on("cpu")
-            if shape is None:
-                continue
-            args, _ = t.make_inputs(shape, spec.options, 5, "cpu")
-            with Movement([], memory=False, arithmetic=True, own_prefix="honest_pkg.") as m:
-                fn(*args)
-            needed = t.product_flops(shape, spec.options, args)
-            assert m.arithmetic >= needed, (spec.name, m.arithmetic, needed)
-    finally:
-        for name in [n for n in sys.modules if n.startswith("honest_pkg")]:
-            del sys.modules[name]
+    _refused_on_the_cpu(result, VALUES_READ)   # the first .item() of an input
 
 
 @pytest.mark.gpu
 def test_hidden_call_evidence_voids_the_task_in_fixed_words_only(tmp_path):
     """An honest kernel that, on shapes missing from the public rubric, builds a cat
-    and a stack whose sizes spell M, N and K. The hidden test's evidence voids W8A8,
-    and no output a student or TA reads (report.md, report.json, results.json,
-    class.csv, summary.md, the terminal) holds a number made from the hidden call."""
+    and a stack whose sizes spell M, N and K. On a GPU the hidden test's evidence (the op
+    record: more elements than a wrapper may make) voids W8A8; on the CPU a cat and a stack
+    are copies the wrapper may make, carried out by the executor. Either way no output a
+    student or TA reads (report.md, report.json, results.json, class.csv, summary.md, the
+    terminal) holds a number made from the hidden call."""
     from classroom import batch
     from grader.judge import HIDDEN_DETAIL, HIDDEN_KIND
     from grader.report import terminal_table, write_reports
@@ -664,8 +624,11 @@ def test_hidden_call_evidence_voids_the_task_in_fixed_words_only(tmp_path):
     (sub / "w8a8.py").write_text(submission("w8a8_hidden_shape_in_op_sizes", public=public))
     result = grade(sub, _hidden_rubric([("w8a8/odd_shape", hidden)]), seed=8, tasks=["w8a8"], log=lambda *_: None)
     task = _task(result)
-    assert task.score == 0 and correctness(result) == 0
-    assert {"kind": HIDDEN_KIND, "detail": HIDDEN_DETAIL} in task.flags
+    if HAS_CUDA:
+        assert task.score == 0 and correctness(result) == 0
+        assert {"kind": HIDDEN_KIND, "detail": HIDDEN_DETAIL} in task.flags
+    else:
+        assert task.score == task.max_score and not task.flags, (task.flags, [t.message for t in result.tests])
     out = tmp_path / "batch"
     write_reports(result, out / "students" / "alice")
     batch.write_class_files(out, [batch.Entry("alice", sub, "alice")], ["w8a8"])
@@ -806,21 +769,26 @@ def test_a_zip_with_a_broken_central_directory_is_named_as_broken(tmp_path):
 @pytest.mark.gpu
 def test_no_triton_no_points_for_work_in_a_finalizer(tmp_path):
     """A __del__ the garbage collector calls when it pleases, maybe after the call
-    returned: the recorders stay on until the output is in the arena, and the
-    kernels' arithmetic (CPU) or the trace (GPU) sees idle kernels all the same."""
-    result = grade_files(tmp_path, {"w8a8": submission("w8a8_del_computes")}, ["w8a8"])
-    task = _task(result)
-    assert correctness(result) == 0 and NO_TRITON in _flags(task), task.flags
+    returned. The static check refuses the name; without it, the trace (GPU) sees idle
+    kernels, and on the CPU the finalizer has shapes only: the output is never computed."""
+    task = _task(grade_files(tmp_path, {"w8a8": submission("w8a8_del_computes")}, ["w8a8"]))
+    assert task.score == 0 and "forbidden code" in _flags(task) and "__del__" in _flags(task), task.flags
+    result = grade_files(tmp_path / "no_static", {"w8a8": submission("w8a8_del_computes")}, ["w8a8"], static=False)
+    assert correctness(result) == 0, [t.message for t in result.tests]
+    if HAS_CUDA:
+        assert NO_TRITON in _flags(_task(result)), _task(result).flags
 
 
 @pytest.mark.gpu
 def test_no_triton_no_points_for_pytorch_work_on_another_thread(tmp_path):
-    """The op record watches the calling thread only: the product computed on a thread
-    of the submission's own is caught by the arithmetic count (CPU) and by the kernel
-    trace (GPU), which see the kernels, not the thread."""
+    """The product computed on a thread of the submission's own: the kernel trace (GPU) sees
+    the kernels, not the thread; on the CPU that thread has shapes only, like the wrapper,
+    and the threads rule (osfacts) sees it start."""
     result = grade_files(tmp_path, {"w8a8": submission("w8a8_thread_computes")}, ["w8a8"], static=False)
     task = _task(result)
-    assert correctness(result) == 0 and NO_TRITON in _flags(task), task.flags
+    assert correctness(result) == 0, [t.message for t in result.tests]
+    if HAS_CUDA:
+        assert NO_TRITON in _flags(task), task.flags
 
 
 @pytest.mark.gpu
@@ -863,7 +831,9 @@ def test_every_hidden_call_finding_reads_the_same_words(tmp_path):
     kernel on no rows and returns zeros, or both: before, the visible reports said which
     ("inputs modified", "no Triton kernel computed the output", or both), so a student
     steering the behaviour by M, N and K learnt bits of the hidden shape per submission.
-    Now every behaviour gives byte-identical visible reports, and the task gets nothing."""
+    Now every finding gives byte-identical visible reports, and the task gets nothing. On
+    the CPU no launch is a finding no longer (the wrapper cannot compute without one): the
+    zeros are a wrong answer, the hidden test's point lost like any other."""
     from grader.judge import HIDDEN_DETAIL, HIDDEN_KIND
     from tests.fakes import rubric_dict
     public = [t["cpu_shape"] for t in rubric_dict(tasks=("w8a8",))["tests"] if t["kind"] == "correctness"]
@@ -875,12 +845,19 @@ def test_every_hidden_call_finding_reads_the_same_words(tmp_path):
         result = grade(sub, _hidden_rubric([("w8a8/odd", [7, 32, 72])]), seed=8, tasks=["w8a8"],
                        log=lambda *_: None)
         task = _task(result)
-        assert task.score == 0 and task.flags == [{"kind": HIDDEN_KIND, "detail": HIDDEN_DETAIL}], task.flags
-        hidden = by_name(result)["w8a8/odd"].message   # the TA's (after the due date) says which
-        assert {"inputs": "inputs_modified", "no_compute": "no_triton_compute"}.get(how, "inputs_modified") \
-            in hidden, hidden
+        hidden = by_name(result)["w8a8/odd"]
         seen[how] = _student_view(result)
-    assert seen["inputs"] == seen["no_compute"] == seen["both"]
+        if how == "no_compute" and not HAS_CUDA:
+            assert task.flags == [] and hidden.score == 0 and task.score == task.max_score - hidden.max_score
+            assert hidden.message not in seen[how]
+            continue
+        assert task.score == 0 and task.flags == [{"kind": HIDDEN_KIND, "detail": HIDDEN_DETAIL}], task.flags
+        # the TA's (after the due date) says which
+        assert {"inputs": "inputs_modified", "no_compute": "no_triton_compute"}.get(how, "inputs_modified") \
+            in hidden.message, hidden.message
+    assert seen["inputs"] == seen["both"]
+    if HAS_CUDA:
+        assert seen["inputs"] == seen["no_compute"]
 
 
 def test_the_settings_a_kernel_file_reads_are_the_ones_the_handout_names(tmp_path, monkeypatch):
@@ -924,7 +901,7 @@ def test_a_specialization_that_does_not_compile_fails_only_the_tests_that_launch
     result = grade(sub, _with_fp16_scales(), seed=5, tasks=["w8a8"], log=lambda *_: None)
     tests = by_name(result)
     assert tests["w8a8/fp16_scales"].score == 0
-    assert "compile error for the GPU" in tests["w8a8/fp16_scales"].message
+    assert "does not compile for the GPU" in tests["w8a8/fp16_scales"].message
     assert "Cannot access global variable _HALF_TO_FLOAT" in tests["w8a8/fp16_scales"].message
     assert tests["w8a8/c0"].score == tests["w8a8/c0"].max_score > 0
     assert tests["w8a8/c1"].score == tests["w8a8/c1"].max_score > 0
@@ -946,50 +923,41 @@ def test_a_wrapper_that_sabotages_the_gpu_shape_capture_still_has_its_cpu_launch
     assert correctness(result) == 0
     for test in result.tests:
         if test.kind == "correctness":
-            assert "compile error for the GPU" in test.message and "tl.dot" in test.message, test.message
+            assert "does not compile for the GPU" in test.message and "tl.dot" in test.message, test.message
     assert any(k.get("status") == "error" and "BLOCK_M=8" in k.get("variant", "") for k in _task(result).kernels)
 
 
-@pytest.mark.skipif(HAS_CUDA, reason="the interpreter's record of who wrote the output (CPU)")
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU's shape-only wrapper")
 def test_the_forged_product_gets_nothing(tmp_path):
-    """The issue's forge (tests/fixtures/forged): each wrapper computes the product in plain
-    Python numbers (one .item() per element), returns a tensor built from them, and launches
-    one kernel that tl.dots zero tiles until 2 M N K FLOPs are done. It met the arithmetic
-    floor and scored 60/60 plus 4 bonus on the CPU; every task now gets 0, with a message
-    that says the output was not stored by the submission's kernels."""
+    """An earlier round's forge (tests/fixtures/forged): each wrapper computes the product in
+    plain Python numbers (one .item() per element), returns a tensor built from them, and
+    launches one kernel that tl.dots zero tiles until 2 M N K FLOPs are done. It once scored
+    60/60 plus 4 bonus on the CPU; the wrapper now never holds a value to compute with."""
     forged = ROOT / "tests" / "fixtures" / "forged"
     files = {task: (forged / f"{task}.py").read_text() for task in ("w8a8", "w4a16", "dds")}
-    result = grade_files(tmp_path, files, list(files))
+    result = grade_files(tmp_path, files, list(files), static=False)
     for task in files:
-        t = _task(result, task)
-        kinds = [f["kind"] for f in t.flags]
-        assert t.score == 0 and correctness(result, task) == 0, (task, t.summary, t.flags)
-        assert "output_not_from_kernels" in kinds and "no_triton_compute" not in kinds, (task, kinds)
-        assert "not stored by the submission's Triton kernels during the call" in _flags(t), t.flags
+        _refused_on_the_cpu(result, VALUES_READ, HOST_COMPUTE, task=task)
 
 
-@pytest.mark.skipif(HAS_CUDA, reason="the interpreter's record of who wrote the output (CPU)")
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU's shape-only wrapper")
 def test_a_kernel_that_stores_host_numbers_into_the_output_gets_nothing(tmp_path):
-    """The forge's next step: a kernel of the submission copies the host-built numbers into the
-    output, plus 0 * x. Every element is stored by the call's kernel, from data that is not
-    the call's inputs."""
-    result = grade_files(tmp_path, {"w8a8": submission("w8a8_kernel_copies_host_numbers")}, ["w8a8"])
-    t = _task(result)
-    assert t.score == 0 and correctness(result) == 0, t.flags
-    assert "neither the call's inputs nor computed from them" in _flags(t), t.flags
+    """The forge's next step: a kernel of the submission copies host-built numbers into the
+    output, plus 0 * x. The host has no numbers to build them from."""
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_kernel_copies_host_numbers")}, ["w8a8"],
+                         static=False)
+    _refused_on_the_cpu(result, VALUES_READ, HOST_COMPUTE)
 
 
 def test_numbers_passed_to_kernels_are_caught_by_the_reads_that_made_them(tmp_path):
     """The product in Python numbers, each passed to a kernel as an argument and stored as
-    v + 0 * x[0], one launch per element: the record of who wrote the output does not follow
-    numbers passed as arguments, but the wrapper read every element of x and of the weight
-    into Python to make them."""
+    v + 0 * x[0], one launch per element: the wrapper would have to read every element of x
+    and of the weight into Python, and on the CPU it cannot read one."""
     if HAS_CUDA:
         pytest.skip("one .item() per element and one launch per output element: far too slow on a GPU")
-    result = grade_files(tmp_path, {"w8a8": submission("w8a8_numbers_as_kernel_arguments")}, ["w8a8"])
-    t = _task(result)
-    assert t.score == 0 and correctness(result) == 0, t.flags
-    assert "values of tensors into Python numbers" in _flags(t), t.flags
+    result = grade_files(tmp_path, {"w8a8": submission("w8a8_numbers_as_kernel_arguments")}, ["w8a8"],
+                         static=False)
+    _refused_on_the_cpu(result, VALUES_READ)
 
 
 def test_a_graded_call_prints_tensors_without_their_values(tmp_path):

@@ -289,7 +289,8 @@ def test_grading_on_the_cpu_fails_a_kernel_the_gpu_compiler_rejects(tmp_path):
     tests = [t for t in result.tests if t.kind == "correctness"]
     assert tests and all(t.score == 0 for t in tests)
     msg = tests[0].message
-    assert "passed in the interpreter, but compile error for the GPU" in msg
+    # The CPU grade runs a kernel only once the GPU's compiler accepted it (grader/worker/gate.py).
+    assert msg.startswith("does not compile for the GPU"), msg
     assert "w8a8.py" in msg and "line" in msg and "ROUND_MAGIC" in msg
     fine = src.replace("ROUND_MAGIC: tl.constexpr = 12582912.0", "ROUND_MAGIC = tl.constexpr(12582912.0)")
     assert fine != src

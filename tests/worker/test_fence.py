@@ -44,11 +44,10 @@ def test_this_triton_has_every_hook_the_worker_uses():
         assert fence.tested_on(device)
 
 
-@pytest.mark.parametrize("counts", ["bounds", "arithmetic", "movement"])
+@pytest.mark.parametrize("counts", ["bounds", "movement"])
 def test_every_attribute_the_interpreter_counters_patch_is_listed(counts):
     before = _snapshot()
-    m = Movement([], confine=counts == "bounds", memory=counts != "arithmetic",
-                 arithmetic=counts == "arithmetic", own_prefix="x.")
+    m = Movement([], confine=counts == "bounds")
     m.install()
     try:
         changed = {k for k in set(before) | set(_snapshot()) if before.get(k) is not _snapshot().get(k)}
@@ -106,10 +105,10 @@ def test_what_a_worker_says_is_off_reaches_the_report_in_its_words_or_in_none():
     run = TaskRun("w8a8")
     harness_run._checks_off(run, {"bounds check": "the interpreter could not be instrumented: X",
                                   "a made-up check 7 32 72": "anything"}, hidden=False)
-    harness_run._checks_off(run, {"arithmetic count": "M=7 N=32 K=72"}, hidden=True)
+    harness_run._checks_off(run, {"data movement": "M=7 N=32 K=72"}, hidden=True)
     assert run.checks_off == {"bounds check": "the worker: the interpreter could not be instrumented: X"}
     # the hidden tests' worker's words reach only those tests' own messages (after the due date)
-    assert run.hidden_checks_off == {"arithmetic count": "the worker: M=7 N=32 K=72"}
+    assert run.hidden_checks_off == {"data movement": "the worker: M=7 N=32 K=72"}
 
 
 def test_every_attribute_the_launch_capture_patches_is_listed():

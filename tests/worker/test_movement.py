@@ -264,11 +264,10 @@ def _report_with(task):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("forgery, shown", [
-    ("out-of-range", None),         # breaks the rules: not shown
-    ("plausible-lie", 10 ** 18),    # in range: shown
-])
-def test_forged_counts_change_no_score(tmp_path, forgery, shown):
+@pytest.mark.parametrize("forgery", ["out-of-range", "plausible-lie"])
+def test_forged_counts_change_no_score_and_never_reach_the_table(tmp_path, forgery):
+    """The file patches the worker's movement counter at import. On the CPU the table is counted
+    by the executor, which never runs the file's host code: the forgery changes nothing."""
     src = submission("w8a8_forges_movement", forgery=forgery)
     sub = tmp_path / "submission"
     sub.mkdir()
@@ -279,11 +278,9 @@ def test_forged_counts_change_no_score(tmp_path, forgery, shown):
                    tasks=["w8a8"], log=lambda *_: None)
     task = result.tasks[0]
     assert task.score == task.max_score > 0, [t.message for t in result.tests]
-    if shown is None:
-        assert "malformed data movement" in task.movement["error"]
-    else:
-        assert task.movement["flops"] == shown and not task.movement["error"]
-        assert {r["name"]: r["read"] for r in task.movement["tensors"]}["qweight_t"] == 0
+    assert not task.movement.get("error") and task.movement["flops"] < 10 ** 18, task.movement
+    assert task.movement["flops"] >= 2 * 32 * 64 * 64   # at least the product's dots, as counted
+    assert {r["name"]: r["read"] for r in task.movement["tensors"]}["qweight_t"] >= 64 * 64
     out = write_reports(result, tmp_path / "report")
     assert "## Data movement" in (out / "report.md").read_text()
     assert json.loads((out / "report.json").read_text())["score"] == result.score
