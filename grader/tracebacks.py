@@ -98,5 +98,6 @@ def _final_exception(lines: list[str]) -> str:
     """The last line that names an exception (Triton adds notes after it at times)."""
     for line in reversed(lines):
         if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b", line):
-            return re.sub(r"^triton\.(runtime|compiler)\.errors\.", "", line.strip())[:500]
+            # Triton's error classes and the grader's own (the worker's package) by their names alone.
+            return re.sub(r"^(triton\.(runtime|compiler)\.errors|_grader_worker\.\w+)\.", "", line.strip())[:500]
     return lines[-1].strip()[:500]
