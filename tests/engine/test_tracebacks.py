@@ -133,3 +133,10 @@ def test_the_troubleshooting_table_quotes_every_known_error():
     rows = [line for line in table.splitlines() if line.startswith("| likely cause:")]
     for _, hint in KNOWN_ERRORS:
         assert any(line.startswith(f"| {hint} |") for line in rows), hint
+
+
+def test_the_graders_own_refusals_are_named_by_their_class_alone():
+    text = ("Traceback (most recent call last):\n  File \"/w/submission/w8a8.py\", line 9, in w8a8_mm\n"
+            "    y = x * 2\n_grader_worker.shapes.HostComputeRefused: torch op 'mul' computes on the host: ...")
+    assert final_exception(text) == "HostComputeRefused: torch op 'mul' computes on the host: ..."
+    assert explain_error(text).startswith("w8a8.py, line 9, in w8a8_mm:\n    y = x * 2\nHostComputeRefused")
