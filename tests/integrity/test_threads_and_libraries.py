@@ -284,6 +284,7 @@ def _perf(result):
 
 
 @pytest.mark.gpu
+@pytest.mark.slow
 @needs_gpu
 @pytest.mark.parametrize("start", ["import", "capture"])
 def test_a_thread_that_computes_during_the_probes_earns_no_more_than_its_honest_control(
