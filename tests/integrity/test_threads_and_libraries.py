@@ -260,7 +260,8 @@ def _gpu_rubric():
     data = rubric_dict(tasks=("w8a8",), static=False)
     for t in data["tests"]:
         if t["kind"] == "performance":   # large enough that the product outweighs a copy of its output
-            t.update(shape=[2048, 4096, 4096], full_ratio=2.0, zero_ratio=0.1)
+            # The control is the tutorial-style kernel (ratio 0.15 on an H100, 2026-12-07): it must earn points.
+            t.update(shape=[2048, 4096, 4096], full_ratio=2.0, zero_ratio=0.02)
     data["settings"].update(timed_batch_ms=30.0, timing_rounds=3)
     return parse_rubric(data)
 
@@ -284,6 +285,7 @@ def _perf(result):
 
 
 @pytest.mark.gpu
+@pytest.mark.slow
 @needs_gpu
 @pytest.mark.parametrize("start", ["import", "capture"])
 def test_a_thread_that_computes_during_the_probes_earns_no_more_than_its_honest_control(
