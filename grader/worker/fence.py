@@ -95,6 +95,8 @@ _SHAPES = (
     (_INTERP, "GridExecutor.__call__", None),               # one launch: written down, not run
     (_INTERP, "GridExecutor", None),                        # its .fn and .grid
     (_INTERP, "InterpretedFunction.rewrite", None),         # the executor finds a kernel by its def line
+    (_INTERP, "FunctionRewriter._find_def", ("lines",)),    # kernels_only: the interpreter's reading of a kernel
+    (_INTERP, "FunctionRewriter._prepare_source", ("lines",)),
     ("triton.runtime.autotuner", "Autotuner.run", None),
     ("triton.runtime.autotuner", "Autotuner.prune_configs", ("kwargs",)),
     ("triton.runtime.autotuner", "Config.all_kwargs", None),

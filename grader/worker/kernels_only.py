@@ -37,7 +37,7 @@ IMPORTABLE = ("triton", "math", "torch", "typing")   # and the package's own .ut
 SAFE_BUILTINS = ("range", "min", "max", "len", "abs", "float", "int", "bool", "tuple", "list", "zip", "enumerate",
                  "isinstance", "print", "round", "divmod", "pow", "all", "any", "reversed", "sorted", "slice",
                  "ValueError", "TypeError", "AssertionError", "RuntimeError", "IndexError", "KeyError",
-                 "NotImplementedError", "Exception", "True", "False", "None", "__import__")
+                 "NotImplementedError", "Exception", "True", "False", "None")
 CONST_CALLS = {"constexpr", "cdiv", "next_power_of_2", "float32", "int32"}   # callables a constant may use
 
 
@@ -131,6 +131,13 @@ def _check_kernel(fn: ast.FunctionDef, allowed: set[str]) -> None:
                                 "expression, which has no place in a kernel")
         if isinstance(node, ast.Name) and (node.id in REFUSED_NAMES or node.id.startswith("__")):
             raise KernelRefused(f"{fn.name} (line {node.lineno}) uses {node.id}, which has no place in a kernel")
+        if isinstance(node, ast.Compare) and any(
+                isinstance(op, (ast.Is, ast.IsNot)) and not (isinstance(right, ast.Constant) and right.value is None)
+                for op, right in zip(node.ops, node.comparators)):
+            # The compiler unwraps constexprs before `is`, the interpreter does not: `tl.constexpr(B) is B`
+            # is True in one and False in the other, a branch the gate would compile and never see run.
+            raise KernelRefused(f"{fn.name} (line {node.lineno}) uses `is` (other than `is None`), which Triton's "
+                                "compiler and its interpreter answer differently: compare with ==")
 
 
 def kernel_tree(source: str, filename: str) -> ast.Module:
@@ -170,8 +177,47 @@ def load(package: str, name: str) -> types.ModuleType:
     module = types.ModuleType(full)
     module.__file__, module.__package__, module.__spec__ = spec.origin, package, spec
     sys.modules[module.__name__] = module
-    code = compile(kernel_tree(source, spec.origin), spec.origin, "exec")
-    # The kernels' builtins: what Triton's language accepts in a kernel, nothing that reaches further.
-    module.__dict__["__builtins__"] = {n: getattr(builtins, n) for n in SAFE_BUILTINS}
+    tree = kernel_tree(source, spec.origin)
+    checked = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    code = compile(tree, spec.origin, "exec")
+    # The kept imports need __import__ once; the kernels' builtins then are what Triton's language
+    # accepts in a kernel, nothing that reaches further.
+    module.__dict__["__builtins__"] = {n: getattr(builtins, n) for n in SAFE_BUILTINS + ("__import__",)}
     exec(code, module.__dict__)   # noqa: S102 - imports, @triton.jit defs and constants only
+    module.__dict__["__builtins__"] = {n: getattr(builtins, n) for n in SAFE_BUILTINS}
+    for name, node in checked.items():
+        _same_text_everywhere(getattr(module.__dict__[name], "fn", None), node)
     return module
+
+
+def _body(node: ast.FunctionDef) -> str:
+    """A function's syntax without its decorators and positions: what the checks and a run must share."""
+    bare = ast.FunctionDef(name=node.name, args=node.args, body=node.body, decorator_list=[],
+                           returns=node.returns, type_comment=None, type_params=getattr(node, "type_params", []))
+    return ast.dump(bare, include_attributes=False)
+
+
+def _same_text_everywhere(fn, node: ast.FunctionDef) -> None:
+    """Refuse a kernel whose source, as Triton's compiler and its interpreter each re-read it from the
+    file, is not the syntax tree checked here. Both re-read the text (``inspect.getsource``): the
+    compiler parses from the first ``def`` line, the interpreter from the last line that starts with
+    ``def `` (``FunctionRewriter._find_def``), so a string holding a second ``def`` would have the
+    interpreter run code that neither this check nor the gate ever saw."""
+    import inspect
+    import textwrap
+
+    from triton.runtime.interpreter import FunctionRewriter
+
+    if fn is None:
+        return
+    lines, _ = inspect.getsourcelines(fn)
+    rewriter = FunctionRewriter(fn)
+    start = rewriter.def_lineno = rewriter._find_def(lines)
+    views = {"the compiler's": ast.parse(textwrap.dedent("".join(lines))).body[0],
+             "the interpreter's": ast.parse(rewriter._prepare_source(lines) if start else "").body}
+    views["the interpreter's"] = (views["the interpreter's"] or [None])[0]
+    want = _body(node)
+    for who, view in views.items():
+        if not isinstance(view, ast.FunctionDef) or _body(view) != want:
+            raise KernelRefused(f"{node.name} (line {node.lineno}): {who} reading of its source is not the kernel "
+                                "that was checked (a line in the kernel that starts with `def ` inside a string?)")

@@ -62,6 +62,11 @@ def test_every_autotune_config_is_checked_on_the_cpu(tmp_path):
     "w8a8_hasattr_branch_numpy",           # hasattr(x.handle, "data"): True in the interpreter only
     "w8a8_ctypes_runs_python_in_executor",  # numpy's ctypes from an interpreter-only branch runs any Python
     "w8a8_patches_executor",               # module code patching the executor (static check off)
+    # Red team, round 2: the interpreter re-read the kernel's text from a `def` inside a string; the
+    # same with imports beside the inputs; `tl.constexpr(B) is B`, True compiled, False interpreted.
+    "redteam2_interpreter_reparses_source",
+    "redteam2_interpreter_source_imports_in_executor",
+    "redteam2_constexpr_is_branch_python_product",
 ])
 def test_host_code_beside_the_values_gets_nothing(tmp_path, attack):
     """Each computed the product in numpy or torch inside the executor and got full marks against

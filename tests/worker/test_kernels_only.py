@@ -109,3 +109,61 @@ def test_a_kernel_body_is_held_to_tritons_language(body, words):
 def test_every_honest_kernel_file_loads(path):
     tree = kernels_only.kernel_tree(Path(path).read_text(), path)
     assert any(type(n).__name__ == "FunctionDef" for n in tree.body) or "assignment" in path
+
+
+def _load(tmp_path, monkeypatch, source: str):
+    name = f"pkg_{abs(hash(str(tmp_path)))}"   # a package of its own per call: nothing cached between them
+    pkg = tmp_path / name
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "w8a8.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        return kernels_only.load(name, "w8a8")
+    finally:
+        sys.modules.pop(f"{name}.w8a8", None)
+        sys.modules.pop(name, None)
+
+
+HIDDEN_DEF = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def _k(x_ptr, y_ptr):
+    tl.store(y_ptr, tl.load(x_ptr) * 0)
+    """
+def _k(x_ptr, y_ptr):
+    tl.store(y_ptr, tl.load(x_ptr))
+    #"""
+'''
+
+
+def test_a_kernel_runs_only_as_it_was_checked(tmp_path, monkeypatch):
+    """The interpreter re-reads a kernel's text from its last line that starts with `def `, the
+    compiler from its first: a `def` inside a string would have the interpreter run code that
+    neither kernels_only nor the gate saw. Such a kernel is refused at load (red team, round 2)."""
+    with pytest.raises(kernels_only.KernelRefused, match="interpreter's reading of its source"):
+        _load(tmp_path, monkeypatch, HIDDEN_DEF)
+    fine = HIDDEN_DEF.replace('"""\ndef _k', '"""\n  _k').replace("#\"\"\"", "\"\"\"")
+    module = _load(tmp_path / "fine", monkeypatch, fine)   # the same string without a `def` line loads
+    assert hasattr(module, "_k")
+
+
+def test_the_kernels_have_no_import_at_hand(tmp_path, monkeypatch):
+    module = _load(tmp_path, monkeypatch, "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                                          "def _k(x_ptr):\n    tl.store(x_ptr, 1.0)\n")
+    assert "__import__" not in module.__builtins__ and "tl" in vars(module)
+
+
+@pytest.mark.parametrize("test, refused", [
+    ("tl.constexpr(B) is B", True), ("B is not 1", True), ("B is None", False), ("B is not None", False)])
+def test_is_compares_only_with_none_in_a_kernel(test, refused):
+    """`tl.constexpr(B) is B`: True for the compiler (it unwraps constexprs), False in the interpreter."""
+    source = f"import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x_ptr, B: tl.constexpr):\n" \
+             f"    if {test}:\n        tl.store(x_ptr, 1.0)\n"
+    if refused:
+        with pytest.raises(kernels_only.KernelRefused, match="uses `is`"):
+            kernels_only.kernel_tree(source, "k.py")
+    else:
+        kernels_only.kernel_tree(source, "k.py")
