@@ -35,7 +35,7 @@ import types
 
 IMPORTABLE = ("triton", "math", "torch", "typing")   # and the package's own .utils
 SAFE_BUILTINS = ("range", "min", "max", "len", "abs", "float", "int", "bool", "tuple", "list", "zip", "enumerate",
-                 "isinstance", "print", "round", "divmod", "pow", "all", "any", "reversed", "sorted", "slice",
+                 "print", "round", "divmod", "pow", "all", "any", "reversed", "sorted", "slice",
                  "ValueError", "TypeError", "AssertionError", "RuntimeError", "IndexError", "KeyError",
                  "NotImplementedError", "Exception", "True", "False", "None")
 CONST_CALLS = {"constexpr", "cdiv", "next_power_of_2", "float32", "int32"}   # callables a constant may use
@@ -80,7 +80,9 @@ def _constant(expr: ast.expr, known: set[str]) -> bool:
 
 # Names a kernel body may not use, whatever the static check said: Python's ways to attributes by
 # name, to modules, code and frames. Names starting with "__" are refused too.
+# isinstance and `is` tell a constexpr from an int: the compiler and the interpreter answer differently.
 REFUSED_NAMES = {"hasattr", "getattr", "setattr", "delattr", "__import__", "eval", "exec", "compile", "open",
+                 "isinstance", "issubclass",
                  "globals", "vars", "locals", "dir", "type", "id", "object", "super", "memoryview", "breakpoint",
                  "input", "classmethod", "staticmethod", "property"}
 # Attributes a kernel body may use that are not in dir() of Triton's classes (set per instance).

@@ -98,6 +98,7 @@ def test_the_executor_runs_no_host_code_of_the_kernel_file(tmp_path, monkeypatch
     ("v = __builtins__", "__builtins__"),
     ("v = (lambda: 0)()", "lambda"),
     ("v = tl.semantic", ".semantic"),
+    ("v = isinstance(x_ptr, tl.constexpr)", "isinstance"),   # True compiled, False interpreted
 ])
 def test_a_kernel_body_is_held_to_tritons_language(body, words):
     source = f"import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x_ptr):\n    {body}\n"
