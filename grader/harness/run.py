@@ -30,7 +30,7 @@ from ..facts import HIDDEN_CALL, CallResult, CaseRun, Draw, Runs, TaskRun, Timed
 from ..rubric import Rubric, TestSpec
 from ..submission import Submission
 from ..tasks import get
-from ..tracebacks import explain_error, known_error
+from ..tracebacks import explain_error, final_exception, known_error
 from ..worker import fence
 from . import capture, movement
 from .measure import checked_call, timed_batches
@@ -250,6 +250,15 @@ def _check_import(run: TaskRun, session: Session, hidden: bool) -> None:
     if not hello["ok"]:
         _stop(run, "import_error", "the kernel file could not be imported:\n"
               + explain_error(hello.get("error", "")), hidden)
+    elif session.executor is not None:   # CPU: the executor builds the file's kernels alone (kernels_only.py)
+        try:
+            built = session.executor.hello
+        except WorkerGone as e:
+            _stop(run, e.kind, str(e), hidden)
+            return
+        if not built["ok"]:
+            _stop(run, "import_error", "the kernels could not be loaded to run on the CPU (a kernel is held to "
+                  "Triton's language there): " + final_exception(built.get("error", "")), hidden)
 
 
 def _correctness(run: TaskRun, session: Session, spec: TestSpec, runs: Runs, host_reads: int) -> CaseRun:

@@ -83,3 +83,18 @@ def test_an_honest_print_at_import_costs_nothing(tmp_path):
     result = _grade_one(tmp_path, "w8a8", SUBMISSIONS / "w8a8_honest_print_at_import.py")
     assert correctness(result, "w8a8") == 4, [t.message for t in result.tests]
     assert by_name(result)["w8a8/c0"].status == "passed"
+
+
+def test_a_kernel_held_back_from_the_cpu_run_is_named_with_its_line(tmp_path):
+    """A kernel that kernels_only refuses (here `BLOCK_M is 1`, which the compiler and the
+    interpreter answer differently) fails its task with the reason and the line, not with the
+    executor's death."""
+    from tests.fakes import SOLUTION
+    lines = SOLUTION["w8a8"].splitlines()
+    at = next(i for i, line in enumerate(lines) if "tl.program_id" in line)
+    indent = lines[at][:len(lines[at]) - len(lines[at].lstrip())]
+    lines[at:at] = [f"{indent}if BLOCK_M is 1:", f"{indent}    pass"]
+    result = grade_files(tmp_path, {"w8a8": "\n".join(lines) + "\n"}, ["w8a8"])
+    for test in [t for t in result.tests if t.kind == "correctness"]:
+        assert test.score == 0 and "could not be loaded to run on the CPU" in test.message, test.message
+        assert f"(line {at + 1}) uses `is`" in test.message, test.message
