@@ -50,13 +50,16 @@ launch's time is modelled from six bounds:
   (a grid of many short programs pays for it).
 
 They overlap, so they combine as ``(sum t^p)^(1/p)``, plus a fixed cost per
-launch. A call is its launches in order; no call is predicted faster than
-moving the task's fewest bytes (every input read once, the output written
-once: the judge's memory floor) at the measured copy bandwidth. The time
-modelled is the kernels' alone, as the grader's clock times a call, and the
-fp16 baseline of grader/targets.toml is ``torch.matmul`` alone (results
-recorded while the clock also timed a copy of each output into the harness's
-arena are corrected by that copy: ``output_copy_ms``).
+launch. A call is its launches in order, an autotuned launch predicted for
+every config its autotuner tries and taken at the fastest, as the autotuner on
+the GPU would pick it (the report names that config and the slowest); no call
+is predicted faster than moving the task's fewest bytes (every input read
+once, the output written once: the judge's memory floor) at the measured copy
+bandwidth. The time modelled is the kernels' alone, as the grader's clock
+times a call, and the fp16 baseline of grader/targets.toml is
+``torch.matmul`` alone (results recorded while the clock also timed a copy of
+each output into the harness's arena are corrected by that copy:
+``output_copy_ms``).
 
 The constants below were fitted to the times the grader measured for the
 tutorial-style kernels and the kernels written from the handout on an H100
@@ -312,23 +315,46 @@ def _soft(times) -> float:
 
 
 def call_time(launches: list[dict], rows: dict, gpu: Target) -> dict:
-    """The modelled time of one call: its launches in order (an autotuned launch as the
-    fastest of its configs, as the autotuner would pick), microseconds."""
+    """The modelled time of one call: its launches in order, microseconds. An autotuned
+    launch is every config predicted, and the fastest taken, as the autotuner would pick;
+    its "autotune" says which and how far apart the configs are."""
     in_l2: set = set()
     parts, total = [], 0.0
     for launch in launches:
         if launch.get("trial"):
             continue
-        options = [launch] + [launches[j] for j in launch.get("alternatives", []) if 0 <= j < len(launches)]
-        timed = [launch_time(c, rows.get(c.get("variant")), gpu, in_l2) for c in options]
-        best = min(timed, key=lambda t: t["us"])
+        trials, configs = _configs(launch, launches)
+        timed = [launch_time(c, rows.get(c.get("variant")), gpu, in_l2) for c in configs]
+        pick = min(range(len(timed)), key=lambda i: timed[i]["us"])
+        best = timed[pick]
+        if len(trials) > 1:
+            best["autotune"] = _autotune(trials, configs, timed, pick)
         parts.append(best)
         total += best["us"]
-        for key, c in (launch.get("counts") or {}).items():
-            t = (launch.get("tensors") or {}).get(key) or {}
+        for key, c in (configs[pick].get("counts") or {}).items():
+            t = (configs[pick].get("tensors") or {}).get(key) or {}
             if c.get("sectors_written") and t.get("bytes", 0) <= L2_USABLE * gpu.l2_bytes / 2:
                 in_l2.add(t.get("name"))
     return {"us": total, "launches": parts}
+
+
+def _configs(launch: dict, launches: list[dict]) -> tuple[list[dict], list[dict]]:
+    """An autotuned launch's trial launches (one per config the autotuner tries) and those of
+    them predicted: the counted ones (an uncounted config would look free). A plain launch
+    has no trials and is its own one config."""
+    trials = [launches[j] for j in launch.get("alternatives", []) if 0 <= j < len(launches)]
+    return trials, [t for t in trials if t.get("sampled")] or [launch]
+
+
+def _autotune(trials: list[dict], configs: list[dict], timed: list[dict], pick: int) -> dict:
+    """What the report says of an autotuned launch: how many configs the autotuner tries, the
+    one it would pick (the fastest predicted), the slowest that launches, and how many do not
+    launch (too big for a multiprocessor) or were not counted (the capture's time ran out)."""
+    fits = [i for i, t in enumerate(timed) if math.isfinite(t["us"])]
+    slowest = max(fits, key=lambda i: timed[i]["us"], default=pick)
+    return {"configs": len(trials), "chosen": configs[pick].get("config", "?"),
+            "slowest": configs[slowest].get("config", "?"), "us": [timed[pick]["us"], timed[slowest]["us"]],
+            "unlaunchable": len(timed) - len(fits), "uncounted": sum(not t.get("sampled") for t in trials)}
 
 
 # ---------------------------------------------------------------------------
@@ -371,7 +397,8 @@ def _predict(spec: TestSpec, case: dict, rows: dict, targets: list[Target], laun
         return {"error": launch_error[:500]}
     if not launches:
         return {"error": "no Triton launch at this shape"}
-    missing = [launch["kernel"] for launch in launches if not launch.get("sampled") and not launch.get("trial")]
+    missing = [launch["kernel"] for launch in launches
+               if not launch.get("trial") and not _configs(launch, launches)[1][0].get("sampled")]
     floor_bytes = spec.registered_task.minimum_bytes(spec.shape, spec.options)
     per_gpu = []
     for gpu in targets:

@@ -129,9 +129,41 @@ def markdown(result, plots: dict[str, str] | None, md_inline, md_code) -> list[s
         if rows:
             md += ["| test | GPU | predicted time | fp16 torch.matmul | predicted ratio (range) | points (range) |",
                    "|---|---|---|---|---|---|", *rows]
+        tuned = _autotune_lines(est.get("tests", {}), md_inline, md_code)
+        if tuned:
+            md += ["", *tuned]
         if notes:
             md += ["", *notes]
     return md
+
+
+def _autotune_lines(tests: dict, md_inline, md_code) -> list[str]:
+    """One line per autotuned kernel of a task: in each test, the config the GPU's autotuner
+    would pick (the fastest predicted, on the first GPU) and how far the other configs are."""
+    picks: dict[str, list[str]] = {}
+    gpu_name = ""
+    for name, test in tests.items():
+        first = (test.get("gpus") or [{}])[0]
+        for launch in first.get("launches", []):
+            if launch.get("autotune"):
+                gpu_name = first["gpu"]
+                picks.setdefault(launch.get("kernel", "?"), []).append(
+                    _pick(name.split("/", 1)[-1], launch["autotune"], md_inline, md_code))
+    return [f"- {md_code(kernel, 60)} is autotuned: on {md_inline(gpu_name, 40)} its autotuner would pick the "
+            "config predicted fastest, " + "; ".join(found) for kernel, found in picks.items()]
+
+
+def _pick(test: str, tune: dict, md_inline, md_code) -> str:
+    """"in perf_m16 `BLOCK_M=64, ...` at 12.0 us (of 3 configs, the slowest 2.50x that)"."""
+    fastest, slowest = tune["us"]
+    about = [f"of {tune['configs']} configs"]
+    if tune.get("unlaunchable"):
+        about.append(f"{tune['unlaunchable']} too big to launch")
+    if tune.get("uncounted"):
+        about.append(f"{tune['uncounted']} not counted (the capture's time ran out)")
+    if 0 < fastest < math.inf:
+        about.append(f"the slowest {slowest / fastest:.2f}x that")
+    return f"in {md_inline(test, 60)} {md_code(tune['chosen'], 160)} at {_us(fastest)} ({', '.join(about)})"
 
 
 def _launch_lines(name: str, gpu: dict, md_inline, md_code) -> list[str]:

@@ -307,6 +307,8 @@ def _capture_launch(rec) -> dict:
         out["alternatives"] = [_capture_number(a, "alternatives", True) for a in alts[:MAX_CAPTURE_LAUNCHES]]
     if "probe_error" in rec:
         out["probe_error"] = _capture_text(rec["probe_error"], 300)
+    if "config" in rec:
+        out["config"] = _capture_text(rec["config"], 200)
     flops = rec.get("dot_flops", {})
     if not isinstance(flops, dict) or len(flops) > 8:
         raise _Malformed("dot_flops")

@@ -27,11 +27,12 @@ trusted side (grader/estimate.py), which needs per launch:
   same rows runs (from the first loop step of a few more programs): whether a
   re-read can come from the L2 cache depends on it.
 
-An autotuned kernel's configs are all recorded (the GPU's autotuner picks the
-fastest; the estimate does the same). A sampled program that runs past its
-time limit (a loop that waits for another program, say) stops and is marked
-incomplete. Counts are what the submission's process reports about itself:
-the harness validates them and they never change a score.
+An autotuned kernel's configs are all recorded, each launch named by its config
+(the GPU's autotuner picks the fastest; the estimate predicts each and does the
+same). A sampled program that runs past its time limit (a loop that waits for
+another program, say) stops and is marked incomplete. Counts are what the
+submission's process reports about itself: the harness validates them and they
+never change a score.
 
 This file runs in the untrusted worker and depends on torch, triton and numpy only.
 """
@@ -48,6 +49,7 @@ import numpy as np
 import torch
 
 from .hooks import Hooks
+from .shapes import describe_config
 
 SECTOR = 32                 # bytes: what DRAM and the caches move at least (a 64-byte access is two)
 LINE = 128                  # bytes: a cache line, four sectors under one tag (the L2 holds whole lines' tags)
@@ -447,7 +449,6 @@ class Capture:
         self.dropped = 0
         self.errors: list[str] = []
         self._hooks = Hooks()
-        self._trial = None        # the autotuner call being captured: its trial launches
 
     # -- patching ---------------------------------------------------------------
     def install(self) -> None:
@@ -462,29 +463,33 @@ class Capture:
             me._launch(executor, args, kwargs)
 
         def bench(tuner, *args, config, **meta):
-            # One captured launch per config instead of a benchmark; the earliest
-            # config "wins", and the estimate picks the fastest of them itself.
-            trial = me._trial if me._trial is not None else []
+            # One captured launch per config, named by it, instead of a benchmark: every config
+            # ties (the autotuner keeps the first) and the estimate picks the fastest of them itself.
+            first = len(me.launches)
             try:
                 tuner.fn.run(*args, **meta, **config.all_kwargs())
             except Exception as e:  # noqa: BLE001 - a config that fails to launch: as the autotuner does
                 me.errors.append(f"autotune config {config}: {type(e).__name__}: {e}"[:300])
                 return [float("inf")] * 3
-            return [float(len(trial))] * 3
+            for launch in me.launches[first:]:
+                launch["config"] = describe_config(config)[:200]
+            return [0.0] * 3
 
         def run(tuner, *args, **kwargs):
-            outer, me._trial = me._trial, []
-            first = len(me.launches)
+            # Every call tries all its configs, as the first call of its key does on the GPU: a key
+            # met before (another test, the same key) would reuse a pick that ties made.
+            first, cache = len(me.launches), tuner.cache
+            tuner.cache = {}
             try:
                 return orig_run(tuner, *args, **kwargs)
             finally:
+                tuner.cache = cache
                 mine = list(range(first, len(me.launches)))
                 if len(mine) > 1:   # the trials, then the launch the autotuner chose
                     chosen = mine[-1]
                     me.launches[chosen]["alternatives"] = mine[:-1]
                     for i in mine[:-1]:
                         me.launches[i]["trial"] = True
-                me._trial = outer
 
         self._hooks.install({(G, "__call__"): call, (A, "run"): run, (A, "_bench"): bench})
 

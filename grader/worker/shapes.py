@@ -326,13 +326,14 @@ class Launches:
                 if config.pre_hook is not None:
                     config.pre_hook(full)
                 tuner.fn.run(*args, **kwargs, **config.all_kwargs())
-            branches.append({"config": _describe(config), "steps": steps})
+            branches.append({"config": describe_config(config), "steps": steps})
         tuner.nargs = None
         tuner.best_config = configs[0]
         self.program.emit({"choice": getattr(tuner.base_fn, "__name__", "?"), "branches": branches})
 
 
-def _describe(config) -> str:
+def describe_config(config) -> str:
+    """An autotune config as its report names it: "BLOCK=64, num_warps=4, num_stages=3"."""
     items = [f"{k}={v}" for k, v in config.kwargs.items()]
     items += [f"num_warps={config.num_warps}", f"num_stages={config.num_stages}"]
     return ", ".join(items)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import triton
+import triton.language as tl
 
 from grader.estimate import launch_time, load_targets, occupancy, output_copy_ms, shape_key
 from grader.rubric import load_rubric
@@ -164,6 +166,82 @@ def test_the_load_store_unit_bounds_a_launch_whose_lanes_are_far_apart():
     assert far["parts"]["load/store unit"] == pytest.approx(8 * 4 * (4 * 2146 + 66) / (H100.clock_ghz * 1e3))
     assert far["bound"] == "load/store unit" and near["bound"] != "load/store unit"
     assert far["us"] > 5 * near["us"]
+
+
+@triton.jit
+def tiles(x_ptr, w_ptr, y_ptr, M, N, K, BLOCK: tl.constexpr):
+    """y[m-tile, n-tile] = x[m-tile, :] @ w[:, n-tile], square tiles: the smaller they are, the
+    more often every row of x and column of w is read."""
+    offs_m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs_n = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    offs_k = tl.arange(0, 32)
+    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    for k0 in range(0, K, 32):
+        a = tl.load(x_ptr + offs_m[:, None] * K + (k0 + offs_k)[None, :])
+        b = tl.load(w_ptr + (k0 + offs_k)[:, None] * N + offs_n[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(y_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(tl.float16))
+
+
+# The first config is the one the CPU's autotuner keeps (every config ties there).
+three_configs = triton.autotune([triton.Config({"BLOCK": b}) for b in (16, 64, 32)], key=["M", "N", "K"])(tiles)
+one_config = triton.autotune([triton.Config({"BLOCK": 32})], key=["M", "N", "K"])(tiles)
+TUNED_TEST = "w8a8/perf_m4096"
+
+
+def _tuned_estimate(kernel, monkeypatch) -> dict:
+    """The estimate of TUNED_TEST from a capture of ``kernel`` on a 2048 x 2048 x 1024 fp16
+    product (sampled programs counted, no launch run whole: only the counts matter here)."""
+    import torch
+
+    from grader.estimate import estimate
+    from grader.facts import TaskRun
+    from grader.worker import capture as cap
+
+    monkeypatch.setattr(cap, "FULL_RUN_S", 0.0)
+    x, w = torch.empty(2048, 1024, dtype=torch.float16), torch.empty(1024, 2048, dtype=torch.float16)
+    y = torch.empty(2048, 2048, dtype=torch.float16)
+    with cap.Capture(probe=True, files={__file__}) as c, warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        kernel[lambda meta: (2048 // meta["BLOCK"], 2048 // meta["BLOCK"])](x, w, y, 2048, 2048, 1024)
+    capture = {"cases": {TUNED_TEST: c.report(cap.named_ranges([x, w], ["x", "w"]), y)}}
+    return estimate(TaskRun(task="w8a8", capture=capture), load_rubric())
+
+
+def test_an_autotuned_kernel_is_predicted_at_its_fastest_config(monkeypatch):
+    """Every config the autotuner tries is predicted, and the call at the fastest, as the GPU's
+    autotuner would pick: here the largest tiles, which read x and w the fewest times, not the
+    first config that the CPU's ties keep (the slowest). The estimate names the pick and the
+    spread, and the report says it in one line for the kernel."""
+    from grader.estimate_report import _autotune_lines, _us
+    from grader.report import md_code, md_inline
+
+    est = _tuned_estimate(three_configs, monkeypatch)
+    test = est["tests"][TUNED_TEST]
+    for gpu in test["gpus"]:
+        (launch,) = gpu["launches"]
+        tune = launch["autotune"]
+        assert tune["configs"] == 3 and tune["unlaunchable"] == tune["uncounted"] == 0
+        assert tune["chosen"] == "BLOCK=64, num_warps=4, num_stages=3" and launch["us"] == tune["us"][0]
+        assert tune["slowest"] == "BLOCK=16, num_warps=4, num_stages=3" and tune["us"][1] > 2 * tune["us"][0]
+        assert launch["bound"] == "L2"   # what the tile size changes
+    first = test["gpus"][0]
+    fastest, slowest = first["launches"][0]["autotune"]["us"]
+    assert _autotune_lines(est["tests"], md_inline, md_code) == [
+        f"- ` tiles ` is autotuned: on {md_inline(first['gpu'])} its autotuner would pick the config predicted "
+        f"fastest, in perf\\_m4096 ` BLOCK=64, num_warps=4, num_stages=3 ` at {_us(fastest)} "
+        f"(of 3 configs, the slowest {slowest / fastest:.2f}x that)"]
+
+
+def test_a_kernel_autotuned_over_one_config_reports_no_spread(monkeypatch):
+    from grader.estimate_report import _autotune_lines
+    from grader.report import md_code, md_inline
+
+    est = _tuned_estimate(one_config, monkeypatch)
+    for gpu in est["tests"][TUNED_TEST]["gpus"]:
+        (launch,) = gpu["launches"]
+        assert launch["us"] > 0 and "autotune" not in launch
+    assert _autotune_lines(est["tests"], md_inline, md_code) == []
 
 
 def test_no_gpu_figures_no_estimate(tmp_path):

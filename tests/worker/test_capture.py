@@ -140,6 +140,8 @@ def test_a_program_that_waits_forever_is_stopped(monkeypatch):
 
 
 def test_every_autotuned_config_is_recorded_and_none_benchmarked():
+    """Each config is one launch named by it, in every call: a second call with the same
+    key (another test's shape, say) tries every config again, not the first call's pick."""
     x = torch.empty(10000)
     y = torch.full((10000,), 3.0)
 
@@ -147,13 +149,18 @@ def test_every_autotuned_config_is_recorded_and_none_benchmarked():
         scale_kernel[lambda meta: (triton.cdiv(10000, meta["BLOCK"]),)](x, y, 10000)
         return y
 
-    _, rep = _captured(wrapper, x, names=("x",), probe=False)
-    launches = rep["launches"]
-    chosen = [i for i, launch in enumerate(launches) if not launch.get("trial")]
-    assert len(launches) == 4 and len(chosen) == 1
-    assert sorted(launches[chosen[0]]["alternatives"]) == [0, 1, 2]
-    assert sorted(launch["grid"][0] for launch in launches[:3]) == [40, 79, 157]
+    for _ in range(2):
+        _, rep = _captured(wrapper, x, names=("x",), probe=False)
+        launches = rep["launches"]
+        chosen = [i for i, launch in enumerate(launches) if not launch.get("trial")]
+        assert len(launches) == 4 and len(chosen) == 1
+        assert sorted(launches[chosen[0]]["alternatives"]) == [0, 1, 2]
+        assert sorted(launch["grid"][0] for launch in launches[:3]) == [40, 79, 157]
+        assert [launch["config"] for launch in launches[:3]] == [
+            "BLOCK=64, num_warps=2, num_stages=3", "BLOCK=128, num_warps=4, num_stages=3",
+            "BLOCK=256, num_warps=8, num_stages=3"]
     assert bool((y == 3).all())
+    assert clean_capture({"cases": {"t": rep}})["cases"]["t"]["launches"][0]["config"] == launches[0]["config"]
 
 
 def test_describe_builds_gpu_shapes_without_their_memory():
@@ -184,13 +191,14 @@ def test_a_malformed_capture_reply_ends_the_session(bad):
 
 def test_a_capture_reply_is_bounded():
     launch = {"kernel": "k" * 500, "grid": [1, 1, 1], "alternatives": list(range(100)),
-              "tensors": {"a": {"name": "x" * 500, "bytes": 10}}, "probe_error": "e" * 5000}
+              "tensors": {"a": {"name": "x" * 500, "bytes": 10}}, "probe_error": "e" * 5000, "config": "c" * 500}
     clean = clean_capture({"cases": {"t": {"launches": [launch] * 50, "errors": ["e"] * 50}}})
     case = clean["cases"]["t"]
     assert len(case["launches"]) == MAX_CAPTURE_LAUNCHES and len(case["errors"]) == 5
     first = case["launches"][0]
     assert len(first["kernel"]) == 100 and len(first["alternatives"]) == MAX_CAPTURE_LAUNCHES
     assert len(first["tensors"]["a"]["name"]) == 60 and len(first["probe_error"]) == 300
+    assert len(first["config"]) == 200
 
 
 @triton.jit
