@@ -74,7 +74,7 @@ TENSOR_FIGURES = {
 
 # What makes a results file a run of the kernels (timings, grades, the device's figures); a file that
 # records checks alone (an attack on the clock, say) has no row or column in the tables.
-TIMED = ("bench", "bench_quick", "grades_calls_only", "graded_with_the_calibrated_rubric", "calibration",
+TIMED = ("bench", "bench_quick", "eager", "grades_calls_only", "graded_with_the_calibrated_rubric", "calibration",
          "device", "estimate", "grades", "fixture_grades")
 
 
