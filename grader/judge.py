@@ -234,10 +234,9 @@ def _draw_verdict(d: Draw) -> Verdict:
     if d.status == "error":
         # The first line (the report's table) names the exception; the frame follows.
         if d.kind == "not_compiled":   # the gate refused it: nothing ran, the compiler's words follow
-            head = d.message.split(" does not compile", 1)
-            kernel = head[0].rsplit(": ", 1)[-1] if len(head) == 2 else "the kernel"
+            # The frame (explain_error) names the kernel and its line.
             message = (f"does not compile for the GPU: {final_exception(d.message)}\n"
-                       f"{kernel} was not run (the CPU grade runs only kernels that compile for the GPU)\n"
+                       "not run: the CPU grade runs only kernels that compile for the GPU\n"
                        + explain_error(d.message))
         else:
             message = f"raised {final_exception(d.message)}\n" + explain_error(d.message)
