@@ -66,9 +66,17 @@ tutorial-style kernels and the kernels written from the handout on an H100
 and an H200 (tests/engine/test_estimate.py checks the fit; tools/
 validate_estimate.py measures it again on a GPU for more kernels), except
 ``LSU_LINES_PER_CYCLE``, the L1's documented 128 bytes a cycle. The
-prediction is shown as a range (time divided and multiplied by
-``UNCERTAINTY``), with the points that range would earn, and says what bounds
-each launch: it teaches where the time goes, it does not promise a score.
+prediction is shown as a range, with the points that range would earn, and
+says what bounds each launch: it teaches where the time goes, it does not
+promise a score. The range is the model's own measured error: on the
+validation runs (tools/validate_estimate.py, recorded in results/), the
+spread of measured over predicted time among calls bound by the same thing
+(DRAM, latency, tensor cores, ...), its 10th to 90th percentile
+(grader/targets.toml's ``[uncertainty]``: a :class:`Band` per bound kind,
+with how many validation tests it rests on and how many fell inside). A kind
+with fewer than ``MIN_BAND_TESTS`` such tests takes the band of all kinds
+together; with no validation runs at all, the range is time / 1.5 to
+time * 1.5 (``UNCERTAINTY``), and the report says so.
 """
 
 from __future__ import annotations
@@ -80,6 +88,12 @@ from pathlib import Path
 from .rubric import Rubric, TestSpec, tomllib
 
 TARGETS_FILE = Path(__file__).with_name("targets.toml")
+
+# The model's version: bump it with every change that moves a prediction. Validation rows
+# record the version that predicted them; the ranges (``[uncertainty]``) are fitted only
+# from rows of this version, so after a bump run ``python -m tools.validate_estimate
+# --predict`` on every results file with estimate rows, then ``make docs``.
+MODEL_VERSION = "2026-12-07"
 
 # Model constants (see the docstring; fitted as it says).
 LATENCY_US = 1.0          # a global load's round trip, microseconds
@@ -93,7 +107,8 @@ LAUNCH_US = 2.5           # per launch: start, fill, drain
 MMA_SYNC = 0.5            # mma.sync's share of the tensor cores' peak (wgmma: all of it)
 L2_USABLE = 0.6           # share of the L2 that holds re-read data
 SOFT_P = 3.0              # (sum t^p)^(1/p)
-UNCERTAINTY = 1.5         # the range shown: time / 1.5 .. time * 1.5
+UNCERTAINTY = 1.5         # the range where no validation run says more: time / 1.5 .. time * 1.5
+MIN_BAND_TESTS = 6        # validation tests a bound kind needs for a range of its own (else all kinds pooled)
 LSU_LINES_PER_CYCLE = 1.0  # per SM: 128-byte lines the L1's load/store path serves a cycle (128 B/clk)
 
 
@@ -128,6 +143,58 @@ class Target:
         # A GPU without NVIDIA's figures recorded (one tools/validate_estimate meets first):
         # the ratios of Ampere's and Hopper's dense figures.
         return fp16 * {"int8": 2.0, "fp8": 2.0, "tf32": 0.5}.get(kind, 1.0)
+
+
+@dataclass(frozen=True)
+class Band:
+    """How far the GPU's time fell from the predicted one on the validation runs, for
+    calls bound by one thing (grader/targets.toml's ``[uncertainty]``): the range shown
+    is predicted time * low .. predicted time * high."""
+    kind: str                 # what bounds the call ("DRAM", "latency", ...), "all", or "default"
+    low: float                # measured / predicted time: the range's lower end (at most 1)
+    high: float               # ... and its upper end (at least 1)
+    tests: int = 0            # validation tests it rests on
+    within: int = 0           # of them, how many were measured inside the range
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "low": self.low, "high": self.high, "tests": self.tests, "within": self.within}
+
+
+DEFAULT_BAND = Band("default", 1 / UNCERTAINTY, UNCERTAINTY)
+
+
+def load_bands(path: Path = TARGETS_FILE) -> dict[str, Band]:
+    """grader/targets.toml's ``[uncertainty]``: {bound kind: Band}, "all" among them; {} when absent."""
+    try:
+        data = tomllib.loads(path.read_text()).get("uncertainty", {})
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for kind, b in data.items():
+        if not isinstance(b, dict):
+            continue
+        try:
+            low, high = min(1.0, float(b["low"])), max(1.0, float(b["high"]))
+            out[kind] = Band(kind, low, high, int(b.get("tests", 0)), int(b.get("within", 0)))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def band_for(kind: str, bands: dict[str, Band]) -> Band:
+    """The range for a call bound by ``kind``: its own band where enough validation tests
+    were bound by it, else that of all kinds together, else ``DEFAULT_BAND``."""
+    own = bands.get(kind)
+    if own is not None and own.tests >= MIN_BAND_TESTS:
+        return own
+    pooled = bands.get("all")
+    return pooled if pooled is not None and pooled.tests >= MIN_BAND_TESTS else DEFAULT_BAND
+
+
+def call_bound(launches: list[dict]) -> str:
+    """What bounds a call: the bound of its longest launch ("" when nothing launches)."""
+    timed = [launch for launch in launches if math.isfinite(launch.get("us", 0.0))]
+    return max(timed, key=lambda launch: launch["us"])["bound"] if timed else ""
 
 
 def load_targets(path: Path = TARGETS_FILE) -> list[Target]:
@@ -366,11 +433,14 @@ def _points(spec: TestSpec, ratio: float) -> float:
     return spec.points * min(1.0, max(0.0, frac))
 
 
-def estimate(run, rubric: Rubric, targets: list[Target] | None = None) -> dict:
+def estimate(run, rubric: Rubric, targets: list[Target] | None = None,
+             bands: dict[str, Band] | None = None) -> dict:
     """Per performance test of ``run``'s task: the predicted time, ratio and points on
     each GPU the rubric grades on (its ``calibrated_on``; ``graded_on`` names them),
-    and what bounds it; or why there is no prediction. Plain JSON."""
+    and what bounds it; or why there is no prediction. Plain JSON. ``bands``: the ranges
+    per bound kind (default: grader/targets.toml's)."""
     targets = load_targets() if targets is None else targets
+    bands = load_bands() if bands is None else bands
     captured = (run.capture or {}).get("cases") or {}
     if not captured or not targets:
         why = (run.capture or {}).get("error") or ("no GPU figures (grader/targets.toml)" if not targets else "")
@@ -385,11 +455,13 @@ def estimate(run, rubric: Rubric, targets: list[Target] | None = None) -> dict:
         case = captured.get(spec.name)
         if case is None:
             continue
-        tests[spec.name] = _predict(spec, case, rows, calibrated, run.gpu_launch_errors.get(spec.name))
-    return {"tests": tests, "uncertainty": UNCERTAINTY, "graded_on": [t.name for t in calibrated]}
+        tests[spec.name] = _predict(spec, case, rows, calibrated, run.gpu_launch_errors.get(spec.name), bands)
+    used = {g["band"]["kind"]: g["band"] for t in tests.values() for g in t.get("gpus", [])}
+    return {"tests": tests, "uncertainty": used, "graded_on": [t.name for t in calibrated]}
 
 
-def _predict(spec: TestSpec, case: dict, rows: dict, targets: list[Target], launch_error: str | None) -> dict:
+def _predict(spec: TestSpec, case: dict, rows: dict, targets: list[Target], launch_error: str | None,
+             bands: dict[str, Band]) -> dict:
     launches = case.get("launches") or []
     if case.get("error"):
         return {"error": "the wrapper raised at this shape: " + str(case["error"]).strip().splitlines()[-1][:300]}
@@ -407,15 +479,17 @@ def _predict(spec: TestSpec, case: dict, rows: dict, targets: list[Target], laun
         # The judge's memory floor: no call moves the task's fewest bytes faster than the copy bandwidth.
         floor_us = floor_bytes / (gpu.copy_gbs * 1e9) * 1e6
         us = max(call["us"], floor_us)
+        kind = call_bound(call["launches"])
+        band = band_for(kind, bands)
         entry = {"gpu": gpu.name, "us": us, "launches": call["launches"], "baseline_us": None,
-                 "floor_us": floor_us, "at_floor": call["us"] < floor_us,
-                 "us_range": [max(us / UNCERTAINTY, floor_us), us * UNCERTAINTY]}
+                 "floor_us": floor_us, "at_floor": call["us"] < floor_us, "bound": kind, "band": band.as_dict(),
+                 "us_range": [max(us * band.low, floor_us), us * band.high]}
         if base and us and math.isfinite(us):
             ratio = base * 1e3 / us
-            fastest = base * 1e3 / entry["us_range"][0]
-            entry.update(baseline_us=base * 1e3, ratio=ratio, ratio_range=[ratio / UNCERTAINTY, fastest],
+            slowest, fastest = (base * 1e3 / t for t in reversed(entry["us_range"]))
+            entry.update(baseline_us=base * 1e3, ratio=ratio, ratio_range=[slowest, fastest],
                          points=_points(spec, ratio),
-                         points_range=[_points(spec, ratio / UNCERTAINTY), _points(spec, fastest)])
+                         points_range=[_points(spec, slowest), _points(spec, fastest)])
         if gpu.reference_ms.get(spec.name):
             entry["reference_us"] = gpu.reference_ms[spec.name] * 1e3
         per_gpu.append(entry)

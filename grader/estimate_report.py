@@ -20,9 +20,9 @@ from .estimate import load_targets
 
 PLOT_NAME = "roofline-{task}.png"
 EMBED_MAX_BYTES = 60_000     # a plot embedded in Gradescope's results.json, base64, at most this big
-WHAT = ("an estimate from a model, not a measurement and not a score: on the kernels it was checked against, "
-        "the predicted ratio was within a factor 1.5 of the measured one for most tests, but a kernel unlike "
-        "them can be further off. Only the GPU run's measured times give points.")
+WHAT = ("an estimate from a model, not a measurement and not a score: each range is as wide as the model's "
+        "error was on the kernels it was checked against, for calls bound by the same thing, and a kernel "
+        "unlike them can be further off. Only the GPU run's measured times give points.")
 
 
 def _us(x) -> str:
@@ -109,8 +109,7 @@ def markdown(result, plots: dict[str, str] | None, md_inline, md_code) -> list[s
                 pr, rr = gpu.get("points_range"), gpu.get("ratio_range")
                 points = (f"{_pts(pr[0])}-{_pts(pr[1])} of {_pts(test['points_max'])}" if pr else "-")
                 ratio = f"{_r(gpu.get('ratio'))} ({_r(rr[0])}-{_r(rr[1])})" if rr else "-"
-                lo, hi = gpu.get("us_range") or (gpu["us"] / est.get("uncertainty", 1.5),
-                                                 gpu["us"] * est.get("uncertainty", 1.5))
+                lo, hi = gpu["us_range"]
                 times = f"{_us(lo)}-{_us(hi)}"
                 rows.append(f"| {md_code(name, 60, table=True)} | {md_inline(gpu['gpu'], 40)} | {times} | "
                             f"{_us(gpu.get('baseline_us'))} | {ratio} | {points} |")
@@ -129,12 +128,38 @@ def markdown(result, plots: dict[str, str] | None, md_inline, md_code) -> list[s
         if rows:
             md += ["| test | GPU | predicted time | fp16 torch.matmul | predicted ratio (range) | points (range) |",
                    "|---|---|---|---|---|---|", *rows]
+        notes += _band_lines(est.get("tests", {}))
         tuned = _autotune_lines(est.get("tests", {}), md_inline, md_code)
         if tuned:
             md += ["", *tuned]
         if notes:
             md += ["", *notes]
     return md
+
+
+def _band_lines(tests: dict) -> list[str]:
+    """Where the ranges come from: per band the estimate used (grader/estimate.py's Band),
+    the bound kinds it served, how many validation tests it rests on and how many fell inside."""
+    served: dict[str, tuple[dict, set]] = {}
+    for test in tests.values():
+        for gpu in test.get("gpus", []):
+            band = gpu.get("band")
+            if band:
+                served.setdefault(band["kind"], (band, set()))[1].add(gpu.get("bound") or "?")
+    out = []
+    for kind, (band, bounds) in sorted(served.items()):
+        times = f"{band['low']:.2f}x to {band['high']:.2f}x the predicted time"
+        if kind == "default":
+            out.append(f"- Ranges of {times}: no check of the model on a GPU is recorded (a TA's "
+                       "`python -m tools.validate_estimate`), so they are a guess, not a measured error.")
+        elif kind == "all":
+            out.append(f"- Calls bound by {', '.join(sorted(bounds))}: too few checked calls of that kind, so the "
+                       f"range of all kinds together: on the {band['tests']} calls checked on a GPU the time "
+                       f"measured was {times}, {band['within']} of them inside that range.")
+        else:
+            out.append(f"- Calls bound by {kind}: on the {band['tests']} such calls checked on a GPU the time "
+                       f"measured was {times}, {band['within']} of them inside that range.")
+    return out
 
 
 def _autotune_lines(tests: dict, md_inline, md_code) -> list[str]:

@@ -47,7 +47,6 @@ def points(task_result, tests: list, target) -> list[dict]:
     out = []
     estimate = task_result.estimate or {}
     predicted = estimate.get("tests", {})
-    spread = estimate.get("uncertainty", 1.5)
     for t in tests:
         if t.task != task_result.task or t.kind != "performance":
             continue
@@ -60,7 +59,7 @@ def points(task_result, tests: list, target) -> list[dict]:
             row["fp16_us"] = details.get("baseline_ms", 0) * 1e3 or None
         elif gpu and gpu.get("us") and gpu["us"] != float("inf"):
             row["yours_us"] = gpu["us"]
-            row["yours_range"] = gpu.get("us_range") or [gpu["us"] / spread, gpu["us"] * spread]
+            row["yours_range"] = gpu["us_range"]
             row["fp16_us"] = gpu.get("baseline_us")
         if target is not None:
             key = "x".join(str(v) for v in details.get("shape") or [])

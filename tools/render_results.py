@@ -284,7 +284,34 @@ def targets_toml() -> str:
             out += ["tensor_tflops = {" + ", ".join(f"{k} = {v:.1f}" for k, v in sorted(figures.items())) + "}",
                     f"tensor_source = {json.dumps(where)}"]
         out.append("")
-    return "\n".join(out)
+    return "\n".join(out + uncertainty_toml())
+
+
+def uncertainty_toml() -> list[str]:
+    """targets.toml's ``[uncertainty]``: the ranges the estimate shows, per what bounds a call,
+    fitted by tools.validate_estimate.fit_bands from every results file's estimate rows of the
+    current model version (none: no section, and the estimate shows its default range)."""
+    from grader.estimate import MODEL_VERSION
+    from tools.validate_estimate import BAND_HIGH, BAND_LOW, fit_bands
+
+    rows, sources = [], []
+    for p, run in _runs():
+        mine = [r for r in (run.get("estimate") or {}).get("rows", []) if r.get("model") == MODEL_VERSION]
+        if mine:
+            rows += mine
+            sources.append(str(p.relative_to(ROOT)))
+    bands = fit_bands(rows)
+    if not bands:
+        return []
+    out = ["# The estimate's ranges: measured / predicted kernel time on the validation runs",
+           f"# (tools/validate_estimate.py), its {BAND_LOW:.0%} to {BAND_HIGH:.0%} percentile per what bounds "
+           "the call, widened to hold 1;",
+           "# tests: rows it rests on, within: rows inside it. A kind with too few rows takes \"all\".",
+           "[uncertainty]", f"# model {MODEL_VERSION}, from {', '.join(sources)}"]
+    for kind, b in bands.items():
+        out.append(f"{json.dumps(kind)} = {{low = {b['low']:.2f}, high = {b['high']:.2f}, tests = {b['tests']}, "
+                   f"within = {b['within']}}}")
+    return out + [""]
 
 
 def estimate_table() -> str:

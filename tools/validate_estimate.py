@@ -1,7 +1,7 @@
 """Check the CPU run's speed estimate against the grader's own clock, on a GPU.
 
     python -m tools.validate_estimate OUT [--kernels NAME,...] [--rounds N] [--append]   (a GPU)
-    python -m tools.validate_estimate OUT --predict                                      (any machine)
+    python -m tools.validate_estimate OUT|FILE... --predict                              (any machine)
 
 For every kernel set below and every performance test of the rubric, the
 estimate is made exactly as a CPU grade makes it (a sandboxed worker in the
@@ -16,10 +16,13 @@ file (date, GPU, versions), ``device`` (this GPU's properties),
 
     rows     per kernel set and test: predicted and measured time, the ratios
              (the predicted one against this run's measured baseline, so that
-             only the model's error shows), the points each ratio earns, and
-             what the model says bounds the call
-    summary  how many tests are predicted within a factor 1.5 of the measured
-             ratio, and the most any test predicted to earn nothing earned
+             only the model's error shows), the points each ratio earns, the
+             predicted range, what the model says bounds the call
+             (``bound_kind``) and the model's version (``model``)
+    summary  how many tests are predicted within a factor 1.5 (and 1.25) of
+             the measured ratio, the most any test predicted to earn nothing
+             earned, how many were measured inside their predicted range, how
+             many had a points range narrower than half their points
 
 ``--append`` keeps the rows of OUT/results.json for other kernel sets and
 sums them up with the new ones (to split a run over two sessions, e.g.
@@ -41,7 +44,11 @@ a file recorded while each timed call also copied its output have that copy
 comparison (``copy_us_taken_off``).
 Copy OUT/results.json into results/ (one file per GPU and date; merge into an
 existing one) and run ``python -m tools.render_results``: the table in
-docs/grading.md and grader/targets.toml follow. The acceptance of the estimate
+docs/grading.md and grader/targets.toml follow, its ``[uncertainty]`` (the
+ranges the estimate shows) fitted by ``fit_bands`` from every results file's
+rows of the current model version (grader.estimate.MODEL_VERSION; after
+changing the model, bump it and run ``--predict`` on every results file with
+rows: ``python -m tools.validate_estimate results/*.json --predict``). The acceptance of the estimate
 (docs/grading.md) is ``summary.share >= 0.8`` and ``summary.max_points_when_zero
 <= 0.25``. Needs a CUDA GPU; the predictions follow the measurements, on its CPU cores.
 """
@@ -59,6 +66,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grader.estimate import MODEL_VERSION  # noqa: E402
+
 KERNELS = {"reference": "solutions", "naive": "calibration/naive",
            "from_the_handout": "tests/fixtures/from_the_handout",
            "stub_plan": "calibration/stub_plan", "tuned_student": "tests/fixtures/tuned_student",
@@ -66,7 +77,9 @@ KERNELS = {"reference": "solutions", "naive": "calibration/naive",
            "slow/weight_per_row": "tests/fixtures/slow/weight_per_row",
            "slow/grid_order": "tests/fixtures/slow/grid_order", "slow/slow_dds": "tests/fixtures/slow/slow_dds",
            "slow/gathered": "tests/fixtures/slow/gathered"}
-FACTOR = 1.5
+FACTOR = 1.5        # docs/grading.md's acceptance: the predicted ratio within this factor of the measured
+CLOSE = 1.25        # the tighter factor the summary also counts
+BAND_LOW, BAND_HIGH = 0.1, 0.9   # the percentiles of measured / predicted time a range spans
 SEED = 20261125
 
 
@@ -107,8 +120,9 @@ def target_for(gpu: str, device: dict, bench: dict):
     return Target(name=gpu, copy_gbs=bench["copy_gbs"], tflops=bench["peaks"], source="this run", **fields)
 
 
-def predict(name: str, folder: str, task: str, rubric, target) -> dict:
-    """{test: prediction} for one task of one kernel set, as a CPU grade makes it."""
+def predict(name: str, folder: str, task: str, rubric, targets: list) -> dict:
+    """{GPU name: {test: prediction}} for one task of one kernel set, as a CPU grade makes it
+    (one capture, predicted for each of ``targets``); {"error": why} when there is none."""
     from grader.estimate import estimate
     from grader.facts import TaskRun
     from grader.harness import capture
@@ -135,7 +149,15 @@ def predict(name: str, folder: str, task: str, rubric, target) -> dict:
         if r.get("status") == "error" or r.get("launchable") is False:
             for test in r.get("tests", []):
                 run.gpu_launch_errors.setdefault(test, r.get("error") or r.get("why_not") or "does not launch")
-    return estimate(run, rubric, targets=[target]).get("tests", {})
+    tests = estimate(run, rubric, targets=targets).get("tests", {})
+    return {t.name: {name: _one_gpu(test, t.name) for name, test in tests.items()} for t in targets}
+
+
+def _one_gpu(test: dict, gpu: str) -> dict:
+    """One test's prediction with only ``gpu``'s entry (an error stays as it is)."""
+    if "gpus" not in test:
+        return test
+    return {**test, "gpus": [g for g in test["gpus"] if g["gpu"] == gpu]}
 
 
 def measure(folder: str, task: str, rubric, rounds: int) -> dict:
@@ -195,7 +217,11 @@ def compare(kernels: str, spec, pred: dict, meas: dict, copy_ms: float = 0.0) ->
         row["error"] = (row.get("error", "") + "; " if row.get("error") else "") + meas["error"]
     if us and math.isfinite(us):
         row["predicted_us"] = round(us, 2)
+        if gpu.get("us_range"):
+            row["predicted_us_range"] = [round(t, 2) for t in gpu["us_range"]]
         row["bound"] = " + ".join(f"{launch['kernel']}: {launch['bound']}" for launch in gpu.get("launches", []))
+        row["bound_kind"] = gpu.get("bound", "")
+        row["model"] = MODEL_VERSION
     if meas.get("kernel_ms"):
         kernel_ms = max(meas["kernel_ms"] - copy_ms, meas["kernel_ms"] / 2)
         baseline_ms = max(meas["baseline_ms"] - copy_ms, meas["baseline_ms"] / 2)
@@ -205,36 +231,48 @@ def compare(kernels: str, spec, pred: dict, meas: dict, copy_ms: float = 0.0) ->
             row["copy_us_taken_off"] = round(copy_ms * 1e3, 2)
         if "predicted_us" in row:
             row["predicted_ratio"] = baseline_ms * 1e3 / row["predicted_us"]
+        if "predicted_us_range" in row:
+            row["predicted_points_range"] = [_points(spec, baseline_ms * 1e3 / t)
+                                             for t in reversed(row["predicted_us_range"])]
     row["predicted_points"] = _points(spec, row.get("predicted_ratio"))
     row["measured_points"] = _points(spec, row.get("measured_ratio"))
     row["points"] = spec.points
     return row
 
 
-def predict_rows(rows: list[dict], rubric, target, jobs: list[tuple], workers: int = 2,
+def predictions(jobs: list[tuple], rubric, targets: list, workers: int = 2) -> dict:
+    """{(kernel set, task): predict()'s answer} for ``jobs``, made on this machine
+    (``workers`` kernel files at once: each prediction is a sandboxed CPU worker)."""
+    out = {}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {job: pool.submit(predict, job[0], KERNELS[job[0]], job[1], rubric, targets) for job in jobs}
+        for job, future in futures.items():
+            try:
+                out[job] = future.result()
+            except Exception as e:  # noqa: BLE001 - one kernel set's failure is a row, not the end
+                out[job] = {"error": f"{type(e).__name__}: {e}"}
+    return out
+
+
+def predict_rows(rows: list[dict], rubric, target, jobs: list[tuple], made: dict,
                  record: dict | None = None) -> list[dict]:
-    """The rows of ``jobs`` (kernel set, task) again, with predictions made on this machine
-    (``workers`` kernel files at once: each prediction is a sandboxed CPU worker).
-    ``record``: the results file's head, whose ``clock`` says what its times include."""
+    """The rows of ``jobs`` (kernel set, task) again, with the predictions ``made`` (predictions())
+    for ``target``. ``record``: the results file's head, whose ``clock`` says what its times include."""
     from grader.estimate import output_copy_ms
     from tools.gpu_session import CALLS_ONLY, CLOCK
 
     old_clock = (record or {}).get("clock", CLOCK) not in (CLOCK, CALLS_ONLY)
     measured = {(r["kernels"], r["test"]): r.get("measurement", {}) for r in rows}
     out = []
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {job: pool.submit(predict, job[0], KERNELS[job[0]], job[1], rubric, target) for job in jobs}
-        for name, task in jobs:
-            try:
-                pred = futures[(name, task)].result()
-            except Exception as e:  # noqa: BLE001 - one kernel set's failure is a row, not the end
-                pred = {"error": f"{type(e).__name__}: {e}"}
-            for spec in rubric.tests_for(task, "performance"):
-                one = pred.get(spec.name) or ({"error": pred["error"]} if "error" in pred else {})
-                copy_ms = output_copy_ms(spec.shape, target.copy_gbs) if old_clock else 0.0
-                out.append(compare(name, spec, one, measured.get((name, spec.name), {"error": "not measured"}),
-                                   copy_ms))
-                _print_row(out[-1])
+    for name, task in jobs:
+        got = made.get((name, task), {"error": "not predicted"})
+        pred = got if "error" in got else got.get(target.name, {"error": f"not predicted for {target.name}"})
+        for spec in rubric.tests_for(task, "performance"):
+            one = pred.get(spec.name) or ({"error": pred["error"]} if "error" in pred else {})
+            copy_ms = output_copy_ms(spec.shape, target.copy_gbs) if old_clock else 0.0
+            out.append(compare(name, spec, one, measured.get((name, spec.name), {"error": "not measured"}),
+                               copy_ms))
+            _print_row(out[-1])
     return out
 
 
@@ -244,19 +282,60 @@ def _print_row(row: dict) -> None:
 
 
 def summary(rows: list[dict]) -> dict:
+    """How well the predictions did. ``share``: within a factor ``FACTOR`` of the measured
+    ratio (docs/grading.md's acceptance, with ``max_points_when_zero``); ``close``: within
+    ``CLOSE``; ``in_range``: the measured time inside the predicted range; ``narrow``: the
+    points range narrower than half the test's points; ``zero_when_half``: tests predicted
+    to earn at least half their points that earned nothing."""
     both = [r for r in rows if r.get("predicted_ratio") and r.get("measured_ratio") and not r.get("error")]
     within = [r for r in both if 1 / FACTOR <= r["predicted_ratio"] / r["measured_ratio"] <= FACTOR]
+    close = [r for r in both if 1 / CLOSE <= r["predicted_ratio"] / r["measured_ratio"] <= CLOSE]
+    ranged = [r for r in both if r.get("predicted_points_range")]
+    in_range = [r for r in ranged if r["predicted_us_range"][0] <= r["measured_us"] <= r["predicted_us_range"][1]]
+    narrow = [r for r in ranged if r["predicted_points_range"][1] - r["predicted_points_range"][0] < r["points"] / 2]
     zero = [r for r in both if r["predicted_points"] == 0]
     worst = max((r["measured_points"] / r["points"] for r in zero), default=0.0)
+    half = [r for r in both if r["predicted_points"] >= r["points"] / 2 and r["measured_points"] == 0]
     share = len(within) / len(both) if both else 0.0
     return {"factor": FACTOR, "tests": len(both), "within": len(within), "share": share,
             "predicted_zero": len(zero), "max_points_when_zero": worst,
-            "accepted": bool(both) and share >= 0.8 and worst <= 0.25}
+            "accepted": bool(both) and share >= 0.8 and worst <= 0.25,
+            "close_factor": CLOSE, "close": len(close), "ranged": len(ranged), "in_range": len(in_range),
+            "narrow": len(narrow), "zero_when_half": len(half)}
+
+
+def fit_bands(rows: list[dict]) -> dict[str, dict]:
+    """grader/targets.toml's ``[uncertainty]`` from validation rows of this model version:
+    per bound kind of the call (and "all" together), measured over predicted time, its
+    ``BAND_LOW`` to ``BAND_HIGH`` percentile widened to hold 1 (floored and ceiled to two
+    decimals), how many rows it rests on and how many fell inside."""
+    errors: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("error") or r.get("model") != MODEL_VERSION or not r.get("predicted_us") or not r.get("measured_us"):
+            continue
+        e = r["measured_us"] / r["predicted_us"]
+        for kind in (r.get("bound_kind") or "?", "all"):
+            errors.setdefault(kind, []).append(e)
+    out = {}
+    for kind, es in sorted(errors.items()):
+        low = min(1.0, math.floor(round(_percentile(es, BAND_LOW) * 100, 6)) / 100)
+        high = max(1.0, math.ceil(round(_percentile(es, BAND_HIGH) * 100, 6)) / 100)
+        out[kind] = {"low": low, "high": high, "tests": len(es), "within": sum(low <= e <= high for e in es)}
+    return out
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (linear between the nearest ranks)."""
+    v = sorted(values)
+    at = q * (len(v) - 1)
+    i = int(at)
+    return v[i] if i + 1 >= len(v) else v[i] + (v[i + 1] - v[i]) * (at - i)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
+    ap.add_argument("out", type=Path, nargs="+", help="the folder for OUT/results.json (with --predict: any "
+                                                      "number of such folders or results files)")
     ap.add_argument("--kernels", default=",".join(KERNELS), help="kernel sets, comma-separated: " + ", ".join(KERNELS))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--append", action="store_true", help="keep OUT/results.json's rows of other kernel sets")
@@ -267,9 +346,13 @@ def main(argv=None) -> int:
     from grader.rubric import load_rubric
 
     rubric = load_rubric()
-    results = args.out / "results.json"
     if args.predict:
-        return _predict_recorded(results, rubric, workers_interpreter_problem())
+        files = [p if p.suffix == ".json" else p / "results.json" for p in args.out]
+        return _predict_recorded(files, rubric, workers_interpreter_problem())
+    if len(args.out) != 1:
+        ap.error("a GPU run writes one folder")
+    args.out = args.out[0]
+    results = args.out / "results.json"
     import torch
 
     if not torch.cuda.is_available():
@@ -304,7 +387,7 @@ def main(argv=None) -> int:
             rows.append(compare(name, spec, {"error": "not predicted yet"}, meas.get(spec.name, {})))
             _print_row(rows[-1])
     if not no_predictions:
-        rows = predict_rows(rows, rubric, target, jobs, workers=6, record=record)
+        rows = predict_rows(rows, rubric, target, jobs, predictions(jobs, rubric, [target], workers=6), record=record)
     if args.append and results.exists():
         old = json.loads(results.read_text()).get("estimate", {}).get("rows", [])
         rows = [r for r in old if r["kernels"] not in chosen] + rows
@@ -322,28 +405,44 @@ def main(argv=None) -> int:
     return _said(record["estimate"]["summary"])
 
 
-def _predict_recorded(results: Path, rubric, problem: str) -> int:
-    """--predict: the predictions for a results file's measurements, made here."""
+def _predict_recorded(files: list[Path], rubric, problem: str) -> int:
+    """--predict: the predictions for results files' measurements, made here; each kernel
+    file is captured once and predicted for every file's GPU."""
     if problem:
         print(f"tools.validate_estimate --predict: {problem}", file=sys.stderr)
         return 2
-    try:
-        record = json.loads(results.read_text())
-        est = record["estimate"]
-        rows = est["rows"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        print(f"tools.validate_estimate --predict: {results} holds no measured estimate rows ({e})", file=sys.stderr)
+    records = {}
+    for results in files:
+        try:
+            record = json.loads(results.read_text())
+            record["estimate"]["rows"][0]
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+            print(f"tools.validate_estimate --predict: {results} holds no measured estimate rows "
+                  f"({type(e).__name__}: {e}): left as it is", file=sys.stderr)
+            continue
+        records[results] = record
+    if not records:
         return 2
-    target = target_for(record.get("gpu", ""), record.get("device", {}), record.get("bench_quick", {}))
     task_of = {t.name: t.task for t in rubric.tests}
-    jobs = list(dict.fromkeys((r["kernels"], task_of[r["test"]]) for r in rows if r["test"] in task_of))
-    print(f"predicting for {target.name} ({len(jobs)} kernel files) ...", flush=True)
-    est["rows"] = predict_rows(rows, rubric, target, jobs, record=record)
-    est["summary"] = summary(est["rows"])
-    est["predicted_on"] = _this_machine()
-    results.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {results}")
-    return _said(est["summary"])
+    targets = {p: target_for(r.get("gpu", ""), r.get("device", {}), r.get("bench_quick", {}))
+               for p, r in records.items()}
+    jobs = {p: list(dict.fromkeys((row["kernels"], task_of[row["test"]]) for row in r["estimate"]["rows"]
+                                  if row["test"] in task_of and row["kernels"] in KERNELS))
+            for p, r in records.items()}
+    every_job = list(dict.fromkeys(job for js in jobs.values() for job in js))
+    gpus = list({t.name: t for t in targets.values()}.values())
+    print(f"predicting {len(every_job)} kernel files for {', '.join(t.name for t in gpus)} ...", flush=True)
+    made = predictions(every_job, rubric, gpus)
+    worst = 0
+    for results, record in records.items():
+        est = record["estimate"]
+        est["rows"] = predict_rows(est["rows"], rubric, targets[results], jobs[results], made, record=record)
+        est["summary"] = summary(est["rows"])
+        est["predicted_on"] = _this_machine()
+        results.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {results}")
+        worst = max(worst, _said(est["summary"]))
+    return worst
 
 
 def _this_machine() -> dict:
@@ -361,6 +460,10 @@ def _said(s: dict) -> int:
     print(f"within a factor {FACTOR}: {s['within']} of {s['tests']} ({s['share']:.0%}); predicted to earn nothing: "
           f"{s['predicted_zero']}, the most one of them earned: {s['max_points_when_zero']:.0%} of its points; "
           f"accepted: {s['accepted']}")
+    if s.get("ranged"):
+        print(f"within a factor {s['close_factor']}: {s['close']} of {s['tests']}; measured inside the predicted "
+              f"range: {s['in_range']} of {s['ranged']}; points range under half the test's points: {s['narrow']} "
+              f"of {s['ranged']}; predicted to earn half or more but earned nothing: {s['zero_when_half']}")
     return 0 if s["accepted"] else 1
 
 
