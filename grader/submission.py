@@ -20,7 +20,7 @@ WORKER_FILES = ("main.py", "evidence.py", "layout.py", "graphs.py", "vmm.py", "m
                 "trace.py", "capture.py", "hooks.py",
                 "compile.py", "compile_rows.py", "compile_pool.py", "compile_child.py",
                 "ptx.py", "ptx_parse.py", "ptx_lanes.py", "shapes.py", "executor.py", "gate.py", "gate_child.py",
-                "kernels_only.py")
+                "kernels_only.py", "compiled_sites.py")
 MAX_FILE_BYTES = 2 * 1024 * 1024
 
 

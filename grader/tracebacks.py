@@ -97,8 +97,9 @@ def final_exception(text: str) -> str:
 def _final_exception(lines: list[str]) -> str:
     """The last line that names an exception (Triton adds notes after it at times)."""
     for line in reversed(lines):
-        # The grader's own refusals (HostComputeRefused, ValuesUnavailable: grader/worker/shapes.py) too.
-        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning|Refused|Unavailable)\b", line):
+        # The grader's own refusals (HostComputeRefused, ValuesUnavailable: grader/worker/shapes.py;
+        # NotCompiledPath: grader/worker/compiled_sites.py) too.
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning|Refused|Unavailable|Path)\b", line):
             # Triton's error classes and the grader's own (the worker's package) by their names alone.
             return re.sub(r"^(triton\.(runtime|compiler)\.errors|_grader_worker\.\w+)\.", "", line.strip())[:500]
     return lines[-1].strip()[:500]

@@ -44,8 +44,8 @@ import traceback
 
 import torch
 
+from . import compiled_sites, kernels_only
 from . import gate as gate_mod
-from . import kernels_only
 from .layout import DTYPES, build, view
 from .movement import Movement, tensor_range
 from .shapes import SHAPE_OPS, STEP_OPS, VIEW_OPS
@@ -164,8 +164,16 @@ class Replay:
         if not 1 <= len(grid) <= 3 or min(grid) < 0:
             raise ProgramError("a bad grid")
         args = {str(k): self.value(v) for k, v in (step.get("args") or {}).items()}
-        self.gate.admit(fn, args)
-        fn.run(grid=tuple(grid), warmup=False, **args)
+        admitted = self.gate.admit(fn, args)
+        # The compiler's compile-time arguments (an int equal to 1, any spelling of a constexpr
+        # annotation) reach the interpreter as constants too, not as run-time integers.
+        declared = _declared_constexprs(fn)
+        for name in admitted.compile_time:
+            if name in args and name not in declared and args[name] is not None:
+                import triton.language as tl
+                args[name] = tl.constexpr(args[name])
+        with compiled_sites.launch(admitted.visited):
+            fn.run(grid=tuple(grid), warmup=False, **args)
 
     def value(self, v):
         if v is None or isinstance(v, (bool, int, float, str)):
@@ -199,6 +207,13 @@ class Replay:
                                         [int(i) for i in x["strides"]], [int(i) for i in x["block_shape"]],
                                         str(x.get("padding", "zero")))
         raise ProgramError("a value of an unknown kind")
+
+
+def _declared_constexprs(fn) -> set[str]:
+    """The parameters the interpreter itself takes as constexprs (its GridExecutor's rule)."""
+    from triton.runtime.jit import _normalize_ty
+
+    return {n for n, ty in getattr(fn.fn, "__annotations__", {}).items() if _normalize_ty(ty) == "constexpr"}
 
 
 def find_kernel(module, ref: dict, helper: bool = False):
@@ -372,7 +387,9 @@ def main(argv: list[str]) -> None:
     if not commands.readline():
         return
     try:
-        # The kernels alone: no host code of the submission ever runs beside the inputs.
+        # The kernels alone: no host code of the submission ever runs beside the inputs, and of
+        # them only what the GPU's compiler compiled (compiled_sites.py).
+        compiled_sites.install(f"{package}.{module_name}" if package else module_name)
         module = kernels_only.load(package, module_name)
     except BaseException:  # noqa: BLE001 - the worker's import reports the student's error
         reply({"ok": False, "error": _traceback()})

@@ -9,7 +9,9 @@ front end for sm_90 in a child process that imports the kernel file as a GPU
 run does (TRITON_INTERPRET unset): ``ast_to_ttir``, where the compiler turns
 the kernel's Python into Triton IR and refuses what it cannot. A launch whose
 variant the front end refuses raises ``NotCompiled`` with the compiler's
-message in the student's terms; the whole compile (PTX, ptxas, resources) is
+message in the student's terms; an admitted one says what the compiler
+visited and which arguments it took as compile-time values, so that the
+interpreter runs the launch as it was compiled (compiled_sites.py); the whole compile (PTX, ptxas, resources) is
 compile.py's, later, as before. One child serves every launch of the
 executor; verdicts are kept per variant. The child builds the kernel file's
 kernels alone (kernels_only.py), as the executor does: no host code of the
@@ -28,6 +30,7 @@ import struct
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 from .compile import CompileCheck
 from .compile_rows import _clip
@@ -40,15 +43,23 @@ class NotCompiled(RuntimeError):
     """The GPU's compiler refuses the kernel a launch names: the interpreter does not run it."""
 
 
+class Admitted(NamedTuple):
+    """What the interpreter may run of an admitted launch (compiled_sites.py)."""
+    visited: frozenset        # the nodes the compiler's code generator visited for its variant
+    compile_time: tuple       # the arguments the compiler took as compile-time values
+
+
 class Gate:
     def __init__(self, target: str = TARGET):
         self.check = CompileCheck(target)
-        self.verdicts: dict[str, str | None] = {}   # variant group -> None (accepted) or the error
+        # variant group -> (None, what the compiler visited) if accepted, (the error, None) if not
+        self.verdicts: dict[str, tuple[str | None, frozenset | None]] = {}
         self.child: subprocess.Popen | None = None
         self.replies = -1   # the read end of the child's reply pipe
 
-    def admit(self, fn, kwargs: dict) -> None:
-        """Return if ``fn`` launched with ``kwargs`` compiles for the target; raise NotCompiled if not."""
+    def admit(self, fn, kwargs: dict) -> Admitted:
+        """What the interpreter may run of ``fn`` launched with ``kwargs``, if that compiles for the
+        target; raise NotCompiled if not."""
         self.check.record(fn, (), dict(kwargs))
         variant = next((v for v in self.check.variants.values() if v.id == self.check.last_id), None)
         if variant is None:
@@ -58,11 +69,13 @@ class Gate:
             raise NotCompiled(variant.error)
         if variant.group not in self.verdicts:
             self.verdicts[variant.group] = self._front_end(variant)
-        error = self.verdicts[variant.group]
+        error, visited = self.verdicts[variant.group]
         if error:
             raise NotCompiled(f"{variant.name} does not compile for the GPU (sm_90), so it is not run:\n{error}")
+        top = {path[0] for path in variant.constexprs if isinstance(path, tuple) and len(path) == 1}
+        return Admitted(visited, tuple(name for i, name in enumerate(variant.signature) if i in top))
 
-    def _front_end(self, v) -> str | None:
+    def _front_end(self, v) -> tuple[str | None, frozenset | None]:
         job = {"id": v.id, "module": v.module, "qualname": v.qualname, "name": v.name, "file": v.file,
                "line": v.line, "signature": v.signature, "constexprs": v.constexprs, "attrs": v.attrs,
                "options": v.options, "target": self.check.target, "root": _root(v.module)}
@@ -70,10 +83,10 @@ class Gate:
             result = self._ask(job)
         except (OSError, EOFError, ValueError, TimeoutError) as e:
             self._stop()
-            return f"the grader could not compile it ({type(e).__name__}: {e})"
+            return f"the grader could not compile it ({type(e).__name__}: {e})", None
         if result.get("status") == "ok":
-            return None
-        return result.get("error") or "the compiler refused it"
+            return None, frozenset(tuple(v) for v in result.get("visited", []))
+        return result.get("error") or "the compiler refused it", None
 
     def _ask(self, job: dict) -> dict:
         if self.child is None or self.child.poll() is not None:

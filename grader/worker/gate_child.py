@@ -3,8 +3,9 @@
     python -m <worker package>.gate_child
 
 Reads length-prefixed pickled jobs (compile.py's, one variant each) on stdin and
-answers each with one JSON line: {"status": "ok"} once the kernel is Triton IR,
-or {"status": "error", "error": "..."} with the compiler's message in the
+answers each with one JSON line: {"status": "ok", "visited": [...]} once the
+kernel is Triton IR (what the code generator visited: compiled_sites.py), or
+{"status": "error", "error": "..."} with the compiler's message in the
 student's terms. Runs with TRITON_INTERPRET unset: the kernel file imports as
 on a GPU. Nothing past the IR is built here (compile_child.py does that).
 
@@ -21,7 +22,7 @@ import pickle
 import struct
 import sys
 
-from . import kernels_only
+from . import compiled_sites, kernels_only
 from .compile_child import _captured_fd2, _describe, _find_kernel, _resolve
 from .compile_rows import _clip
 
@@ -46,16 +47,16 @@ def _front_end(job: dict, triton) -> dict:
     except Exception as e:  # noqa: BLE001
         return {"status": "error", "error": _clip(f"the kernel could not be set up for compiling: "
                                                   f"{type(e).__name__}: {e}")}
-    stderr = []
+    stderr, visited = [], set()
     try:
         with _captured_fd2() as stderr, contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
+                contextlib.redirect_stderr(io.StringIO()), compiled_sites.record(visited):
             triton.compile(src, target=target, options=job["options"])
     except _IRReady:
-        return {"status": "ok"}
+        return {"status": "ok", "visited": sorted(visited, key=repr)}
     except Exception as e:  # noqa: BLE001 - the compiler refuses the kernel: so would the GPU
         return {"status": "error", "error": _describe(e, job, stderr[0] if stderr else "")}
-    return {"status": "ok"}
+    return {"status": "error", "error": "the compiler's front end was not run (the grader's gate)"}
 
 
 def main() -> None:
@@ -68,6 +69,7 @@ def main() -> None:
         raise _IRReady()
 
     nv.CUDABackend.make_ttgir = staticmethod(stop)
+    triton.knobs.compilation.always_compile = True   # a cached kernel would skip the front end and its record
     source, loaded = sys.stdin.buffer, set()
     while True:
         head = source.read(4)

@@ -67,6 +67,13 @@ def test_every_autotune_config_is_checked_on_the_cpu(tmp_path):
     "redteam2_interpreter_reparses_source",
     "redteam2_interpreter_source_imports_in_executor",
     "redteam2_constexpr_is_branch_python_product",
+    # Red team, round 3: a branch the compiler decided at compile time, taken the other way in the
+    # interpreter (an argument equal to 1, a constexpr annotation spelled so that only the compiler
+    # reads it, `x or 2`, `tl.constexpr(None) is None`), its side a product in Python integers.
+    "redteam3_one_specialized_branch",
+    "redteam3_annotation_constexpr_branch",
+    "redteam3_or_constexpr_shortcircuit_branch",
+    "redteam3_constexpr_none_global_branch",
 ])
 def test_host_code_beside_the_values_gets_nothing(tmp_path, attack):
     """Each computed the product in numpy or torch inside the executor and got full marks against

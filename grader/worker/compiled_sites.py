@@ -1,0 +1,196 @@
+"""The interpreter runs only what the GPU's compiler compiled, and with the compiler's meaning.
+
+A kernel is Python to Triton's interpreter and Triton IR to its compiler, and
+the two read some Python differently: the compiler decides an ``if`` on a
+compile-time value while it compiles and never compiles the other side; it
+reads an argument equal to 1, or one annotated with any spelling of
+constexpr, as a compile-time constant where the interpreter sees a run-time
+integer (``(0 - ONE) % 2`` is 1 to one and -1 to the other); and its ``or``
+stops at the first compile-time truthy value, where Python's returns the
+first truthy one (``x or 2`` is 2 to the compiler, ``x`` to Python). Each of
+these let a kernel take, in the interpreter, a side the gate never compiled,
+written in plain Python on the inputs' values (red team, round 3:
+tests/fixtures/submissions/redteam3_*.py).
+
+So the executor runs a launch only as the compiler read it:
+
+- **the same constants**: the arguments the compiler took as compile-time
+  values (the launch's variant, gate.py) reach the interpreter as
+  ``tl.constexpr``, so both compute them alike;
+- **only compiled code**: the gate's child records every node the
+  compiler's code generator visited for the launch's variant (``record``);
+  the executor's interpreter enters a block of statements, an arm of a
+  conditional expression or an operand of ``and``/``or`` only if the
+  compiler visited it (``instrument`` adds the check to the interpreter's
+  copy of each kernel; ``launch`` says which variant runs), and stops the
+  launch with ``NotCompiledPath`` otherwise;
+- **the compiler's ``and``/``or``**: evaluated as Triton's code generator does
+  (``boolop``): a compile-time operand short-circuits, run-time ones are
+  combined with ``logical_and``/``logical_or``.
+
+This file runs in the sandboxed executor and its gate child; it depends on
+triton and the standard library only.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+
+SITE = "__grader_site__"
+BOOLOP = "__grader_boolop__"
+
+
+class NotCompiledPath(RuntimeError):
+    """The interpreter reached code that the GPU's compiler did not compile for this launch."""
+
+
+def key(node: ast.AST) -> tuple:
+    """A node's place in its function's source: its kind and where it starts and ends."""
+    return (type(node).__name__, node.lineno, node.col_offset, getattr(node, "end_lineno", None),
+            getattr(node, "end_col_offset", None))
+
+
+# ----------------------------------------------------------------------------- the gate child's side
+
+@contextlib.contextmanager
+def record(visited: set):
+    """Collect in ``visited`` (module, function, *key) of every node the compiler visits meanwhile."""
+    from triton.compiler.code_generator import CodeGenerator
+
+    original = CodeGenerator.visit
+
+    def visit(self, node):
+        if node is not None and hasattr(node, "lineno"):
+            fn = getattr(getattr(self, "jit_fn", None), "fn", None)
+            visited.add((getattr(fn, "__module__", ""), getattr(fn, "__name__", ""), *key(node)))
+        return original(self, node)
+
+    CodeGenerator.visit = visit
+    try:
+        yield visited
+    finally:
+        CodeGenerator.visit = original
+
+
+# ----------------------------------------------------------------------------- the executor's side
+
+class _Launch:
+    modules: set[str] = set()          # the kernel files whose functions are instrumented
+    visited: frozenset | None = None   # what the compiler visited for the launch running now
+
+
+@contextlib.contextmanager
+def launch(visited):
+    """Run one launch, its kernels allowed to enter what the compiler visited for its variant."""
+    _Launch.visited = frozenset(tuple(v) for v in visited)
+    try:
+        yield
+    finally:
+        _Launch.visited = None
+
+
+def _site(module: str, name: str, line: int, keys: tuple) -> None:
+    allowed = _Launch.visited
+    if allowed is not None and any((module, name, *k) in allowed for k in keys):
+        return
+    raise NotCompiledPath(
+        f"line {line} of {name} runs in the CPU interpreter but the GPU's compiler never compiled it for this "
+        "launch: the compiler decided a condition while compiling, and the interpreter decided it the other way "
+        "(a kernel must mean the same to both: compare run-time values, not Python objects)")
+
+
+def boolop(is_or: bool, *operands):
+    """``a or b`` / ``a and b`` as Triton's code generator evaluates it (``visit_BoolOp``)."""
+    import triton.language as tl
+
+    nontrivial, value = [], None
+    for operand in operands:
+        value = operand()
+        if not isinstance(value, tl.tensor):   # a compile-time value may end it
+            truthy = bool(value.value if isinstance(value, tl.constexpr) else value)
+            if truthy == is_or:
+                return value
+        else:
+            nontrivial.append(value)
+    if not nontrivial:
+        return value
+    while len(nontrivial) >= 2:
+        rhs, lhs = nontrivial.pop(), nontrivial.pop()
+        nontrivial.append(lhs.logical_or(rhs) if is_or else lhs.logical_and(rhs))
+    return nontrivial[0]
+
+
+class _Instrument(ast.NodeTransformer):
+    """The checks above, added to one function's syntax tree as the interpreter re-reads it
+    (lines counted from its ``def``, as the compiler counts them)."""
+
+    def __init__(self, module: str, name: str, first_line: int):
+        self.module, self.name, self.first_line = module, name, first_line
+
+    def _check(self, nodes: list) -> ast.Call:
+        keys = ast.Constant(tuple(key(n) for n in nodes))
+        line = ast.Constant(nodes[0].lineno + self.first_line - 1)
+        return ast.Call(ast.Name(SITE, ast.Load()), [ast.Constant(self.module), ast.Constant(self.name), line, keys],
+                        [])
+
+    def _guarded(self, node: ast.expr, keys_of: ast.expr) -> ast.expr:
+        """``(check, node)[1]``: the check runs before the expression is evaluated."""
+        pair = ast.Tuple([self._check([keys_of]), node], ast.Load())
+        return ast.Subscript(pair, ast.Constant(1), ast.Load())
+
+    def _blocks(self, node):
+        for field in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, field, None)
+            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                setattr(node, field, [ast.Expr(self._check(stmts)), *stmts])
+        return node
+
+    def generic_visit(self, node):
+        if isinstance(node, ast.IfExp):
+            body, orelse = node.body, node.orelse
+            super().generic_visit(node)
+            node.body, node.orelse = self._guarded(node.body, body), self._guarded(node.orelse, orelse)
+            return node
+        if isinstance(node, ast.BoolOp):
+            originals = list(node.values)
+            super().generic_visit(node)
+            thunks = [ast.Lambda(ast.arguments([], [], None, [], [], None, []), self._guarded(v, o))
+                      for v, o in zip(node.values, originals)]
+            return ast.Call(ast.Name(BOOLOP, ast.Load()), [ast.Constant(isinstance(node.op, ast.Or)), *thunks], [])
+        super().generic_visit(node)
+        if isinstance(node, (ast.FunctionDef, ast.If, ast.For, ast.While, ast.With, ast.Try)):
+            return self._blocks(node)
+        return node
+
+
+def instrument(tree: ast.Module, fn, first_line: int) -> ast.Module:
+    """``tree`` (one function, lines from its ``def``, which is the file's ``first_line``) with the
+    checks, if ``fn`` is the kernel file's."""
+    module = getattr(fn, "__module__", "")
+    if module not in _Launch.modules:
+        return tree
+    fn.__globals__[SITE] = _site
+    fn.__globals__[BOOLOP] = boolop
+    return _Instrument(module, fn.__name__, first_line).visit(tree)
+
+
+def install(module_name: str) -> None:
+    """Instrument the kernels of ``module_name`` whenever the interpreter re-reads one (executor start)."""
+    from triton.runtime.interpreter import FunctionRewriter
+
+    _Launch.modules.add(module_name)
+    if getattr(FunctionRewriter, "_grader_instrumented", False):
+        return
+    original = FunctionRewriter._transform_ast
+
+    def _transform_ast(self, src):
+        parsed = instrument(ast.parse(src), self.fn, self.def_file_lineno)
+        transformed = self.ast_transformer.visit(parsed)
+        ast.fix_missing_locations(transformed)
+        ast.increment_lineno(transformed, self.def_file_lineno - 1)
+        return transformed
+
+    _transform_ast.original = original
+    FunctionRewriter._transform_ast = _transform_ast
+    FunctionRewriter._grader_instrumented = True
