@@ -533,9 +533,10 @@ class _Checker:
                                         f"instances with {name}(...), read its constants as {name}.NAME; its methods "
                                         "may be called only on instances")
         if not in_kernel and self._is_kernel_name(name, scope):
-            self.flag(node, "jit-call", f"uses the @triton.jit function {name} outside a kernel other than to "
-                                        f"launch it: write {name}[grid](...), choosing the kernel with `if` or "
-                                        "`k = a if c else b` (a direct call would run it as plain Python)")
+            # A kernel passed around (to a launcher of the file's own, into a list, to autotune's function
+            # form) is ordinary host code: no value reaches the host on a CPU run (the wrapper holds meta
+            # tensors) and a GPU's JITFunction cannot be called as Python. A direct call is visit_Call's.
+            return
         elif name in self.imports:
             self._check_use(node, self.imports[name].split("."), in_kernel, name)
         elif scope is not None and scope.binds(name):
@@ -776,6 +777,9 @@ class _Checker:
                                         "compiled kernel: launched again (compiled[grid](...)) it runs outside "
                                         "the launches the grader records; launch with "
                                         f"{func.value.id}[grid](...) on every call, as a statement of its own")
+        if not in_kernel and isinstance(func, ast.Name) and self._is_kernel_name(func.id, scope):
+            self.flag(node, "jit-call", f"calls the @triton.jit function {func.id} as a Python function outside "
+                                        f"a kernel: launch it with {func.id}[grid](...)")
         local = scope is not None and isinstance(func, ast.Name) and scope.binds(func.id)
         if in_kernel and (local or not isinstance(func, (ast.Name, ast.Attribute))):
             what = f"its parameter or variable {func.id}" if isinstance(func, ast.Name) else "a computed value"

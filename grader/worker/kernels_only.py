@@ -10,7 +10,8 @@ module from the file's syntax tree with only
 - ``@triton.jit`` functions, their other decorators dropped (autotune and
   heuristics are host code: the program says which config each launch ran);
 - top-level constants made of literals, Triton's and ``math``'s names and
-  earlier constants (``BLOCK: tl.constexpr = 64``, ``LOG2E = tl.constexpr(1.4427)``).
+  earlier constants (``BLOCK = tl.constexpr(64)``, ``LOG2E = tl.constexpr(1.4427)``; an annotated
+  ``BLOCK: tl.constexpr = 64`` is kept too, and refused by the compiler in the gate, as on a GPU).
 
 Everything else (host functions, classes, other assignments, ``if``, ``try``,
 expressions) is left out, so it cannot run. A kernel that names something left

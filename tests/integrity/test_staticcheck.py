@@ -46,6 +46,9 @@ def test_honest_student_file_gives_no_findings():
 
 
 OK_SNIPPETS = {
+    "a kernel passed to a launcher of the file's own": "@triton.jit\ndef k(x):\n    pass\n"
+                                                       "def launch(kernel, grid, *args):\n    kernel[grid](*args)\n"
+                                                       "def f(x):\n    launch(k, (1,), x)\n    ks = [k, k]",
     "launches as statements, or returned": "@triton.jit\ndef k(x):\n    pass\ndef f(x):\n    k[(1,)](x)\n"
                                            "    return k[(1,)](x, num_warps=4)",
     "imports": "import math\nfrom functools import lru_cache\nfrom .utils import check_dds_inputs, BSR_BLOCK\n"
@@ -215,17 +218,12 @@ MORE_BYPASSES = {
     "rebinding tl": ("tl = torch", "patching"),
     "parameter shadows tl": ("def f(tl, a, b):\n    return tl.dot(a, b)", "patching"),
     "calling a kernel as Python": ("@triton.jit\ndef k(x, w):\n    return x @ w\ny = k(x, w)", "jit-call"),
-    "passing a kernel around": ("@triton.jit\ndef k(x, w):\n    return x @ w\nf = [k]", "jit-call"),
-    "calling a kernel alias": ("@triton.jit\ndef k(x, w):\n    return x @ w\nf = k if x else k\ny = f(x, w)",
-                               "jit-call"),
     "kernel.fn": ("@triton.jit\ndef k(x, w):\n    return x @ w\ny = k.fn(x, w)", "attribute"),
     "keeping a launch's compiled kernel": ("@triton.jit\ndef k(x):\n    pass\nc = k[(1,)](x)\nc[(1,)](x)", "jit-call"),
     "a launch kept through a lambda": ("@triton.jit\ndef k(x):\n    pass\nplain = lambda: k[(1,)](x)", "jit-call"),
     "decorator that gets the kernel": ("class L:\n    def __init__(self, k):\n        self.k = k\n"
                                        "    def __getitem__(self, grid):\n        return self.k\n"
                                        "@L\n@triton.jit\ndef k(x, w):\n    return x @ w\ny = k[1](x, w)", "jit-call"),
-    "kernel as a class attribute": ("@triton.jit\ndef k(x, w):\n    return x @ w\nclass L:\n    f = k\n"
-                                    "y = L.f(x, w)", "jit-call"),
     "kernel defined in a class": ("class L:\n    @triton.jit\n    def k(x, w):\n        return x @ w\n"
                                   "y = L.k(x, w)", "jit-call"),
     "torch op inside a real kernel": ("@triton.jit\ndef k(x, w):\n    return torch.matmul(x, w)", "torch-product"),

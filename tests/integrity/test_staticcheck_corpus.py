@@ -22,7 +22,8 @@ IDIOMS = ROOT / "tests" / "fixtures" / "static" / "idioms"
 _GLOBS = ("solutions/*.py", "assignment/w8a8.py", "assignment/w4a16.py", "assignment/dds.py", "calibration/naive/*.py",
           "tests/variants/*.py", "tests/fixtures/from_the_handout/*.py", "tests/fixtures/tuned_student/*.py",
           "tests/fixtures/static/honest_student.py", "tests/fixtures/slow/*/*.py", "tests/fixtures/static/idioms/*.py",
-          "tests/idioms/w8a8_*.py", "tests/idioms/w4a16_*.py", "tests/idioms/dds_*.py")
+          "tests/idioms/w8a8_*.py", "tests/idioms/w4a16_*.py", "tests/idioms/dds_*.py",
+          "tests/fixtures/validation/*/*/*.py")
 CORPUS = sorted({p for g in _GLOBS for p in ROOT.glob(g) if p.name != "__init__.py"})
 # each idiom that the corpus must hold a file for (the list)
 IDIOM_FILES = {"autotune_as_function.py", "own_decorator.py", "tensor_descriptors.py", "block_pointers.py",
@@ -36,6 +37,7 @@ def test_the_corpus_is_what_it_says():
     assert len([n for n in names if n.startswith("tests/variants/")]) >= 20
     assert len([n for n in names if n.startswith("tests/fixtures/slow/")]) >= 8
     assert len([n for n in names if n.startswith("tests/idioms/")]) >= 15
+    assert len([n for n in names if n.startswith("tests/fixtures/validation/")]) == 18
     assert IDIOM_FILES == {p.name for p in IDIOMS.glob("*.py")}
 
 
