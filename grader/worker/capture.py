@@ -57,7 +57,8 @@ MAX_LAUNCHES = 12           # launch records kept per call
 MAX_FULL_PROGRAMS = 6       # programs run to the end per launch
 MAX_SIGNATURES = 12         # programs run for one loop step per base program (sharing distances)
 PROGRAM_LIMIT_S = 6.0       # one sampled program, CPU seconds
-LAUNCH_BUDGET_S = 20.0      # all sampled programs of one launch, wall seconds
+LAUNCH_BUDGET_S = 20.0      # all sampled programs of one launch, CPU seconds of the worker
+WALL_FACTOR = 2.0           # a capture's budget in CPU seconds, on the clock at most this many times as long
 FULL_RUN_S = 4.0            # a launch this cheap in the interpreter (counted, CPU seconds) is also run whole
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
@@ -441,10 +442,13 @@ class Capture:
     def __init__(self, probe: bool = False, files: set[str] | None = None, budget_s: float = 60.0):
         """``probe``: sample and count programs of each launch; ``files``: the
         submission's source files (the kernel lines that count as load sites);
-        ``budget_s``: all probes of this capture together."""
+        ``budget_s``: all probes of this capture together, in CPU seconds of this process, so
+        that a busy machine counts what an idle one does (and at most ``WALL_FACTOR`` times as
+        long on the clock)."""
         self.probe = probe
         self.files = files or set()
-        self.deadline = time.monotonic() + budget_s
+        self.cpu_deadline = time.process_time() + budget_s
+        self.deadline = time.monotonic() + WALL_FACTOR * budget_s
         self.launches: list[dict] = []
         self.dropped = 0
         self.errors: list[str] = []
@@ -538,9 +542,9 @@ class Capture:
         list of indices) and should not see uninitialised memory there."""
         import triton.runtime.interpreter as interp
 
-        started = time.monotonic()
-        budget = min(LAUNCH_BUDGET_S, self.deadline - started)
-        if budget <= 0.5:
+        started, cpu_started = time.monotonic(), time.process_time()
+        budget = min(LAUNCH_BUDGET_S, self.cpu_deadline - cpu_started)   # CPU seconds
+        if budget <= 0.5 or self.deadline - started <= 0.5:
             record["probe_error"] = "not counted: the capture's time budget ran out"
             return
         counter = _Counter(_Tensors(tensors), self.files)
@@ -561,7 +565,7 @@ class Capture:
         programs, signatures, spent = [], {}, []
         try:
             def run(pid, count, step_only=False, limit=PROGRAM_LIMIT_S):
-                left = started + budget - time.monotonic()
+                left = min(cpu_started + budget - time.process_time(), self.deadline - time.monotonic())
                 if left <= 0.05:
                     return None
                 prog = counter.prog = _Program() if count else None

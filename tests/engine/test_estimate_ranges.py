@@ -132,3 +132,17 @@ def test_the_summary_counts_what_the_issue_asks_of_the_estimate():
             row(1.0, 1.0, 9, 11, 3, 0, [2.5, 3.5])]     # predicted 3 of 4 points, earned none
     s = summary(rows)
     assert (s["tests"], s["within"], s["close"], s["in_range"], s["narrow"], s["zero_when_half"]) == (3, 3, 2, 2, 2, 1)
+
+
+def test_a_launch_the_capture_had_no_time_to_count_gets_no_prediction():
+    """On a busy machine the capture's budget can run out before an autotuned launch's configs are
+    counted: modelled as free, it was predicted at several times fp16 (a student's report said
+    11.63-14 of 14). Now the test says why it has no prediction."""
+    capture, rows = _dram_bound_capture()
+    (launch,) = capture["cases"][TEST]["launches"]
+    uncounted = {k: v for k, v in launch.items() if k not in ("sampled", "counts")}
+    trials = [{**uncounted, "trial": True, "config": f"BLOCK_M={b}"} for b in (64, 128)]
+    capture["cases"][TEST]["launches"] = [*trials, {**uncounted, "alternatives": [0, 1]}]
+    est = model.estimate(TaskRun(task="dds", capture=capture, kernels=rows), load_rubric(), bands={})
+    assert "ran out before it counted k" in est["tests"][TEST]["error"]
+    assert "gpus" not in est["tests"][TEST]
