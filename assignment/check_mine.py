@@ -10,8 +10,11 @@ or says that it is not implemented yet:
     W8A8  1.2e-04
     W4A16 not implemented: ...
 
-A correct kernel prints about ``1e-04`` (fp16 rounding); a bug prints something
-near ``1e-01`` or larger, or ``nan``: an output element your kernel never
+A correct kernel prints about ``1e-04`` (fp16 rounding), or up to a few ``1e-03``
+for a W8A8 kernel that quantizes with ``x * (1.0 / s)``, which the handout
+allows (a value on a rounding boundary then lands one int8 step away; the
+grader allows for that, this script does not tell it apart); a bug prints
+something near ``1e-01`` or larger, or ``nan``: an output element your kernel never
 stored reads NaN, and so does a load that runs past the end of ``x`` without a
 mask. The shapes hold the edges that break kernels: a ragged ``M``, a ``K`` that
 is not a multiple of a tile (W8A8), group-wise W4A16 scales (five groups of 32,
