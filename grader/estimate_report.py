@@ -111,7 +111,8 @@ def markdown(result, plots: dict[str, str] | None, md_inline, md_code) -> list[s
                 ratio = f"{_r(gpu.get('ratio'))} ({_r(rr[0])}-{_r(rr[1])})" if rr else "-"
                 lo, hi = gpu["us_range"]
                 times = f"{_us(lo)}-{_us(hi)}"
-                rows.append(f"| {md_code(name, 60, table=True)} | {md_inline(gpu['gpu'], 40)} | {times} | "
+                shape = "x".join(str(int(v)) for v in test.get("shape") or []) or "-"
+                rows.append(f"| {md_code(name, 60, table=True)} | {shape} | {md_inline(gpu['gpu'], 40)} | {times} | "
                             f"{_us(gpu.get('baseline_us'))} | {ratio} | {points} |")
             first = (test.get("gpus") or [{}])[0]
             if _far_below(test, first):
@@ -126,8 +127,8 @@ def markdown(result, plots: dict[str, str] | None, md_inline, md_code) -> list[s
                              "bytes a correct call must move, or the model missed work).")
             notes += _launch_lines(name, first, md_inline, md_code)
         if rows:
-            md += ["| test | GPU | predicted time | fp16 torch.matmul | predicted ratio (range) | points (range) |",
-                   "|---|---|---|---|---|---|", *rows]
+            md += ["| test | M x N x K | GPU | predicted time | fp16 torch.matmul | predicted ratio (range) | "
+                   "points (range) |", "|---|---|---|---|---|---|---|", *rows]
         notes += _band_lines(est.get("tests", {}))
         tuned = _autotune_lines(est.get("tests", {}), md_inline, md_code)
         if tuned:
