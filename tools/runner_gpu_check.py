@@ -22,7 +22,7 @@ One command does the whole scenario (OUT defaults to $OUT, else runner-gpu-check
    kernel times within ``NOISE`` of each other and points within what that
    time difference explains (plus one points step).
 
-About 10 minutes on an H100. Writes OUT/runner-gpu.json (the ``runner`` entry
+About 10 minutes on an H100 (``--short``: three tests a task, about 5). Writes OUT/runner-gpu.json (the ``runner`` entry
 of that day's results file: the scenario's events and checks, each
 submission's runner and local score, wall time and every test side by side),
 OUT/runner/<name>/ and OUT/local/<name>/ (the reports), OUT/server.log, the
@@ -62,6 +62,23 @@ BUGGY = "dds_bug_transposed_block"
 KERNELS = ("w8a8.py", "w4a16.py", "dds.py")
 QUOTA = 2             # runs per student: each must have used exactly one at the end
 POLL_S = 0.5
+
+
+SHORT = ("w8a8/decode_m1", "w8a8/ragged_m33", "w8a8/perf_m16", "w4a16/decode_m1", "w4a16/group32", "w4a16/perf_m1",
+         "dds/density25", "dds/density5_m1", "dds/perf_m4096_d50")
+
+
+def short_rubric(source: Path | None, to: Path) -> Path:
+    """The rubric with only the ``SHORT`` tests (its settings and tasks as they are), written to ``to``."""
+    import re
+
+    from grader.rubric import DEFAULT_RUBRIC, load_rubric
+
+    head, *blocks = re.split(r"(?m)^\[\[tests\]\]\n", Path(source or DEFAULT_RUBRIC).read_text())
+    kept = ["[[tests]]\n" + b for b in blocks if re.search(r'(?m)^name = "([^"]+)"', b).group(1) in SHORT]
+    to.write_text(head + "".join(kept))
+    assert {t.name for t in load_rubric(to).tests} == set(SHORT), "the rubric lacks a test of SHORT"
+    return to
 
 
 def submissions(out: Path) -> dict[str, Path]:
@@ -274,12 +291,16 @@ def main(argv=None) -> int:
                    help="where everything goes (default: $OUT, else runner-gpu-check/)")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--rubric", default=None)
+    p.add_argument("--short", action="store_true", help="the course rubric cut to three tests a task (SHORT), "
+                                                         "written to OUT/short-rubric.toml: about 5 minutes")
     p.add_argument("--wait-s", type=float, default=900.0, help="how long the runner's grades may take, the "
                                                                "killed and restarted ones included")
     args = p.parse_args(argv)
     out = Path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
     rubric = str(Path(args.rubric).absolute()) if args.rubric else None
+    if args.short:
+        rubric = str(short_rubric(Path(rubric) if rubric else None, out / "short-rubric.toml"))
     from grader.rubric import DEFAULT_RUBRIC, load_rubric, visible_only
     shown = visible_only(load_rubric(rubric or DEFAULT_RUBRIC))
     thresholds = {t.name: (t.full_ratio, t.zero_ratio) for t in shown.tests if t.kind == "performance"}
