@@ -19,11 +19,15 @@ So the executor runs a launch only as the compiler read it:
   ``tl.constexpr``, so both compute them alike;
 - **only compiled code**: the gate's child records every node the
   compiler's code generator visited for the launch's variant (``record``);
-  the executor's interpreter enters a block of statements, an arm of a
-  conditional expression or an operand of ``and``/``or`` only if the
-  compiler visited it (``instrument`` adds the check to the interpreter's
-  copy of each kernel; ``launch`` says which variant runs), and stops the
-  launch with ``NotCompiledPath`` otherwise;
+  the executor's interpreter runs a statement, an arm of a conditional
+  expression or an operand of ``and``/``or`` only if the compiler visited it
+  and every expression in it that computes (``_required``: calls, subscripts,
+  operators, comprehensions; the compiler never reads a comprehension's
+  ``if``, an f-string's format or a passing assertion's message, red team
+  round 4), and stops the launch with ``NotCompiledPath`` otherwise
+  (``instrument`` adds the checks to the interpreter's copy of each kernel;
+  ``launch`` says which variant runs; a check that passed costs a set lookup
+  for the rest of the launch);
 - **the compiler's ``and``/``or``**: evaluated as Triton's code generator does
   (``boolop``): a compile-time operand short-circuits, run-time ones are
   combined with ``logical_and``/``logical_or``.
@@ -78,26 +82,65 @@ def record(visited: set):
 class _Launch:
     modules: set[str] = set()          # the kernel files whose functions are instrumented
     visited: frozenset | None = None   # what the compiler visited for the launch running now
+    ok: set[int] = set()               # the sites already found compiled for it
+
+
+# Each check the instrumentation adds: (module, function, line in the file, the nodes that must have been
+# visited). A site is a number into this list, so that a check already passed costs a set lookup.
+_SITES: list[tuple] = []
 
 
 @contextlib.contextmanager
 def launch(visited):
-    """Run one launch, its kernels allowed to enter what the compiler visited for its variant."""
+    """Run one launch, its kernels allowed to run what the compiler visited for its variant."""
     _Launch.visited = frozenset(tuple(v) for v in visited)
+    _Launch.ok = set()
     try:
         yield
     finally:
-        _Launch.visited = None
+        _Launch.visited, _Launch.ok = None, set()
 
 
-def _site(module: str, name: str, line: int, keys: tuple) -> None:
+def _site(i: int) -> None:
+    if i in _Launch.ok:
+        return
+    module, name, line, keys = _SITES[i]
     allowed = _Launch.visited
-    if allowed is not None and any((module, name, *k) in allowed for k in keys):
+    if allowed is not None and all((module, name, *k) in allowed for k in keys):
+        _Launch.ok.add(i)
         return
     raise NotCompiledPath(
-        f"line {line} of {name} runs in the CPU interpreter but the GPU's compiler never compiled it for this "
-        "launch: the compiler decided a condition while compiling, and the interpreter decided it the other way "
-        "(a kernel must mean the same to both: compare run-time values, not Python objects)")
+        f"line {line} of {name} runs in the CPU interpreter but the GPU's compiler never compiled it (or a part "
+        "of it) for this launch: the compiler decided a condition while compiling, and the interpreter decided it "
+        "the other way, or the compiler skips that part (a comprehension's `if`, an f-string's format, an "
+        "assertion's message); a kernel must mean the same to both")
+
+
+# Expressions that compute: each must have been visited by the compiler where the interpreter evaluates it.
+_ACTIVE = (ast.Call, ast.Subscript, ast.BinOp, ast.UnaryOp, ast.Compare, ast.NamedExpr, ast.Starred, ast.ListComp,
+           ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Await, ast.Yield, ast.YieldFrom)
+
+
+def _required(node: ast.AST, out: list) -> list:
+    """The nodes of ``node`` the compiler must have visited before the interpreter evaluates it: itself
+    and what computes in it, short of what has checks of its own (nested statements, a conditional's
+    arms, the operands of and/or) and of what neither evaluates per launch (annotations)."""
+    for field, value in ast.iter_fields(node):
+        for child in value if isinstance(value, list) else [value]:
+            if not isinstance(child, ast.AST) or isinstance(child, ast.stmt):
+                continue
+            if isinstance(node, ast.IfExp) and field in ("body", "orelse"):
+                continue
+            if isinstance(node, ast.BoolOp) or (isinstance(node, ast.AnnAssign) and field == "annotation"):
+                continue
+            if isinstance(node, (ast.FunctionDef, ast.arguments)):
+                continue
+            loop_call = isinstance(node, ast.For) and field == "iter"   # visit_For reads its func and args
+            if isinstance(child, _ACTIVE) and not loop_call and not isinstance(getattr(child, "ctx", None),
+                                                                               (ast.Store, ast.Del)):
+                out.append(key(child))
+            _required(child, out)
+    return out
 
 
 def boolop(is_or: bool, *operands):
@@ -123,28 +166,19 @@ def boolop(is_or: bool, *operands):
 
 class _Instrument(ast.NodeTransformer):
     """The checks above, added to one function's syntax tree as the interpreter re-reads it
-    (lines counted from its ``def``, as the compiler counts them)."""
+    (lines counted from its ``def``, as the compiler counts them): before every statement, and
+    around each arm of a conditional expression and each operand of and/or."""
 
     def __init__(self, module: str, name: str, first_line: int):
         self.module, self.name, self.first_line = module, name, first_line
 
-    def _check(self, nodes: list) -> ast.Call:
-        keys = ast.Constant(tuple(key(n) for n in nodes))
-        line = ast.Constant(nodes[0].lineno + self.first_line - 1)
-        return ast.Call(ast.Name(SITE, ast.Load()), [ast.Constant(self.module), ast.Constant(self.name), line, keys],
-                        [])
+    def _check(self, node: ast.AST) -> ast.Call:
+        _SITES.append((self.module, self.name, node.lineno + self.first_line - 1, tuple(_required(node, [key(node)]))))
+        return ast.Call(ast.Name(SITE, ast.Load()), [ast.Constant(len(_SITES) - 1)], [])
 
-    def _guarded(self, node: ast.expr, keys_of: ast.expr) -> ast.expr:
+    def _guarded(self, node: ast.expr, original: ast.expr) -> ast.expr:
         """``(check, node)[1]``: the check runs before the expression is evaluated."""
-        pair = ast.Tuple([self._check([keys_of]), node], ast.Load())
-        return ast.Subscript(pair, ast.Constant(1), ast.Load())
-
-    def _blocks(self, node):
-        for field in ("body", "orelse", "finalbody"):
-            stmts = getattr(node, field, None)
-            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
-                setattr(node, field, [ast.Expr(self._check(stmts)), *stmts])
-        return node
+        return ast.Subscript(ast.Tuple([self._check(original), node], ast.Load()), ast.Constant(1), ast.Load())
 
     def generic_visit(self, node):
         if isinstance(node, ast.IfExp):
@@ -158,9 +192,16 @@ class _Instrument(ast.NodeTransformer):
             thunks = [ast.Lambda(ast.arguments([], [], None, [], [], None, []), self._guarded(v, o))
                       for v, o in zip(node.values, originals)]
             return ast.Call(ast.Name(BOOLOP, ast.Load()), [ast.Constant(isinstance(node.op, ast.Or)), *thunks], [])
+        checks = {}
+        for field in ("body", "orelse", "finalbody"):   # keys from the statements as written, before the rest
+            stmts = getattr(node, field, None)
+            if isinstance(stmts, list):
+                checks[field] = [self._check(s) if isinstance(s, ast.stmt) else None for s in stmts]
         super().generic_visit(node)
-        if isinstance(node, (ast.FunctionDef, ast.If, ast.For, ast.While, ast.With, ast.Try)):
-            return self._blocks(node)
+        for field, made in checks.items():
+            stmts = getattr(node, field)
+            if len(stmts) == len(made):
+                setattr(node, field, [x for c, s in zip(made, stmts) for x in ((ast.Expr(c), s) if c else (s,))])
         return node
 
 
@@ -172,7 +213,9 @@ def instrument(tree: ast.Module, fn, first_line: int) -> ast.Module:
         return tree
     fn.__globals__[SITE] = _site
     fn.__globals__[BOOLOP] = boolop
-    return _Instrument(module, fn.__name__, first_line).visit(tree)
+    (function,) = tree.body
+    _Instrument(module, fn.__name__, first_line).generic_visit(function)   # its statements, not the def
+    return tree
 
 
 def install(module_name: str) -> None:

@@ -146,7 +146,7 @@ def _check_kernel(fn: ast.FunctionDef, allowed: set[str]) -> None:
 def kernel_tree(source: str, filename: str) -> ast.Module:
     """The file's syntax tree with only its imports, ``@triton.jit`` functions and constants."""
     tree = ast.parse(source, filename)
-    kept, known, allowed = [], set(), kernel_attributes()
+    kept, known, allowed, jitted = [], set(), kernel_attributes(), {}
     for node in tree.body:
         if _import_kept(node):
             kept.append(node)
@@ -154,11 +154,17 @@ def kernel_tree(source: str, filename: str) -> ast.Module:
         elif isinstance(node, ast.FunctionDef):
             jit = next((d for d in map(_jit_decorator, node.decorator_list) if d is not None), None)
             if jit is not None:
+                if node.name in jitted:
+                    # The compiler names a compiled helper by its name (and argument types): two of one name
+                    # would be one function to it and two to the interpreter.
+                    raise KernelRefused(f"{node.name} (line {node.lineno}): a second @triton.jit function of that "
+                                        f"name (the first is at line {jitted[node.name]}); give each its own name")
                 node.decorator_list = [jit]
                 _check_kernel(node, allowed)
                 kept.append(node)
-                known.add(node.name)
+                jitted[node.name] = node.lineno
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            # A constant never names a @triton.jit function: an alias would be a second name for it.
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if all(isinstance(t, ast.Name) for t in targets) and _constant(node.value, known):
                 kept.append(node)

@@ -74,6 +74,13 @@ def test_every_autotune_config_is_checked_on_the_cpu(tmp_path):
     "redteam3_annotation_constexpr_branch",
     "redteam3_or_constexpr_shortcircuit_branch",
     "redteam3_constexpr_none_global_branch",
+    # Red team, round 4: parts of a statement the compiler never reads (a comprehension's `if`, an
+    # assertion's message, an f-string's format) evaluated by the interpreter; a second helper of the
+    # same name, one function to the compiler and two to the interpreter.
+    "redteam4_comprehension_ifs",
+    "redteam4_static_assert_message",
+    "redteam4_fstring_format_spec",
+    "redteam4_same_name_helper",
 ])
 def test_host_code_beside_the_values_gets_nothing(tmp_path, attack):
     """Each computed the product in numpy or torch inside the executor and got full marks against

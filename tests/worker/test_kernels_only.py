@@ -176,3 +176,16 @@ def test_is_compares_only_with_none_in_a_kernel(test, refused):
 def test_every_honest_kernel_reads_the_same_to_the_compiler_and_the_interpreter(tmp_path, monkeypatch, path):
     module = _load(tmp_path, monkeypatch, Path(path).read_text())
     assert any(hasattr(v, "fn") for v in vars(module).values()), path
+
+
+def test_a_kernel_has_one_name_and_one_function():
+    """The compiler names a compiled helper by its name: a second @triton.jit function of the same
+    name, reached through a constant that aliases it, was one function to the compiler and two to the
+    interpreter (red team, round 4). A second of one name is refused; an alias is no constant."""
+    two = "import triton\n\n@triton.jit\ndef h(x):\n    return x\n\n@triton.jit\ndef h(x):\n    return x + 1\n"
+    with pytest.raises(kernels_only.KernelRefused, match="a second @triton.jit function of that name"):
+        kernels_only.kernel_tree(two, "k.py")
+    alias = "import triton\n\n@triton.jit\ndef h(x):\n    return x\n\nh2 = h\nN = 4\n"
+    kept = [getattr(t, "id", None) for n in kernels_only.kernel_tree(alias, "k.py").body
+            for t in getattr(n, "targets", [])]
+    assert kept == ["N"]
