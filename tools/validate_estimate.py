@@ -346,7 +346,6 @@ def main(argv=None) -> int:
     ap.add_argument("--predict", action="store_true",
                     help="make the predictions for OUT/results.json's measurements on this machine (no GPU needed)")
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     from grader.rubric import load_rubric
 
     rubric = load_rubric()

@@ -170,8 +170,7 @@ class Replay:
         declared = _declared_constexprs(fn)
         for name in admitted.compile_time:
             if name in args and name not in declared and args[name] is not None:
-                import triton.language as tl
-                args[name] = tl.constexpr(args[name])
+                args[name] = _tl().constexpr(args[name])
         with compiled_sites.launch(admitted.visited):
             fn.run(grid=tuple(grid), warmup=False, **args)
 
@@ -207,6 +206,12 @@ class Replay:
                                         [int(i) for i in x["strides"]], [int(i) for i in x["block_shape"]],
                                         str(x.get("padding", "zero")))
         raise ProgramError("a value of an unknown kind")
+
+
+def _tl():
+    import triton.language as tl  # the executor imports Triton only once it runs kernels
+
+    return tl
 
 
 def _declared_constexprs(fn) -> set[str]:
