@@ -8,7 +8,9 @@ fp16 torch.matmul time / kernel time. "util" is the fraction of the measured
 copy bandwidth (memory-bound rows) or of the measured matmul peak
 (compute-bound rows) that the kernel reaches. What is timed comes from the
 task registry (grader/tasks/): each task's inputs, its ``bench_cases`` and its
-library ``anchors``; the kernel is the reference solution's entry point.
+library ``anchors``; the kernel is the reference solution's entry point. Every
+row also times ``triton_fp16``: Triton's own fp16 GEMM (bench/triton_fp16.py,
+tutorial 03's kernel autotuned), the limit a Triton kernel can fairly be held to.
 
 The kernel and fp16 are timed on WEIGHT_SETS weight sets drawn from
 consecutive seeds, and each time is the mean of the sets' medians: where a
@@ -35,6 +37,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
+from bench.triton_fp16 import triton_fp16_matmul
 from grader.harness.timing import copy_bandwidth_gbs, median_ms
 from grader.tasks import TASKS, Task
 
@@ -89,6 +92,8 @@ def bench_case(task: Task, shape, options: dict, peaks: dict, bw: float) -> dict
     t = {name: sum(v) / len(v) for name, v in per_set.items()}
     if shape[0] <= EAGER_MAX_M:
         t.update(eager_ms(task, x, w, options))
+    # Triton's own fp16 GEMM (tutorial 03, autotuned): the fair limit for a Triton kernel.
+    t["triton_fp16"] = _try(lambda: triton_fp16_matmul(x, w))
     for name, anchor in task.anchors.items():
         try:
             t[name] = _try(anchor(args, extras))
