@@ -112,6 +112,37 @@ def test_the_local_check_script_checks_every_autotune_config(tmp_path):
     assert all(float(line.split()[1]) < 1e-3 for line in lines), lines
 
 
+@pytest.mark.slow
+def test_the_local_check_script_checks_the_configs_prune_configs_by_keeps(tmp_path):
+    """As the grader does, the script checks only the configs the file's early_config_prune
+    keeps for the call: a config pruned away for this shape is never run (here it would
+    store nothing), and the count says how many were kept."""
+    import shutil
+
+    pkg = tmp_path / "assignment"
+    shutil.copytree(ROOT / "assignment", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    src = (ROOT / "tests" / "idioms" / "w8a8_autotune_grouped.py").read_text()
+    assert src.count('key=["M", "N", "K"],\n)') == 1
+    src = src.replace('key=["M", "N", "K"],\n)', 'key=["M", "N", "K"],\n    prune_configs_by={"early_config_prune": '
+                      '_small_tiles_for_small_m},\n)')
+    src = src.replace("@triton.autotune(", '''def _small_tiles_for_small_m(configs, named_args, **kwargs):
+    return [c for c in configs if (c.kwargs["BLOCK_M"] <= 32) == (named_args["M"] <= 64)]
+
+
+@triton.autotune(''', 1)
+    # The 64 x 64 config stores nothing: run, it would be a large error.
+    src = src.replace('triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}',
+                      'triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "SKIP": 1}')
+    src = src.replace("GROUP_M: tl.constexpr", "GROUP_M: tl.constexpr, SKIP: tl.constexpr = 0", 1)
+    src = src.replace("tl.store(y_ptrs, y.to(tl.float16)", "tl.store(y_ptrs, (y * (1 - SKIP)).to(tl.float16)")
+    (pkg / "w8a8.py").write_text(src)
+    ran = _check_mine(script=pkg / "check_mine.py")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    lines = [line for line in ran.stdout.splitlines() if line.startswith("W8A8")]
+    assert [line.split("(")[-1] for line in lines] == [f"autotune config {k} of 2)" for k in (1, 2)], lines
+    assert all(float(line.split()[1]) < 1e-3 for line in lines), lines
+
+
 def test_performance_doc_shows_the_newest_benchmark_of_each_gpu_and_names_the_older():
     """docs/performance.md holds one benchmark per GPU, its newest results file;
     the older files are named, not shown (tools/render_results.py)."""
