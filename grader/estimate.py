@@ -318,14 +318,16 @@ def launch_time(launch: dict, row: dict | None, gpu: Target, in_l2: set) -> dict
     alu_trip = cycles(per_trip, serial_trip) / clock
     lat = LATENCY_US * 1e-6
     async_wait = lat / max(1, stages - 1) if loop.get("async_loads") else 0.0
-    sync_wait = SYNC_SHARE * lat * (_num(loop.get("load_chain")) or (1 if _num(loop.get("loads")) else 0))
+    chain = _num(loop.get("load_chain"))
+    sync_wait = SYNC_SHARE * lat * (chain or (1 if _num(loop.get("loads")) else 0))
     mma_trip = 0.0
     if steps:
         for kind, f in (launch.get("dot_flops") or {}).items():
             mma_trip += (f / steps) * resident / (gpu.tensor_peak(kind) * 1e12 * mma_share / gpu.sms)
     trip = _soft((alu_trip, async_wait, mma_trip)) + sync_wait
     waits = {"its instructions": alu_trip, "its pipelined loads": async_wait, "the tensor cores": mma_trip,
-             "loads that wait for a load": sync_wait}
+             (f"a chain of {chain:g} loads, each waiting for the one before" if chain > 1 else
+              "its loads (not pipelined: each trip waits for its own)"): sync_wait}
     # An enclosing loop's trips each refill the inner loop's pipeline and wait for their own loads.
     outer = float(launch.get("outer_steps") or 0)
     program = steps * trip + outer * lat + cycles(rest, rest_serial) / clock + 2 * lat
@@ -357,10 +359,10 @@ def _num(x) -> float:
 def _code(loop: dict) -> dict:
     """What the report says of a launch's compiled loop (ptx.py's keys, the worker's report)."""
     out = {}
-    for key in ("load_widths", "async_widths", "store_widths", "serial_kinds"):
+    for key in ("load_widths", "async_widths", "store_widths", "serial_kinds", "narrow_loads"):
         found = loop.get(key)
         if isinstance(found, dict):
-            out[key] = {str(k)[:20]: _num(v) for k, v in list(found.items())[:8]}
+            out[key] = {str(k)[:60]: _num(v) for k, v in list(found.items())[:8]}
     top = loop.get("top")
     if isinstance(top, list):
         out["top"] = [[str(k)[:60], _num(v)] for k, v in (t for t in top[:4] if isinstance(t, list) and len(t) == 2)]

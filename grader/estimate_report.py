@@ -259,7 +259,21 @@ def _lsu(launch: dict) -> str:
         out += (f"; {scalar:g} of its loads a thread are single {sizes}-byte loads, not 16-byte vectors, and none "
                 "is asynchronous: the compiler could not prove the addresses contiguous and aligned, so every "
                 "element is loaded on its own, and lanes that sit in different rows cost a pass each")
+        out += _narrow_sources(code)
     return out
+
+
+def _narrow_sources(code: dict) -> str:
+    """" (the tl.load of w8a8.py line 52: 8 of them, line 60: 2)", from the compiled code's
+    source lines; "" when the compiler gave none."""
+    lines = [(str(k), v) for k, v in (code.get("narrow_loads") or {}).items() if v]
+    if not lines:
+        return ""
+    first_file = lines[0][0].rsplit(":", 1)[0]
+    named = ", ".join(f"line {where.rsplit(':', 1)[-1]}: {n:g}" if where.startswith(first_file + ":") else
+                      f"{where}: {n:g}" for where, n in lines[:4])
+    return f" (the loads of {first_file}, {named})"
+
 
 
 def terminal_lines(result, one_line) -> list[str]:

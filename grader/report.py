@@ -220,7 +220,9 @@ def _occupancy(k: dict, target) -> str:
     if target is None or not k.get("ok") or k.get("registers") is None:
         return ""
     n, why = occupancy(k, target)
-    return f"{n}/SM ({why})" if n else f"none ({why})"
+    hint = {"registers": f", {k['registers']} a thread: a smaller tile or more warps lowers it",
+            "shared memory": ": fewer stages or a smaller BLOCK_K lowers it"}.get(why, "") if n <= 2 else ""
+    return f"{n}/SM ({why}{hint})" if n else f"none ({why}{hint})"
 
 
 def compile_markdown(result: GradeResult) -> list[str]:
@@ -258,7 +260,7 @@ def compile_markdown(result: GradeResult) -> list[str]:
                   f"({md_inline(k.get('file', '?'), 60)}:{k.get('line', '?')}) | {md_inline(where, 400)} | "
                   f"{md_inline(k.get('variant', ''), 200)} | {md_inline(status, 40)} | "
                   f"{k.get('registers', '')} | {k.get('spills', '')} | "
-                  f"{'' if shared is None else f'{shared / 1024:.1f} KiB'} | {md_inline(_occupancy(k, target), 40)} | "
+                  f"{'' if shared is None else f'{shared / 1024:.1f} KiB'} | {md_inline(_occupancy(k, target), 100)} | "
                   f"{md_inline(note, 200)} |")
     return md
 

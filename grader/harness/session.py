@@ -48,7 +48,7 @@ COMPILE_ROW = {"kernel": str, "file": str, "line": int, "status": str, "error": 
 COMPILE_LOOP_KEYS = ("instructions", "serial", "mma", "wgmma", "loads", "async_loads", "load_chain", "loops",
                      "kernel_instructions", "kernel_serial", "load_bytes", "async_bytes", "tma", "staged",
                      "shared_stores", "shared_loads", "wavefronts", "kernel_wavefronts", "lanes_known")
-COMPILE_LOOP_MAPS = ("load_widths", "async_widths", "store_widths", "serial_kinds")
+COMPILE_LOOP_MAPS = ("load_widths", "async_widths", "store_widths", "serial_kinds", "narrow_loads")
 MAX_LOOP_NAMES = 8
 MAX_COMPILE_ROWS = 30
 EVIDENCE_SCHEMA = {"own_launches": int, "foreign_launches": list, "library_matmuls": list,

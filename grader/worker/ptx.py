@@ -21,6 +21,7 @@ read gives {}.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from .ptx_lanes import _Lanes, _params
@@ -58,6 +59,8 @@ def read(ptx: str) -> dict:
                     ({"2": 80} is 80 scalar 2-byte loads), load_bytes: bytes they bring
     async_loads     copies into shared memory the software pipeline issues trips ahead
                     (cp.async, TMA); async_widths, async_bytes as for loads; tma: TMA copies
+    narrow_loads    the source lines of synchronous loads of at most 4 bytes a lane
+                    ({"w8a8.py:52": 8}: the PTX's .loc lines), most first
     load_chain      the longest chain of synchronous loads whose address needs the data of
                     another load of the same trip (a gather through an index loaded in the loop)
     store_widths    global stores per width in bytes
@@ -76,12 +79,13 @@ def read(ptx: str) -> dict:
         code = [_parse(line) for line in lines]
         cfg = _Graph(lines, code)
         lanes = _Lanes(code, _params(lines)).run(cfg.program_order())
+        source = _source_lines(lines)
         loops = cfg.loops()
         inner = [body for head, body in loops.items()
                  if not any(other != head and other in body for other in loops)]
-        stats = [_body(code, cfg.lines_of(body), lanes) for body in inner]
+        stats = [_body(code, cfg.lines_of(body), lanes, source) for body in inner]
         out = max(stats, key=lambda st: st["instructions"], default={})
-        whole = _body(code, cfg.program_order(), lanes)
+        whole = _body(code, cfg.program_order(), lanes, source)
         if out:
             out["loops"] = len(loops)
         out["kernel_instructions"] = whole["instructions"]
@@ -93,6 +97,23 @@ def read(ptx: str) -> dict:
     except Exception:  # noqa: BLE001 - statistics are feedback; a PTX they cannot read gives none
         return {}
 
+
+
+_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)")
+_FILE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"')
+
+
+def _source_lines(lines: list[str]) -> list[str]:
+    """For each PTX line, the kernel source line it was compiled from ("w8a8.py:52"), from the
+    .loc directives before it, or "" where none was given."""
+    files = {m[1]: m[2].rsplit("/", 1)[-1][:40] for m in map(_FILE.match, lines) if m}
+    where, out = "", []
+    for line in lines:
+        m = _LOC.match(line)
+        if m:
+            where = f"{files.get(m[1], '?')}:{m[2]}" if m[2] != "0" else where
+        out.append(where)
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -202,11 +223,11 @@ class _Graph:
 # One loop body (or the whole kernel)
 # ---------------------------------------------------------------------------
 
-def _body(code: list, span: list[int], lanes: _Lanes) -> dict:
+def _body(code: list, span: list[int], lanes: _Lanes, source: list[str]) -> dict:
     instr = serial = mma = wgmma = loads = asyncs = tma = 0
     shared_st = shared_ld = staged = 0
     wavefronts = known = mem = 0
-    load_w, async_w, store_w = Counter(), Counter(), Counter()
+    load_w, async_w, store_w, narrow = Counter(), Counter(), Counter(), Counter()
     kinds, serial_kinds = Counter(), Counter()
     chain_of: dict[str, int] = {}   # register -> synchronous loads its value waited for, in order
     from_global: set[str] = set()   # registers holding what a synchronous global load of this span brought
@@ -245,6 +266,8 @@ def _body(code: list, span: list[int], lanes: _Lanes) -> dict:
         if _LOAD.match(op):
             loads += 1
             load_w[_width(op)] += 1
+            if _width(op) <= 4 and source[i]:
+                narrow[source[i]] += 1
             depth += 1
             longest = max(longest, depth)
             from_global.update(dests)
@@ -273,6 +296,7 @@ def _body(code: list, span: list[int], lanes: _Lanes) -> dict:
             "load_bytes": sum(w * n for w, n in load_w.items()), "async_loads": asyncs,
             "async_widths": _keyed(async_w), "async_bytes": sum(w * n for w, n in async_w.items()), "tma": tma,
             "load_chain": longest, "store_widths": _keyed(store_w), "staged": staged,
+            "narrow_loads": dict(narrow.most_common(8)),
             "shared_stores": shared_st, "shared_loads": shared_ld, "wavefronts": wavefronts,
             "lanes_known": round(known / mem, 2) if mem else 1.0}
 

@@ -478,6 +478,7 @@ def test_a_kernel_whose_loads_the_compiler_could_not_vectorize_is_predicted_slow
             assert gpu["points"] == 0 and gpu["points_range"][1] <= test["points_max"] / 4, (name, gpu["gpu"])
             assert gpu["launches"][0]["bound"] == "load/store unit", (name, gpu["launches"][0]["parts"])
     assert "bound by **load/store unit**" in report and "single 2-byte loads, not 16-byte vectors" in report
+    assert "(the loads of dds.py, line " in report   # which tl.load, from the compiled code's lines
     reference = dds_grades["reference"][0].estimate["tests"]
     for gpu in range(len(load_targets())):
         tests = [t for t in reference.values()]
@@ -508,6 +509,27 @@ def test_a_trip_waiting_on_its_instructions_names_them():
     assert ("waiting on its instructions (120 issue slots a trip per thread, most of them 40 integer divisions, "
             "38 32-bit integer arithmetic, 20 compares and selects)") in line
     assert "2 integer divisions a trip, each a long chain" in line and "correctly rounded" not in line
+
+
+@pytest.mark.parametrize("chain,said", [(1, "its loads (not pipelined: each trip waits for its own)"),
+                                         (3, "a chain of 3 loads, each waiting for the one before")])
+def test_a_trip_waiting_on_its_loads_says_whether_they_wait_for_each_other(chain, said):
+    """A GEMV's loop of independent synchronous loads waits for its own loads, once a trip;
+    "a chain" is said only where a load's address needs another load's data."""
+    loop = {"instructions": 4, "serial": 0, "loads": 2, "load_chain": chain, "kernel_instructions": 10}
+    launch = {"kernel": "k", "programs": 16, "steps": 512, "counts": {}, "tensors": {}}
+    t = launch_time(launch, {"num_warps": 4, "registers": 32, "shared_bytes": 0, "loop": loop}, H100, set())
+    assert t["bound"] == "latency" and t["trip_bound"] == said
+
+
+def test_an_occupancy_limited_by_registers_or_shared_memory_says_what_lowers_it():
+    from grader.report import _occupancy
+
+    regs = {"ok": True, "registers": 255, "num_warps": 8, "shared_bytes": 0}
+    assert _occupancy(regs, H100) == "1/SM (registers, 255 a thread: a smaller tile or more warps lowers it)"
+    smem = {"ok": True, "registers": 64, "num_warps": 4, "shared_bytes": 150 * 1024}
+    assert _occupancy(smem, H100) == "1/SM (shared memory: fewer stages or a smaller BLOCK_K lowers it)"
+    assert _occupancy({"ok": True, "registers": 32, "num_warps": 4, "shared_bytes": 0}, H100) == "16/SM (warps)"
 
 
 def test_the_report_draws_a_roofline_per_task_and_gradescope_embeds_it(graded):

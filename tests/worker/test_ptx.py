@@ -50,6 +50,17 @@ def test_a_tile_the_compiler_cannot_vectorize_is_read_element_by_element(rows):
     assert scalar["instructions"] > vector["instructions"]
 
 
+def test_narrow_loads_are_named_by_the_source_line_they_were_compiled_from(rows):
+    """The report names the tl.load a slow load came from: the PTX's .loc lines give each
+    2-byte load the kernel's line (ptx_kernels.py line 14, the loop's tl.load); 16-byte
+    vector loads are not listed."""
+    vector, scalar = ptx.read(rows[0]), ptx.read(rows[1])
+    assert scalar["narrow_loads"] == {"ptx_kernels.py:14": scalar["loads"]}
+    assert vector["narrow_loads"] == {}
+    src = (ROOT / "tests" / "fixtures" / "compile" / "ptx_kernels.py").read_text().splitlines()
+    assert "tl.load(" in src[14 - 1]
+
+
 def test_the_gathered_dds_fixture_loads_every_element_alone(tmp_path):
     """tests/fixtures/slow/gathered: Triton 3.6 emits 80 scalar 2-byte global loads a thread
     and loop trip, no asynchronous copy, stages them in shared memory through registers,
