@@ -237,11 +237,13 @@ def compile_markdown(result: GradeResult) -> list[str]:
     md = ["", "## Kernels compiled for the GPU", "",
           "Every kernel variant your code launched, compiled for the course's GPU (on a CPU run: by Triton's "
           "compiler, without running it, with the specialization Triton gives the launch on the GPU). On a CPU "
-          "run, *tests* names the tests whose GPU shape launches the variant (your wrapper was called at that "
-          "shape with its launches intercepted); *CPU shapes* the calls that launched it in the interpreter. "
+          "run, *launched by* names the tests whose GPU shape launches the variant (your wrapper was called at "
+          "that shape with its launches intercepted, nothing ran), then the tests whose small CPU shape "
+          "launched the same variant in the interpreter: one compiled variant, two kinds of call. "
           "Occupancy: programs one multiprocessor holds at once"
           + (f" on the {md_inline(target.name, 40)}" if target else "") + ", and what limits them.", "",
-          "| task | kernel | tests | configuration | status | registers | spills | shared memory | occupancy | note |",
+          "| task | kernel | launched by | configuration | status | registers | spills | shared memory "
+          "| occupancy | note |",
           "|---|---|---|---|---|---|---|---|---|---|"]
     for task, k in kernels:
         note = k.get("why_not") or k.get("warning") or k.get("note") or ""
@@ -250,7 +252,8 @@ def compile_markdown(result: GradeResult) -> list[str]:
         shared = k.get("shared_bytes")
         tests = ", ".join(k.get("tests") or [])
         cpu = ", ".join(t.split("/", 1)[-1] for t in k.get("cpu_tests") or [])
-        where = "; ".join(x for x in (tests, f"CPU shapes: {cpu}" if cpu else "") if x)
+        where = "; ".join(x for x in (f"at the GPU shape of {tests}" if tests else "",
+                                      f"run on the CPU by {cpu}" if cpu else "") if x)
         status = k.get("status", "?")
         if k.get("launchable") is False:
             status += ", will not launch"

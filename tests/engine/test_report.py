@@ -192,3 +192,19 @@ def test_a_grader_crash_is_still_a_report(tmp_path, monkeypatch, capsys):
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["score"] == 0 and report["grader_error"].startswith("RecursionError")
     assert load_rubric(tmp_path / "rubric.toml").tasks  # the rubric used is the one given
+
+
+def test_the_compile_table_tells_gpu_shapes_from_cpu_calls():
+    """A variant launched at a test's GPU shape (captured, nothing ran) and by a CPU test in
+    the interpreter: the row says which is which, not one list of test names."""
+    from types import SimpleNamespace
+
+    from grader.report import compile_markdown
+
+    row = {"kernel": "_w8a8_kernel", "file": "w8a8.py", "line": 12, "status": "compiled", "ok": True,
+           "variant": "BLOCK_M=16", "tests": ["w8a8/perf_m1", "w8a8/perf_m16"], "cpu_tests": ["w8a8/c0"],
+           "registers": 40, "spills": 0, "shared_bytes": 4096, "num_warps": 4}
+    result = SimpleNamespace(tasks=[SimpleNamespace(task="w8a8", kernels=[row])], gpu="", calibrated_on=[])
+    table = "\n".join(compile_markdown(result))
+    assert "| launched by |" in table
+    assert r"at the GPU shape of w8a8/perf\_m1, w8a8/perf\_m16; run on the CPU by c0" in table
