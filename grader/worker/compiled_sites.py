@@ -43,6 +43,8 @@ import contextlib
 
 SITE = "__grader_site__"
 BOOLOP = "__grader_boolop__"
+ARM_CHECK = "__grader_arm__"
+ARM, RUNTIME = "arm", "run time"   # the record of which way the compiler took an if
 
 
 class NotCompiledPath(RuntimeError):
@@ -60,15 +62,29 @@ def key(node: ast.AST) -> tuple:
 @contextlib.contextmanager
 def record(visited: set):
     """Collect in ``visited`` (module, function, *key) of every node the compiler visits meanwhile."""
+    import triton.language as tl
     from triton.compiler.code_generator import CodeGenerator
 
     original = CodeGenerator.visit
+    tests: dict[int, tuple] = {}   # id of an if's test -> the if's place, while the compiler is inside it
 
     def visit(self, node):
-        if node is not None and hasattr(node, "lineno"):
-            fn = getattr(getattr(self, "jit_fn", None), "fn", None)
-            visited.add((getattr(fn, "__module__", ""), getattr(fn, "__name__", ""), *key(node)))
-        return original(self, node)
+        if node is None or not hasattr(node, "lineno"):
+            return original(self, node)
+        fn = getattr(getattr(self, "jit_fn", None), "fn", None)
+        where = (getattr(fn, "__module__", ""), getattr(fn, "__name__", ""))
+        visited.add((*where, *key(node)))
+        if isinstance(node, (ast.If, ast.IfExp)):
+            tests[id(node.test)] = (*where, *key(node))
+        value = original(self, node)
+        if id(node) in tests:   # the test of an if: decided now (its value) or at run time
+            place = tests.pop(id(node))
+            if isinstance(value, tl.tensor):
+                visited.add((ARM, *place, RUNTIME))
+            else:
+                with contextlib.suppress(Exception):   # the compiler refuses what bool() cannot read
+                    visited.add((ARM, *place, bool(value.value if isinstance(value, tl.constexpr) else value)))
+        return value
 
     CodeGenerator.visit = visit
     try:
@@ -114,6 +130,22 @@ def _site(i: int) -> None:
         "of it) for this launch: the compiler decided a condition while compiling, and the interpreter decided it "
         "the other way, or the compiler skips that part (a comprehension's `if`, an f-string's format, an "
         "assertion's message); a kernel must mean the same to both")
+
+
+def _arm(i: int, test) -> bool:
+    """An ``if``'s (or a conditional expression's) test, taken only the way the compiler took it: an if
+    the compiler decided while compiling (a compile-time test) must go the same way here."""
+    truth = bool(test)
+    allowed = _Launch.visited
+    if allowed is None:
+        return truth
+    module, name, line, (place,) = _SITES[i]
+    if (ARM, module, name, *place, RUNTIME) in allowed or (ARM, module, name, *place, truth) in allowed:
+        return truth
+    raise NotCompiledPath(
+        f"the condition at line {line} of {name} is {truth} in the CPU interpreter, but the GPU's compiler decided "
+        f"it {not truth} while compiling (a compile-time value that the two read differently); a kernel must mean "
+        "the same to both")
 
 
 # Expressions that compute: each must have been visited by the compiler where the interpreter evaluates it.
@@ -180,8 +212,25 @@ class _Instrument(ast.NodeTransformer):
         """``(check, node)[1]``: the check runs before the expression is evaluated."""
         return ast.Subscript(ast.Tuple([self._check(original), node], ast.Load()), ast.Constant(1), ast.Load())
 
+    def _arm_test(self, node: ast.If | ast.IfExp) -> None:
+        """``node.test`` through the arm check (compiled_sites._arm), the place of ``node`` its key."""
+        _SITES.append((self.module, self.name, node.lineno + self.first_line - 1, (key(node),)))
+        node.test = ast.Call(ast.Name(ARM_CHECK, ast.Load()), [ast.Constant(len(_SITES) - 1), node.test], [])
+
     def generic_visit(self, node):
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            # `x += y` is `x = x + y` to the compiler (visit_AugAssign): never an in-place change of a
+            # list that another name also holds.
+            target = ast.Name(node.target.id, ast.Load())
+            ast.copy_location(target, node.target)
+            value = ast.copy_location(ast.BinOp(target, node.op, node.value), node)
+            node = ast.copy_location(ast.Assign([node.target], value), node)
+            return super().generic_visit(node)
+        if isinstance(node, ast.List) and isinstance(node.ctx, ast.Load):
+            # A list display is a tuple to the compiler (visit_List): nothing can change it in place.
+            return super().generic_visit(ast.copy_location(ast.Tuple(node.elts, ast.Load()), node))
         if isinstance(node, ast.IfExp):
+            self._arm_test(node)
             body, orelse = node.body, node.orelse
             super().generic_visit(node)
             node.body, node.orelse = self._guarded(node.body, body), self._guarded(node.orelse, orelse)
@@ -192,6 +241,8 @@ class _Instrument(ast.NodeTransformer):
             thunks = [ast.Lambda(ast.arguments([], [], None, [], [], None, []), self._guarded(v, o))
                       for v, o in zip(node.values, originals)]
             return ast.Call(ast.Name(BOOLOP, ast.Load()), [ast.Constant(isinstance(node.op, ast.Or)), *thunks], [])
+        if isinstance(node, ast.If):
+            self._arm_test(node)
         checks = {}
         for field in ("body", "orelse", "finalbody"):   # keys from the statements as written, before the rest
             stmts = getattr(node, field, None)
@@ -213,6 +264,7 @@ def instrument(tree: ast.Module, fn, first_line: int) -> ast.Module:
         return tree
     fn.__globals__[SITE] = _site
     fn.__globals__[BOOLOP] = boolop
+    fn.__globals__[ARM_CHECK] = _arm
     (function,) = tree.body
     _Instrument(module, fn.__name__, first_line).generic_visit(function)   # its statements, not the def
     return tree
@@ -236,4 +288,30 @@ def install(module_name: str) -> None:
 
     _transform_ast.original = original
     FunctionRewriter._transform_ast = _transform_ast
+    _instrument_combine_functions()
     FunctionRewriter._grader_instrumented = True
+
+
+class _Instrumented:
+    """A kernel file's combine function as the interpreter's reduce and scan call it (``.fn``):
+    its instrumented copy, never the raw Python function."""
+
+    def __init__(self, jitted):
+        self.jitted = jitted
+        self.fn = jitted.rewrite()
+
+
+def _instrument_combine_functions() -> None:
+    """``tl.reduce`` and ``tl.associative_scan`` in the interpreter call ``combine_fn.fn`` directly,
+    past the rewriting that instruments a kernel: give them the instrumented function instead."""
+    from triton.runtime.interpreter import InterpretedFunction, ReduceScanOpInterface
+
+    original = ReduceScanOpInterface.__init__
+
+    def __init__(self, axis, combine_fn, *args, **kwargs):
+        original(self, axis, combine_fn, *args, **kwargs)
+        fn = getattr(combine_fn, "fn", None)
+        if isinstance(combine_fn, InterpretedFunction) and getattr(fn, "__module__", "") in _Launch.modules:
+            self.combine_fn = _Instrumented(combine_fn)
+
+    ReduceScanOpInterface.__init__ = __init__

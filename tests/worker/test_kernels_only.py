@@ -20,6 +20,7 @@ HONEST = sorted({*glob.glob(str(ROOT / "solutions" / "*.py")), *glob.glob(str(RO
                  *glob.glob(str(ROOT / "tests" / "fixtures" / "from_the_handout" / "*.py")),
                  *glob.glob(str(ROOT / "tests" / "fixtures" / "tuned_student" / "**" / "*.py"), recursive=True),
                  *glob.glob(str(ROOT / "tests" / "fixtures" / "slow" / "*" / "*.py")),
+                 *glob.glob(str(ROOT / "tests" / "fixtures" / "validation" / "**" / "*.py"), recursive=True),
                  str(ROOT / "tests" / "fixtures" / "student" / "w8a8_libdevice_error.py")}
                - {p for p in glob.glob(str(ROOT / "**" / "__init__.py"), recursive=True)}
                - {str(ROOT / "tests" / "idioms" / n) for n in ("check_corpus.py", "grade_corpus.py")})
@@ -189,3 +190,31 @@ def test_a_kernel_has_one_name_and_one_function():
     kept = [getattr(t, "id", None) for n in kernels_only.kernel_tree(alias, "k.py").body
             for t in getattr(n, "targets", [])]
     assert kept == ["N"]
+
+
+@pytest.mark.parametrize("body, refused", [
+    # The compiler leaves a comprehension's variable bound to the last item; Python does not (red team 5).
+    ("a = tl.load(x_ptr)\n    t = [0 for a in (0,)]\n    tl.store(x_ptr, a)", "comprehension's variable a"),
+    ("t = [i * 2 for i in (1, 2)]\n    tl.store(x_ptr, t[0])", None),
+    # A name first set in a loop is forgotten by the compiler after it, which then reads the module's.
+    ("for _ in range(1):\n        A = tl.load(x_ptr)\n    tl.store(x_ptr, A)",
+     "sets a local A, which is also a module"),
+    ("for _ in range(1):\n        max = tl.load(x_ptr)\n    tl.store(x_ptr, max)",
+     "sets a local max, which is also a builtin"),
+    ("B = tl.load(x_ptr)\n    tl.store(x_ptr, B)", None),
+])
+def test_names_the_compiler_and_python_scope_differently_are_refused(body, refused):
+    source = ("import triton\nimport triton.language as tl\n\nA = tl.constexpr(0)\n\n\n@triton.jit\n"
+              f"def k(x_ptr, A_param, BLOCK: tl.constexpr):\n    {body}\n")
+    if refused:
+        with pytest.raises(kernels_only.KernelRefused, match=refused):
+            kernels_only.kernel_tree(source, "k.py")
+    else:
+        kernels_only.kernel_tree(source, "k.py")
+
+
+def test_a_parameter_may_share_a_module_constants_name():
+    """A parameter is bound before any block, so the compiler never falls back to the module's."""
+    source = ("import triton\nimport triton.language as tl\n\nBLOCK = tl.constexpr(64)\n\n\n@triton.jit\n"
+              "def k(x_ptr, BLOCK: tl.constexpr):\n    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)\n")
+    kernels_only.kernel_tree(source, "k.py")
