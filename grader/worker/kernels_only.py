@@ -143,9 +143,9 @@ def _check_kernel(fn: ast.FunctionDef, allowed: set[str]) -> None:
                                 "compiler and its interpreter answer differently: compare with ==")
 
 
-# The names Triton's code generator finds when a kernel's own scope has none (its builtin namespace).
-CODEGEN_BUILTINS = {"len", "list", "range", "float", "int", "isinstance", "getattr", "hasattr", "print", "min",
-                    "max", "tuple", "bool", "abs", "zip", "enumerate", "sum", "round", "slice", "reversed"}
+# The names Triton's code generator finds when neither the kernel's scope nor the module has them
+# (CodeGenerator.builtin_namespace, Triton 3.6).
+CODEGEN_BUILTINS = {"len", "list", "range", "float", "int", "isinstance", "getattr", "hasattr", "print", "min", "max"}
 
 
 def _check_scopes(fn: ast.FunctionDef, module_names: set[str]) -> None:

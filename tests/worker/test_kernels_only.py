@@ -218,3 +218,9 @@ def test_a_parameter_may_share_a_module_constants_name():
     source = ("import triton\nimport triton.language as tl\n\nBLOCK = tl.constexpr(64)\n\n\n@triton.jit\n"
               "def k(x_ptr, BLOCK: tl.constexpr):\n    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)\n")
     kernels_only.kernel_tree(source, "k.py")
+
+
+def test_the_builtins_refused_as_locals_are_the_code_generators():
+    from triton.compiler.code_generator import CodeGenerator
+
+    assert kernels_only.CODEGEN_BUILTINS == set(CodeGenerator.builtin_namespace)
