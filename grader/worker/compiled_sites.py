@@ -45,6 +45,9 @@ SITE = "__grader_site__"
 BOOLOP = "__grader_boolop__"
 ARM_CHECK = "__grader_arm__"
 ARM, RUNTIME = "arm", "run time"   # the record of which way the compiler took an if
+VALUE_CHECK = "__grader_value__"
+VALUE = "value"   # the record of what an expression was to the compiler: canon()
+RUN, OBJECT = "T", "O"   # canon(): a run-time value (a tensor); an object (a function, a module)
 
 
 class NotCompiledPath(RuntimeError):
@@ -77,6 +80,8 @@ def record(visited: set):
         if isinstance(node, (ast.If, ast.IfExp)):
             tests[id(node.test)] = (*where, *key(node))
         value = original(self, node)
+        if isinstance(node, ast.expr) and not isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del)):
+            visited.add((VALUE, *where, *key(node), canon(value)))
         if id(node) in tests:   # the test of an if: decided now (its value) or at run time
             place = tests.pop(id(node))
             if isinstance(value, tl.tensor):
@@ -93,12 +98,45 @@ def record(visited: set):
         CodeGenerator.visit = original
 
 
+def canon(value):
+    """A value as both sides can compare it: a compile-time value as itself (constexprs unwrapped,
+    tuples element by element, dtypes by name), a run-time one (a tensor) as RUN, anything else
+    (a function, a module, a descriptor) as OBJECT."""
+    import triton.language as tl
+
+    if isinstance(value, tl.constexpr):
+        value = value.value
+    if isinstance(value, (tuple, list, tl.tuple)):
+        return ("tuple", tuple(canon(v) for v in value))
+    if isinstance(value, tl.dtype):
+        return ("dtype", str(value))
+    if isinstance(value, (tl.core.base_value, tl.tensor)):
+        return RUN
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return (type(value).__name__, repr(value))
+    return OBJECT
+
+
+def _matches(compiled, interpreted) -> bool:
+    """The interpreter's value against one the compiler had: a compile-time value must be the same one;
+    where the compiler had a run-time value (or an object) the interpreter may hold a value or an object."""
+    if compiled == RUN:
+        return True
+    if compiled == OBJECT:
+        return interpreted in (OBJECT, RUN)
+    if isinstance(compiled, tuple) and compiled[0] == "tuple":
+        return (isinstance(interpreted, tuple) and interpreted[0] == "tuple"
+                and len(interpreted[1]) == len(compiled[1]) and all(map(_matches, compiled[1], interpreted[1])))
+    return compiled == interpreted
+
+
 # ----------------------------------------------------------------------------- the executor's side
 
 class _Launch:
     modules: set[str] = set()          # the kernel files whose functions are instrumented
     visited: frozenset | None = None   # what the compiler visited for the launch running now
     ok: set[int] = set()               # the sites already found compiled for it
+    values: dict = {}                  # (module, function, *key) -> what the expression was to the compiler
 
 
 # Each check the instrumentation adds: (module, function, line in the file, the nodes that must have been
@@ -109,12 +147,21 @@ _SITES: list[tuple] = []
 @contextlib.contextmanager
 def launch(visited):
     """Run one launch, its kernels allowed to run what the compiler visited for its variant."""
-    _Launch.visited = frozenset(tuple(v) for v in visited)
+    _Launch.visited = frozenset(frozen(v) for v in visited)
     _Launch.ok = set()
+    _Launch.values = {}
+    for v in _Launch.visited:
+        if v[0] == VALUE:
+            _Launch.values.setdefault(v[1:-1], set()).add(v[-1])
     try:
         yield
     finally:
-        _Launch.visited, _Launch.ok = None, set()
+        _Launch.visited, _Launch.ok, _Launch.values = None, set(), {}
+
+
+def frozen(record):
+    """A record as it came back through JSON (lists, nested) made hashable again (tuples)."""
+    return tuple(frozen(x) for x in record) if isinstance(record, (list, tuple)) else record
 
 
 def _site(i: int) -> None:
@@ -146,6 +193,46 @@ def _arm(i: int, test) -> bool:
         f"the condition at line {line} of {name} is {truth} in the CPU interpreter, but the GPU's compiler decided "
         f"it {not truth} while compiling (a compile-time value that the two read differently); a kernel must mean "
         "the same to both")
+
+
+def _value(i: int, value):
+    """An expression's value, if the compiler had the same one there: a compile-time value must be
+    equal to the compiler's (it decides loop trips, masks and shapes on the GPU), a run-time one may
+    be anything. One the compiler never evaluated does not run."""
+    if _Launch.visited is None:
+        return value
+    module, name, line, (place,) = _SITES[i]
+    compiled = _Launch.values.get((module, name, *place))
+    if compiled is None:
+        raise NotCompiledPath(
+            f"line {line} of {name} evaluates an expression in the CPU interpreter that the GPU's compiler never "
+            "evaluated for this launch (a comprehension's `if`, an f-string's format, an assertion's message); a "
+            "kernel must mean the same to both")
+    if RUN in compiled:
+        return value
+    mine = canon(value)
+    if not any(_matches(c, mine) for c in compiled):
+        raise NotCompiledPath(
+            f"an expression at line {line} of {name} is {_shown(mine)} in the CPU interpreter and "
+            f"{' or '.join(sorted(_shown(c) for c in compiled))} to the GPU's compiler (a compile-time value the two "
+            "compute differently: an f-string of a constexpr, `is` on a constexpr, a list against a tuple); a "
+            "kernel must mean the same to both")
+    return value
+
+
+def _shown(c) -> str:
+    if c == RUN:
+        return "a run-time value"
+    if c == OBJECT:
+        return "an object"
+    if c[0] == "tuple":
+        return "(" + ", ".join(_shown(x) for x in c[1]) + ")"
+    return c[1][:40]
+
+
+# The expressions whose values are checked against the compiler's (a literal is the same to both).
+_VALUED = (ast.Name, ast.Attribute, ast.Call, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Subscript, ast.JoinedStr,
+           ast.ListComp, ast.Tuple, ast.List, ast.IfExp)
 
 
 # Expressions that compute: each must have been visited by the compiler where the interpreter evaluates it.
@@ -201,8 +288,16 @@ class _Instrument(ast.NodeTransformer):
     (lines counted from its ``def``, as the compiler counts them): before every statement, and
     around each arm of a conditional expression and each operand of and/or."""
 
-    def __init__(self, module: str, name: str, first_line: int):
+    def __init__(self, module: str, name: str, first_line: int, function: ast.FunctionDef):
         self.module, self.name, self.first_line = module, name, first_line
+        self.exempt = set()
+        for node in ast.walk(function):
+            if isinstance(node, ast.For):
+                self.exempt.add(id(node.iter))
+            if isinstance(node, (ast.AnnAssign, ast.arg)) and node.annotation is not None:
+                self.exempt |= {id(n) for n in ast.walk(node.annotation)}
+            if isinstance(node, ast.FunctionDef):
+                self.exempt |= {id(n) for d in node.args.defaults + node.args.kw_defaults if d for n in ast.walk(d)}
 
     def _check(self, node: ast.AST) -> ast.Call:
         _SITES.append((self.module, self.name, node.lineno + self.first_line - 1, tuple(_required(node, [key(node)]))))
@@ -216,6 +311,21 @@ class _Instrument(ast.NodeTransformer):
         """``node.test`` through the arm check (compiled_sites._arm), the place of ``node`` its key."""
         _SITES.append((self.module, self.name, node.lineno + self.first_line - 1, (key(node),)))
         node.test = ast.Call(ast.Name(ARM_CHECK, ast.Load()), [ast.Constant(len(_SITES) - 1), node.test], [])
+
+    def visit(self, node):
+        """Each valued expression the interpreter evaluates goes through the value check (_value)."""
+        original = node
+        node = super().visit(node)
+        if isinstance(original, _VALUED) and isinstance(node, ast.expr) and hasattr(original, "lineno") \
+                and not isinstance(getattr(original, "ctx", None), (ast.Store, ast.Del)) and not self._exempt(original):
+            _SITES.append((self.module, self.name, original.lineno + self.first_line - 1, (key(original),)))
+            node = ast.Call(ast.Name(VALUE_CHECK, ast.Load()), [ast.Constant(len(_SITES) - 1), node], [])
+        return node
+
+    def _exempt(self, node) -> bool:
+        """What the compiler reads without evaluating it as an expression: a for loop's range call,
+        annotations, the names a call's function is reached by."""
+        return id(node) in self.exempt
 
     def generic_visit(self, node):
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
@@ -265,8 +375,9 @@ def instrument(tree: ast.Module, fn, first_line: int) -> ast.Module:
     fn.__globals__[SITE] = _site
     fn.__globals__[BOOLOP] = boolop
     fn.__globals__[ARM_CHECK] = _arm
+    fn.__globals__[VALUE_CHECK] = _value
     (function,) = tree.body
-    _Instrument(module, fn.__name__, first_line).generic_visit(function)   # its statements, not the def
+    _Instrument(module, fn.__name__, first_line, function).generic_visit(function)   # its statements, not the def
     return tree
 
 

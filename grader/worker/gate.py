@@ -32,6 +32,7 @@ import sys
 import time
 from typing import NamedTuple
 
+from . import compiled_sites
 from .compile import CompileCheck
 from .compile_rows import _clip
 
@@ -85,7 +86,7 @@ class Gate:
             self._stop()
             return f"the grader could not compile it ({type(e).__name__}: {e})", None
         if result.get("status") == "ok":
-            return None, frozenset(tuple(v) for v in result.get("visited", []))
+            return None, frozenset(compiled_sites.frozen(v) for v in result.get("visited", []))
         return result.get("error") or "the compiler refused it", None
 
     def _ask(self, job: dict) -> dict:

@@ -92,6 +92,14 @@ def test_every_autotune_config_is_checked_on_the_cpu(tmp_path):
     "redteam5_loop_scope_global_fallback",
     "redteam5_alias_list_augassign",
     "redteam5_dead_code_after_static_return",
+    # Red team, round 6: compile-time values the two compute differently (a comprehension's `if`,
+    # `is None` on a constexpr, an f-string of a constexpr, a list comprehension against a tuple),
+    # used as a loop's trip count or a store's mask rather than at an `if`.
+    "redteam6_compif_const_trip",
+    "redteam6_isnone_trip",
+    "redteam6_fstring_constexpr_repr",
+    "redteam6_fstring_mask_dataflow",
+    "redteam6_listcomp_vs_tuple_mask",
 ])
 def test_host_code_beside_the_values_gets_nothing(tmp_path, attack):
     """Each computed the product in numpy or torch inside the executor and got full marks against

@@ -8,7 +8,7 @@ import ast
 import pytest
 
 from grader.worker import compiled_sites
-from grader.worker.compiled_sites import ARM, RUNTIME, NotCompiledPath, key
+from grader.worker.compiled_sites import ARM, RUN, RUNTIME, VALUE, NotCompiledPath, canon, key
 
 MODULE = "grader_test_compiled_sites"
 
@@ -23,7 +23,10 @@ def _instrumented(src: str):
     tree = compiled_sites.instrument(ast.parse(src), fn, 1)
     ast.fix_missing_locations(tree)
     exec(compile(tree, "k.py", "exec"), ns)   # noqa: S102
-    visited = {(MODULE, "k", *key(n)) for n in ast.walk(ast.parse(src)) if hasattr(n, "lineno")}
+    nodes = [n for n in ast.walk(ast.parse(src)) if hasattr(n, "lineno")]
+    visited = {(MODULE, "k", *key(n)) for n in nodes}
+    # As if every expression had been a run-time value to the compiler: only the checks under test bite.
+    visited |= {(VALUE, MODULE, "k", *key(n), RUN) for n in nodes if isinstance(n, ast.expr)}
     return ns["k"], visited
 
 
@@ -67,5 +70,26 @@ def test_plus_equals_and_list_displays_mean_what_they_mean_to_the_compiler():
     never sees the change (red team 5 read loaded values through such an alias)."""
     src = "def k():\n    a = [1]\n    b = a\n    b += [2]\n    return a, b\n"
     k, visited = _instrumented(src)
+    # The compiler visits `b + [2]` as a BinOp at the augmented assignment's place (visit_AugAssign).
+    aug = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.AugAssign))
+    visited.add((VALUE, MODULE, "k", "BinOp", *key(aug)[1:], RUN))
     with compiled_sites.launch(visited):
         assert k() == ((1,), (1, 2))
+
+
+def test_a_compile_time_value_must_be_the_compilers():
+    """Where the compiler had a compile-time value, the interpreter must compute the same one (red
+    team 6: `f"{SEVEN}"` is "7" to the compiler and "constexpr[7]" to Python, and decided a loop's
+    trips and a store's mask); where it had a run-time value, anything goes; an expression the
+    compiler never evaluated does not run."""
+    src = "def k(v):\n    return len(v)\n"
+    k, visited = _instrumented(src)
+    call = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Call))
+    visited.discard((VALUE, MODULE, "k", *key(call), RUN))
+    with compiled_sites.launch(visited | {(VALUE, MODULE, "k", *key(call), canon(1))}):
+        assert k("7") == 1
+        with pytest.raises(NotCompiledPath, match="is 12 in the CPU interpreter and 1 to the GPU's compiler"):
+            k("constexpr[7]")
+    with compiled_sites.launch(visited):
+        with pytest.raises(NotCompiledPath, match="never evaluated"):
+            k("7")
