@@ -46,6 +46,8 @@ BOOLOP = "__grader_boolop__"
 ARM_CHECK = "__grader_arm__"
 ARM, RUNTIME = "arm", "run time"   # the record of which way the compiler took an if
 VALUE_CHECK = "__grader_value__"
+IS_CHECK = "__grader_is__"
+STEP_CHECK = "__grader_step__"
 VALUE = "value"   # the record of what an expression was to the compiler: canon()
 RUN, OBJECT = "T", "O"   # canon(): a run-time value (a tensor); an object (a function, a module)
 
@@ -220,6 +222,30 @@ def _value(i: int, value):
     return value
 
 
+def _is(left, right, negated: bool) -> bool:
+    """``left is right`` as the compiler reads it (visit_Compare): constexprs unwrapped first."""
+    import triton.language as tl
+
+    left = left.value if isinstance(left, tl.constexpr) else left
+    right = right.value if isinstance(right, tl.constexpr) else right
+    return (left is not right) if negated else (left is right)
+
+
+def _step(i: int, step):
+    """A loop's step. One the compiler had as a run-time value must be positive: the GPU's loop runs
+    while its index is below its end, so a negative run-time step runs no trip there (Python's
+    ``range`` counts down)."""
+    if _Launch.visited is not None:
+        module, name, line, (place,) = _SITES[i]
+        compiled = _Launch.values.get((module, name, *place), set())
+        if RUN in compiled and step <= 0:
+            raise NotCompiledPath(
+                f"the loop at line {line} of {name} has a run-time step of {step}: on the GPU a loop with a step "
+                "known only at run time runs while its index is below its end (no trip here), where the "
+                "interpreter counts down; make a negative step a tl.constexpr, or count up")
+    return step
+
+
 def _shown(c) -> str:
     if c == RUN:
         return "a run-time value"
@@ -303,9 +329,10 @@ class _Instrument(ast.NodeTransformer):
         _SITES.append((self.module, self.name, node.lineno + self.first_line - 1, tuple(_required(node, [key(node)]))))
         return ast.Call(ast.Name(SITE, ast.Load()), [ast.Constant(len(_SITES) - 1)], [])
 
-    def _guarded(self, node: ast.expr, original: ast.expr) -> ast.expr:
+    @staticmethod
+    def _guarded(check: ast.Call, node: ast.expr) -> ast.expr:
         """``(check, node)[1]``: the check runs before the expression is evaluated."""
-        return ast.Subscript(ast.Tuple([self._check(original), node], ast.Load()), ast.Constant(1), ast.Load())
+        return ast.Subscript(ast.Tuple([check, node], ast.Load()), ast.Constant(1), ast.Load())
 
     def _arm_test(self, node: ast.If | ast.IfExp) -> None:
         """``node.test`` through the arm check (compiled_sites._arm), the place of ``node`` its key."""
@@ -327,6 +354,20 @@ class _Instrument(ast.NodeTransformer):
         annotations, the names a call's function is reached by."""
         return id(node) in self.exempt
 
+    def _comprehension(self, node: ast.ListComp) -> ast.expr:
+        """``[elt for v in items if ...]`` as the compiler's visit_ListComp computes it: a tuple, the
+        ``if`` never read, and ``v`` left set to the last item in the kernel's own scope:
+        ``(t := tuple(items), tuple(elt for v in t), (v := t[-1]) if t else None)[1]``."""
+        gen = node.generators[0]
+        name, tmp = gen.target.id, f"__grader_items_{len(_SITES)}"
+        items = ast.NamedExpr(ast.Name(tmp, ast.Store()), ast.Call(ast.Name("tuple", ast.Load()), [gen.iter], []))
+        loop = ast.comprehension(ast.Name(name, ast.Store()), ast.Name(tmp, ast.Load()), [], 0)
+        values = ast.Call(ast.Name("tuple", ast.Load()), [ast.GeneratorExp(node.elt, [loop])], [])
+        last = ast.NamedExpr(ast.Name(name, ast.Store()),
+                             ast.Subscript(ast.Name(tmp, ast.Load()), ast.Constant(-1), ast.Load()))
+        leaked = ast.IfExp(ast.Name(tmp, ast.Load()), last, ast.Constant(None))
+        return ast.Subscript(ast.Tuple([items, values, leaked], ast.Load()), ast.Constant(1), ast.Load())
+
     def generic_visit(self, node):
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             # `x += y` is `x = x + y` to the compiler (visit_AugAssign): never an in-place change of a
@@ -336,20 +377,36 @@ class _Instrument(ast.NodeTransformer):
             value = ast.copy_location(ast.BinOp(target, node.op, node.value), node)
             node = ast.copy_location(ast.Assign([node.target], value), node)
             return super().generic_visit(node)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+            # `x is None` unwraps a constexpr first to the compiler (visit_Compare).
+            node = super().generic_visit(node)
+            return ast.Call(ast.Name(IS_CHECK, ast.Load()), [node.left, node.comparators[0],
+                                                             ast.Constant(isinstance(node.ops[0], ast.IsNot))], [])
+        if isinstance(node, ast.ListComp) and len(node.generators) == 1 \
+                and isinstance(node.generators[0].target, ast.Name):
+            return self._comprehension(super().generic_visit(node))
+        if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and len(node.iter.args) == 3 \
+                and not isinstance(node.iter.args[2], ast.Constant):
+            step = node.iter.args[2]
+            _SITES.append((self.module, self.name, node.lineno + self.first_line - 1, (key(step),)))
+            site = len(_SITES) - 1
+            node = super().generic_visit(node)
+            node.iter.args[2] = ast.Call(ast.Name(STEP_CHECK, ast.Load()), [ast.Constant(site), node.iter.args[2]], [])
+            return node
         if isinstance(node, ast.List) and isinstance(node.ctx, ast.Load):
             # A list display is a tuple to the compiler (visit_List): nothing can change it in place.
             return super().generic_visit(ast.copy_location(ast.Tuple(node.elts, ast.Load()), node))
-        if isinstance(node, ast.IfExp):
+        if isinstance(node, ast.IfExp):   # the checks from the arms as written, before they are instrumented
+            body, orelse = self._check(node.body), self._check(node.orelse)
             self._arm_test(node)
-            body, orelse = node.body, node.orelse
             super().generic_visit(node)
-            node.body, node.orelse = self._guarded(node.body, body), self._guarded(node.orelse, orelse)
+            node.body, node.orelse = self._guarded(body, node.body), self._guarded(orelse, node.orelse)
             return node
         if isinstance(node, ast.BoolOp):
-            originals = list(node.values)
+            checks = [self._check(v) for v in node.values]
             super().generic_visit(node)
-            thunks = [ast.Lambda(ast.arguments([], [], None, [], [], None, []), self._guarded(v, o))
-                      for v, o in zip(node.values, originals)]
+            thunks = [ast.Lambda(ast.arguments([], [], None, [], [], None, []), self._guarded(c, v))
+                      for c, v in zip(checks, node.values)]
             return ast.Call(ast.Name(BOOLOP, ast.Load()), [ast.Constant(isinstance(node.op, ast.Or)), *thunks], [])
         if isinstance(node, ast.If):
             self._arm_test(node)
@@ -376,9 +433,23 @@ def instrument(tree: ast.Module, fn, first_line: int) -> ast.Module:
     fn.__globals__[BOOLOP] = boolop
     fn.__globals__[ARM_CHECK] = _arm
     fn.__globals__[VALUE_CHECK] = _value
+    fn.__globals__[IS_CHECK] = _is
+    fn.__globals__[STEP_CHECK] = _step
     (function,) = tree.body
+    _drop_static_assert_messages(function)
     _Instrument(module, fn.__name__, first_line, function).generic_visit(function)   # its statements, not the def
     return tree
+
+
+def _drop_static_assert_messages(function: ast.FunctionDef) -> None:
+    """A ``tl.static_assert``'s message is read by the compiler only when the assertion fails, and then
+    the gate refuses the launch: in the interpreter's copy it is the empty string, never evaluated."""
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "static_assert":
+            node.args[1:] = [ast.copy_location(ast.Constant(""), a) for a in node.args[1:]]
+            for kw in node.keywords:
+                if kw.arg == "msg":
+                    kw.value = ast.copy_location(ast.Constant(""), kw.value)
 
 
 def install(module_name: str) -> None:
@@ -400,7 +471,33 @@ def install(module_name: str) -> None:
     _transform_ast.original = original
     FunctionRewriter._transform_ast = _transform_ast
     _instrument_combine_functions()
+    _ieee_min_max()
+    _reflected_constexpr_operators()
     FunctionRewriter._grader_instrumented = True
+
+
+def _reflected_constexpr_operators() -> None:
+    """``int % tl.constexpr`` (and &, ^, <<, >>) is a constant to the compiler, and a TypeError to the
+    interpreter, whose constexpr lacks these reflected operators; the executor also passes an argument
+    equal to 1 as a constexpr, so ``k % M`` at M = 1 would fail only under the grader."""
+    import operator
+
+    import triton.language as tl
+
+    for name, op in (("__rmod__", operator.mod), ("__rand__", operator.and_), ("__rxor__", operator.xor),
+                     ("__rlshift__", operator.lshift), ("__rrshift__", operator.rshift)):
+        if not hasattr(tl.constexpr, name):
+            setattr(tl.constexpr, name, lambda self, other, op=op: tl.constexpr(op(other, self.value)))
+
+
+def _ieee_min_max() -> None:
+    """``tl.minimum``/``tl.maximum`` are IEEE minNum/maxNum on the GPU (``arith.minnumf``: a NaN operand
+    gives the other one); the interpreter's builder used numpy's NaN-propagating ones."""
+    import numpy as np
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    InterpreterBuilder.create_minnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmin)
+    InterpreterBuilder.create_maxnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmax)
 
 
 class _Instrumented:

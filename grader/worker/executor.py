@@ -240,10 +240,12 @@ def find_kernel(module, ref: dict, helper: bool = False):
         if fn.fn.__name__ != name:
             continue
         lines = {fn.fn.__code__.co_firstlineno}
-        try:
+        try:   # the interpreter's copy (without source it is the original function)
             lines.add(fn.rewrite().__code__.co_firstlineno)
-        except Exception:  # noqa: BLE001 - no source: the original's line only
-            pass
+        except Exception as e:  # noqa: BLE001 - the instrumentation failed: the grader's fault, said so
+            raise RuntimeError(f"the grader could not prepare {name} (line {line}) for the CPU interpreter "
+                               f"({type(e).__name__}: {e}): this is an error of the grader, not of your code; "
+                               "please report it with your file") from e
         if line in lines:
             return fn
     where = "a @triton.jit function passed to a kernel" if helper else "a kernel"

@@ -151,27 +151,16 @@ CODEGEN_BUILTINS = {"len", "list", "range", "float", "int", "isinstance", "getat
 def _check_scopes(fn: ast.FunctionDef, module_names: set[str]) -> None:
     """Refuse the names whose scope Triton's compiler and Python read differently.
 
-    - A comprehension's variable: the compiler leaves it bound to the last item after the
-      comprehension, Python does not; so it may not be a name anywhere else in the kernel.
+    (A comprehension's variable, which the compiler leaves bound to the last item, is bound the
+    same way in the executor's copy: compiled_sites._Instrument._comprehension.)
+
     - A local that is also a module-level name or one of the compiler's builtins: a name first
       set inside a loop or a run-time ``if`` is forgotten by the compiler when the block ends, and
       the next read finds the module's (a constant), where Python reads the local."""
-    comps = [n for n in ast.walk(fn) if isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))]
-    inside = {id(x) for c in comps for x in ast.walk(c)}
-    outside = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and id(n) not in inside}
-    outside |= {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
-    for comp in comps:
-        for gen in comp.generators:
-            for target in (n for n in ast.walk(gen.target) if isinstance(n, ast.Name)):
-                if target.id in outside:
-                    raise KernelRefused(
-                        f"{fn.name} (line {target.lineno}): the comprehension's variable {target.id} is also a name "
-                        "elsewhere in the kernel; Triton's compiler leaves it set to the last item after the "
-                        "comprehension and Python does not, so the two would read it differently: rename it")
     params = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
     for node in ast.walk(fn):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and id(node) not in inside \
-                and node.id not in params and (node.id in module_names or node.id in CODEGEN_BUILTINS):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id not in params \
+                and (node.id in module_names or node.id in CODEGEN_BUILTINS):
             raise KernelRefused(
                 f"{fn.name} (line {node.lineno}) sets a local {node.id}, which is also a "
                 + ("module-level name" if node.id in module_names else "builtin")

@@ -30,6 +30,18 @@ def _flags(result, task: str) -> list:
     return list(t.flags)
 
 
+HONEST_CONSTRUCTS = sorted((ROOT / "tests" / "fixtures" / "honest_constructs").glob("*_*.py"))
+
+
+@pytest.mark.parametrize("path", HONEST_CONSTRUCTS, ids=lambda p: p.stem)
+def test_honest_constructs_pass(tmp_path, path):
+    """Kernels the boundary once failed (tests/fixtures/honest_constructs/README.md): full correctness."""
+    task = path.stem.split("_")[0]
+    result = _grade_one(tmp_path, task, path)
+    assert correctness(result, task) == 4, [t.message for t in result.tests if t.task == task]
+    assert not _flags(result, task)
+
+
 @pytest.mark.parametrize("name", CORPUS)
 def test_the_idiom_corpus_passes_through_the_grader(tmp_path, name):
     """Block pointers, tensor descriptors, autotune (both forms, every config), heuristics, helpers,
@@ -100,14 +112,21 @@ def test_every_autotune_config_is_checked_on_the_cpu(tmp_path):
     "redteam6_fstring_constexpr_repr",
     "redteam6_fstring_mask_dataflow",
     "redteam6_listcomp_vs_tuple_mask",
+    # Red team, round 7: `is None` on a constexpr hidden behind another context's record (a static_range
+    # iteration, a second specialization of a helper); a negative run-time loop step (no trip on the GPU);
+    # tl.minimum on a NaN (minNum on the GPU, numpy's NaN-propagating minimum in the interpreter).
+    "redteam7_static_range_isnone_union",
+    "redteam7_helper_two_specializations_isnone",
+    "redteam7_runtime_negative_step",
+    "redteam7_minnum_nan_fingerprint",
 ])
 def test_host_code_beside_the_values_gets_nothing(tmp_path, attack):
     """Each computed the product in numpy or torch inside the executor and got full marks against
     the first version of the shape-only design; the executor now builds the file's kernels alone and
     never runs its host code, and the static check refuses the in-kernel tricks."""
-    for static in (True, False):
-        result = _grade_one(tmp_path / str(static), "w8a8", SUBMISSIONS / f"{attack}.py", static=static)
-        assert correctness(result, "w8a8") == 0, (static, [t.message for t in result.tests])
+    # With the static check off: the boundary alone must hold (the static check can only refuse more).
+    result = _grade_one(tmp_path, "w8a8", SUBMISSIONS / f"{attack}.py", static=False)
+    assert correctness(result, "w8a8") == 0, [t.message for t in result.tests]
 
 
 def test_an_honest_print_at_import_costs_nothing(tmp_path):

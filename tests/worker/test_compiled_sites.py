@@ -93,3 +93,27 @@ def test_a_compile_time_value_must_be_the_compilers():
     with compiled_sites.launch(visited):
         with pytest.raises(NotCompiledPath, match="never evaluated"):
             k("7")
+
+
+def test_a_comprehension_is_what_the_compiler_makes_of_it():
+    """visit_ListComp: a tuple, its `if` never read, its variable left set to the last item in the
+    kernel's scope (red team 5 read a loaded tile through a name the compiler had rebound)."""
+    src = "def k(a):\n    t = [a * 2 for a in (1, 2, 3) if a > 1]\n    return t, a\n"
+    k, visited = _instrumented(src)
+    with compiled_sites.launch(visited):
+        assert k("tile") == ((2, 4, 6), 3)
+
+
+def test_a_passing_static_asserts_message_is_never_evaluated():
+    """The compiler reads a tl.static_assert's message only when it fails (and then the launch is
+    refused): an f-string message of an honest kernel costs nothing, and no message runs."""
+    src = "def k(tl, B):\n    tl.static_assert(B >= 16, f'B={B + undefined_name}')\n    return B\n"
+    k, visited = _instrumented(src)
+
+    class TL:
+        @staticmethod
+        def static_assert(cond, msg=""):
+            assert cond, msg
+
+    with compiled_sites.launch(visited):
+        assert k(TL, 32) == 32
