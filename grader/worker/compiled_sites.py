@@ -30,7 +30,28 @@ So the executor runs a launch only as the compiler read it:
   for the rest of the launch);
 - **the compiler's ``and``/``or``**: evaluated as Triton's code generator does
   (``boolop``): a compile-time operand short-circuits, run-time ones are
-  combined with ``logical_and``/``logical_or``.
+  combined with ``logical_and``/``logical_or``;
+- **the compiler's values**: the gate's child also records the value of every
+  expression the compiler evaluated (``canon``: a compile-time value as
+  itself, a tensor as run time) and which way it took each compile-time
+  ``if`` (``ARM``); in the executor every name, attribute, call, operator,
+  subscript, f-string and comprehension must have the compiler's value where
+  that was a compile-time one (``_value``), and an ``if`` goes the compiler's
+  way (``_arm``) (red teams, rounds 5 to 7);
+- **the compiler's reading of Python**: in the interpreter's copy ``x += y``
+  is ``x = x + y``, a list display a tuple, a comprehension a tuple whose
+  variable stays bound (``_comprehension``), ``is`` unwraps a constexpr
+  (``_is``), a run-time loop step must count up (``_step``), a static
+  assertion's message is never evaluated; the combine functions of
+  ``tl.reduce``/``tl.associative_scan`` are instrumented too, min/max are
+  IEEE minNum/maxNum and ``tl.constexpr`` gets its missing reflected
+  operators (``install``).
+
+What this cannot see: a value that differs in one specialization of a helper
+or one iteration of a ``tl.static_range`` and matches another's (the records
+are a union over them), programs of one launch that read each other's stores
+(the interpreter runs them one after another), and run-time arithmetic that
+numpy and the GPU round differently (docs/integrity.md).
 
 This file runs in the sandboxed executor and its gate child; it depends on
 triton and the standard library only.
