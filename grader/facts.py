@@ -97,13 +97,15 @@ class Draw:
     cause: str | None = None          # the likely cause of a failed check (grader/diagnose.py)
     stray_write: bool = False         # a guard byte around an input changed
     outside: dict | None = None       # CPU: bytes loaded and stored outside every tensor the call knew
+    race: dict | None = None          # CPU: two programs of one launch shared an element, no atomic
     configs: int = 0                  # CPU: autotune configs whose outputs were all checked (0: not autotuned)
 
     @property
     def clean(self) -> bool:
-        """The call did what the test asks: right output, nothing touched out of bounds."""
+        """The call did what the test asks: right output, nothing touched out of bounds, no
+        program depending on the order the interpreter ran them in."""
         return (self.status == "ok" and self.check is not None and self.check.passed
-                and not self.stray_write and not self.outside
+                and not self.stray_write and not self.outside and not self.race
                 and self.sanity is not None and self.sanity.passed)
 
 

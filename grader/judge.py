@@ -230,6 +230,23 @@ def _outside_of(outside: dict) -> str:
     return "outside every tensor it was given"
 
 
+def race_words(race: dict) -> str:
+    """A cross-program race (worker/races.py) in a sentence that names the kernel, the programs
+    and the tensor, and says why the interpreter's right answer does not carry to a GPU."""
+    where = "the output" if race.get("tensor") == "out" else "a tensor the wrapper made"
+    first = tuple(race.get("program") or ())
+    other = tuple(race.get("other") or ())
+    if race.get("kind") == "store":
+        what = f"programs {first} and {other} of one launch both store to the same element of {where}"
+    else:
+        what = f"program {first} stores to an element of {where} that program {other} of the same launch loads"
+    return (f"kernel {race.get('kernel', '?')}: {what}, with no atomic. The interpreter runs a launch's programs "
+            "one after another, so the result here follows their order; a GPU runs them at the same time, in no "
+            "order, and the result is undefined (lost updates, stale reads). Give each output element one "
+            "program that writes it, combine partial results with tl.atomic_add, or split the work into two "
+            "launches")
+
+
 def _draw_verdict(d: Draw) -> Verdict:
     if d.status == "error":
         # The first line (the report's table) names the exception; the frame follows.
@@ -255,7 +272,8 @@ def _draw_verdict(d: Draw) -> Verdict:
     c = d.check
     details = {"max_abs_err": c.max_abs_err, "max_rel_err": c.max_rel_err, "bad_elements": c.bad}
     if not c.passed:
-        return Verdict(False, c.message + (f"\n{d.cause}" if d.cause else ""), details=details)
+        return Verdict(False, c.message + (f"\n{d.cause}" if d.cause else "")
+                       + (f"\n(also: {race_words(d.race)})" if d.race else ""), details=details)
     if d.stray_write:
         return Verdict(False, "wrote outside its output tensor (a store with a missing mask?)", details=details)
     if d.outside:
@@ -263,6 +281,8 @@ def _draw_verdict(d: Draw) -> Verdict:
                               f"{_outside_of(d.outside)} (the interpreter masked those lanes off; on a GPU they "
                               "read or write another tensor's memory, or fault): a load or store without its "
                               "mask on a ragged edge?", details=details)
+    if d.race:
+        return Verdict(False, "the output is right in the interpreter, but " + race_words(d.race), details=details)
     if d.sanity is None or not d.sanity.passed:
         return Verdict(False, d.sanity.message if d.sanity else "no sanity check", details=details)
     configs = f"; every autotune config checked ({d.configs})" if d.configs > 1 else ""

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # What the graded package gets from the grader, never from the submission.
 TRUSTED_FILES = {"utils.py": ROOT / "assignment" / "utils.py"}
 WORKER_PACKAGE = "_grader_worker"
-WORKER_FILES = ("main.py", "evidence.py", "layout.py", "graphs.py", "vmm.py", "movement.py", "fence.py",
+WORKER_FILES = ("main.py", "evidence.py", "layout.py", "graphs.py", "vmm.py", "movement.py", "races.py", "fence.py",
                 "trace.py", "capture.py", "hooks.py",
                 "compile.py", "compile_rows.py", "compile_pool.py", "compile_child.py",
                 "ptx.py", "ptx_parse.py", "ptx_lanes.py", "shapes.py", "executor.py", "gate.py", "gate_child.py",

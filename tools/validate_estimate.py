@@ -1,6 +1,6 @@
 """Check the CPU run's speed estimate against the grader's own clock, on a GPU.
 
-    python -m tools.validate_estimate OUT [--kernels NAME,...] [--rounds N] [--append]   (a GPU)
+    python -m tools.validate_estimate OUT [--kernels NAME,...] [--rounds N] [--append] [--measure-only]   (a GPU)
     python -m tools.validate_estimate OUT|FILE... --predict                              (any machine)
 
 For every kernel set below and every performance test of the rubric, the
@@ -343,6 +343,9 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", default=",".join(KERNELS), help="kernel sets, comma-separated: " + ", ".join(KERNELS))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--append", action="store_true", help="keep OUT/results.json's rows of other kernel sets")
+    ap.add_argument("--measure-only", action="store_true",
+                    help="time the kernels and leave the predictions to --predict on another machine "
+                         "(saves device time: the predictions run in Triton's interpreter, on the CPU)")
     ap.add_argument("--predict", action="store_true",
                     help="make the predictions for OUT/results.json's measurements on this machine (no GPU needed)")
     args = ap.parse_args(argv)
@@ -374,7 +377,7 @@ def main(argv=None) -> int:
     target = target_for(record["gpu"], record["device"], record["bench_quick"])
     chosen = [k for k in args.kernels.split(",") if k]
     jobs = [(k, task) for k in chosen for task in rubric.tasks if (ROOT / KERNELS[k] / get(task).file).exists()]
-    no_predictions = workers_interpreter_problem()
+    no_predictions = ("asked for (--measure-only)" if args.measure_only else workers_interpreter_problem())
     if no_predictions:
         print(f"measuring only: {no_predictions}", flush=True)
     started = time.time()

@@ -80,7 +80,7 @@ def _appeared(session: Session) -> list[str]:
 
 
 MAX_CONFIGS = 16   # autotune configs checked per call (every one a GPU autotuner may pick)
-EXECUTOR_EVIDENCE = ("outside", "checks_off")
+EXECUTOR_EVIDENCE = ("outside", "checks_off", "race")
 
 
 def _shape_call(session: Session, name: str, arena, args, specs, out_spec, label) -> CallResult:
@@ -114,7 +114,9 @@ def _shape_call(session: Session, name: str, arena, args, specs, out_spec, label
                                              "program": program, "choice": k})
             # What the executor saw (the bounds check); the launches are the worker's.
             ran = done.get("evidence", {})
-            evidence = {**evidence, **{k: ran[k] for k in EXECUTOR_EVIDENCE if k in ran}}
+            # The first config's race stays: every config's launches are judged, any one suffices.
+            evidence = {**evidence, **{k: ran[k] for k in EXECUTOR_EVIDENCE
+                                       if k in ran and not (k == "race" and k in evidence)}}
             if not done["ok"]:
                 where = f"with autotune config {configs[k]} ({k + 1} of {len(configs)}): " if configs else ""
                 kind = "not_compiled" if done.get("kind") == "not_compiled" else ""

@@ -296,6 +296,7 @@ def _draw(task: str, result: CallResult, args: tuple, extras: dict) -> Draw:
     outside = result.evidence.get("outside") or {}
     if outside.get("loads") or outside.get("stores"):
         d.outside = {**outside, "tensor": argument_name(task, outside.get("tensor", ""))}
+    d.race = result.evidence.get("race") or None
     if result.status != "ok":
         return d
     ref_slack = get(task).reference_and_slack(args)   # computed once: the check and the diagnosis share it

@@ -112,6 +112,28 @@ def _outside(value) -> dict:
     return out
 
 
+def _race(value) -> dict:
+    """The interpreter's race record of one call (worker/races.py): the kernel, the tensor
+    ("out" or "scratch"), the kind ("store" or "load"), two programs' grid coordinates and
+    the element's byte offset."""
+    bad = WorkerGone("the worker sent malformed evidence (field 'race')")
+    if not isinstance(value, dict) or not isinstance(value.get("kernel"), str) \
+            or value.get("tensor") not in ("out", "scratch") or value.get("kind") not in ("store", "load"):
+        raise bad
+    out = {"kernel": value["kernel"][:200], "tensor": value["tensor"], "kind": value["kind"]}
+    byte = value.get("byte")
+    if not isinstance(byte, int) or isinstance(byte, bool) or not 0 <= byte <= MAX_COUNT:
+        raise bad
+    out["byte"] = byte
+    for key in ("program", "other"):
+        v = value.get(key)
+        if not isinstance(v, list) or len(v) not in (0, 3) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= MAX_COUNT for i in v):
+            raise bad
+        out[key] = list(v)
+    return out
+
+
 def _checks_off(value) -> dict:
     """{check: why} from the worker (fence.py's check names), type-checked and capped."""
     if not isinstance(value, dict) or len(value) > 10 or not all(
@@ -157,6 +179,8 @@ def _validate(reply) -> dict:
                 ev[key] = value
         if "outside" in clean["evidence"]:
             ev["outside"] = _outside(clean["evidence"]["outside"])
+        if "race" in clean["evidence"]:
+            ev["race"] = _race(clean["evidence"]["race"])
         if "trace" in clean["evidence"]:
             ev["trace"] = _trace(clean["evidence"]["trace"])
         if "checks_off" in clean["evidence"]:

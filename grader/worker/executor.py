@@ -326,15 +326,15 @@ class Executor:
         bounds = "bounds check" not in self.off
 
         def counter_for(args, specs):
-            return Movement(_named(args, specs), confine=True) if bounds else None
+            return Movement(_named(args, specs), confine=True, races=True) if bounds else None
 
         try:
-            counter, _ = self._carry_out(msg, counter_for)
+            counter, y = self._carry_out(msg, counter_for)
         except gate_mod.NotCompiled as e:
             return {"ok": False, "kind": "not_compiled", "error": str(e), "evidence": self._evidence(None)}
         except BaseException:  # noqa: BLE001 - one case lost, never the executor
             return {"ok": False, "error": _traceback(), "evidence": self._evidence(None)}
-        return {"ok": True, "evidence": self._evidence(counter)}
+        return {"ok": True, "evidence": self._evidence(counter, y)}
 
     def movement(self, msg: dict) -> dict:
         if "data movement" in self.off:
@@ -346,10 +346,13 @@ class Executor:
         # The output is the tensor the wrapper returned (its own allocation here), not the worker's copy.
         return {"ok": True, "movement": counter.report(output=y)}
 
-    def _evidence(self, counter) -> dict:
+    def _evidence(self, counter, output=None) -> dict:
         evidence = {}
         if counter is not None:
             evidence["outside"] = counter.outside()
+            race = counter.race(output)
+            if race:
+                evidence["race"] = race
         if self.failed:
             evidence["checks_off"] = dict(self.failed)
         return evidence

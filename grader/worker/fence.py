@@ -50,7 +50,7 @@ CHECKS = {
 
 _RUN = ("grid", "warmup")                       # run(self, *args, grid, warmup, **kwargs)
 # The leading parameters the patches read; the rest (cache_modifier, eviction_policy) pass through.
-_LOAD = ("ptrs", "mask")
+_LOAD = ("ptrs", "mask", "other", "cache_modifier", "eviction_policy", "is_volatile")
 _STORE = ("ptrs", "value", "mask")
 _RMW = ("rmwOp", "ptr", "val", "mask")
 _CAS = ("ptr",)
@@ -64,6 +64,7 @@ _MEMORY = (
     (_INTERP, "GridExecutor.__call__", None),              # one launch
     (_INTERP, "interpreter_builder", None),                # the builder a launch runs on
     (_INTERP, "InterpreterBuilder.set_grid_dim", ("nx", "ny", "nz")),  # its .grid_dim: the launch's grid
+    (_INTERP, "InterpreterBuilder.set_grid_idx", ("x", "y", "z")),     # its .grid_idx: the program (races.py)
     ("triton.runtime.autotuner", "Autotuner._bench", None),  # trial launches, not the call's
 )
 # The launch capture (capture.py): its own patches, with the parameters they read or pass

@@ -43,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from .hooks import Hooks
+from .races import Races, linear
 
 MAX_LAUNCHES = 20          # launch rows kept (all launches are counted in the totals)
 MAX_TEXT = 100
@@ -126,11 +127,15 @@ class _Ranges:
 class Movement:
     """Counts loads, stores and dots of every interpreted launch while installed."""
 
-    def __init__(self, named: list[tuple[str, int, int]], confine: bool = False, memory: bool = True):
+    def __init__(self, named: list[tuple[str, int, int]], confine: bool = False, memory: bool = True,
+                 races: bool = False):
         """``named``: (key, first byte, past the last byte) of each tensor to name;
         ``confine``: mask off and count the lanes outside every known tensor;
-        ``memory``: count loads and stores (False: leave them alone)."""
+        ``memory``: count loads and stores (False: leave them alone);
+        ``races``: record the first cross-program race of the tensors the launches were
+        given (races.py; needs ``memory``)."""
         self.confine, self.memory = confine, memory
+        self.races = Races() if races and memory else None
         self.first_outside = ""  # the kernel of the first out-of-bounds access
         self.first_tensor = ""   # the key of the tensor its pointer came from ("" if not known)
         self.outside_loads = self.outside_stores = 0   # bytes the live lanes touched outside their tensor
@@ -201,6 +206,31 @@ class Movement:
             self._current["stored"] += moved
         return mask if confined is None else self._masked(mask, confined, np.shape(ptrs.data))
 
+    def _race(self, ptrs, mask, store: bool, changed=None) -> None:
+        """Tell the race record which elements of the launches' own tensors the current program
+        loaded, or changed with a store (``changed``: per lane, its bits differ from memory's)."""
+        if self.races is None or self._paused or self._current is None:
+            return
+        import triton.runtime.interpreter as interp
+
+        data = np.asarray(ptrs.data)
+        lanes = np.ones(data.shape, dtype=bool) if mask is None else \
+            np.broadcast_to(np.asarray(mask.data, dtype=bool), data.shape)
+        if changed is not None:
+            lanes = lanes & changed
+        addr = data[lanes].astype(np.uint64, copy=False)
+        if addr.size == 0 or not self.ranges.keys:
+            return
+        b = interp.interpreter_builder
+        program = linear(b.grid_idx, b.grid_dim)
+        idx = np.searchsorted(self.ranges.starts, addr, side="right").astype(np.int64) - 1
+        for j in np.unique(idx[idx >= 0]):
+            key = self.ranges.keys[j]
+            if key.startswith("storage:"):   # the launches' own tensors, not the call's inputs
+                start, end = int(self.ranges.starts[j]), int(self.ranges.ends[j])
+                mine = addr[idx == j]
+                self.races.access(key, start, end, mine[mine < np.uint64(end)], program, store)
+
     def _dot(self, a, b):
         if self._paused:
             return
@@ -223,22 +253,35 @@ class Movement:
 
         if self.memory:
             # The cache hints after the mask (cache_modifier, eviction_policy) pass through untouched.
-            def masked_load(self, ptrs, mask, *rest, **kw):
+            def masked_load(self, ptrs, mask, other=None, cache_modifier=None, eviction_policy=None,
+                            is_volatile=False):
                 mask = me._load(ptrs, mask)
-                return orig[B, "create_masked_load"](self, ptrs, mask, *rest, **kw)
+                if me.races is not None:
+                    if is_volatile:
+                        me.races.synchronised()
+                    me._race(ptrs, mask, store=False)
+                return orig[B, "create_masked_load"](self, ptrs, mask, other, cache_modifier, eviction_policy,
+                                                     is_volatile)
 
             def masked_store(self, ptrs, value, mask, *rest, **kw):
                 mask = me._store(ptrs, mask)
+                if me.races is not None:
+                    old = orig[B, "create_masked_load"](self, ptrs, mask, None, None, None, False)
+                    me._race(ptrs, mask, store=True, changed=_changed(old.data, value.data))
                 return orig[B, "create_masked_store"](self, ptrs, value, mask, *rest, **kw)
 
             def atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **kw):
                 me._load(ptr, mask)
                 mask = me._store(ptr, mask)
+                if me.races is not None:
+                    me.races.synchronised()   # its result can order programs (the last to arrive reduces)
                 return orig[B, "create_atomic_rmw"](self, rmwOp, ptr, val, mask, *rest, **kw)
 
             def atomic_cas(self, ptr, *rest, **kw):
                 me._load(ptr, None)
                 me._store(ptr, None)
+                if me.races is not None:
+                    me.races.synchronised()   # a compare-and-swap can take a lock
                 return orig[B, "create_atomic_cas"](self, ptr, *rest, **kw)
 
             patches.update({(B, "create_masked_load"): masked_load, (B, "create_masked_store"): masked_store,
@@ -305,6 +348,8 @@ class Movement:
         fn = getattr(executor, "fn", None)
         self._current = {"kernel": str(getattr(fn, "__name__", "?"))[:MAX_TEXT], "grid": [0, 0, 0],
                          "programs": 0, "loaded": 0, "stored": 0, "flops": 0}
+        if self.races is not None:
+            self.races.begin(self._current["kernel"])
 
     def _end(self) -> None:
         import triton.runtime.interpreter as interp
@@ -313,6 +358,8 @@ class Movement:
         if row is None:
             return
         grid = [int(g) for g in getattr(interp.interpreter_builder, "grid_dim", (0, 0, 0))]
+        if self.races is not None:
+            self.races.end(tuple(grid))
         row["grid"] = grid
         row["programs"] = grid[0] * grid[1] * grid[2]
         self.launch_count += 1
@@ -328,6 +375,16 @@ class Movement:
         zero and "" for a kernel that stays inside)."""
         return {"loads": int(self.outside_loads), "stores": int(self.outside_stores),
                 "kernel": self.first_outside[:MAX_TEXT], "tensor": self.first_tensor[:MAX_TEXT]}
+
+    def race(self, output=None) -> dict:
+        """The first cross-program race of the launches (races.py), its tensor named "out" (the
+        storage of ``output``) or "scratch"; {} when none, or when not recorded."""
+        if self.races is None or not self.races.found:
+            return {}
+        out_key = None
+        if output is not None and hasattr(output, "untyped_storage"):
+            out_key = self._storage_keys.get(output.untyped_storage().data_ptr())
+        return {**self.races.found, "tensor": "out" if self.races.found["tensor"] == out_key else "scratch"}
 
     def report(self, output=None) -> dict:
         """Totals as plain JSON. Byte keys: the named ranges' keys, "out" (the
@@ -353,3 +410,15 @@ class Movement:
         tensors = {k: [read.get(k, 0), written.get(k, 0)] for k in sorted(set(read) | set(written))}
         return {"tensors": tensors, "flops": self.flops, "programs": self.programs,
                 "launch_count": self.launch_count, "launches": self.launches}
+
+
+def _changed(old, new) -> np.ndarray:
+    """Per lane, whether storing ``new`` over ``old`` changes the element's bits."""
+    old = np.asarray(old)
+    new = np.broadcast_to(np.asarray(new), old.shape)
+    if new.dtype != old.dtype:
+        new = new.astype(old.dtype)
+    if old.dtype.itemsize in (1, 2, 4, 8):
+        kind = f"u{old.dtype.itemsize}"
+        return np.ascontiguousarray(old).view(kind) != np.ascontiguousarray(new).view(kind)
+    return old != new

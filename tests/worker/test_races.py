@@ -1,0 +1,182 @@
+"""Cross-program races found in the interpreter (grader/worker/races.py): each kernel
+here is run on the CPU with the executor's bounds check and race record installed, and
+the record says whether its programs depend on the order the interpreter ran them in.
+
+The racy kernels are right in the interpreter (it runs programs one after another) and
+wrong on a GPU; the honest ones must never be called racy (a false verdict)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from grader.worker.movement import Movement, tensor_range
+from tests.helpers import HAS_CUDA
+
+pytestmark = pytest.mark.skipif(HAS_CUDA, reason="the race record runs in the CPU interpreter")
+
+
+@triton.jit
+def _split_k_plain(x, out, K, BLOCK: tl.constexpr, SPLIT: tl.constexpr):
+    """Each program sums one slice of x and adds it to out[0] with a plain load and store."""
+    pid = tl.program_id(0)
+    offs = pid * (K // SPLIT) + tl.arange(0, BLOCK)
+    part = tl.sum(tl.load(x + offs, mask=offs < (pid + 1) * (K // SPLIT), other=0.0))
+    tl.store(out, tl.load(out) + part)
+
+
+@triton.jit
+def _split_k_atomic(x, out, K, BLOCK: tl.constexpr, SPLIT: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * (K // SPLIT) + tl.arange(0, BLOCK)
+    part = tl.sum(tl.load(x + offs, mask=offs < (pid + 1) * (K // SPLIT), other=0.0))
+    tl.atomic_add(out, part)
+
+
+@triton.jit
+def _clamped_tiles(x, out, n, BLOCK: tl.constexpr):
+    """Tutorial 03's clamp (offs % n) used on the store too: the last program's tile wraps
+    onto the first one's elements and stores the same values there."""
+    offs = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)) % n
+    tl.store(out + offs, tl.load(x + offs) * 2.0)
+
+
+@triton.jit
+def _overlapping_tiles(x, out, n, BLOCK: tl.constexpr):
+    """Tiles that overlap by half and store different values there: the last writer wins."""
+    offs = tl.program_id(0) * (BLOCK // 2) + tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.load(x + offs, mask=offs < n, other=0.0) + tl.program_id(0), mask=offs < n)
+
+
+@triton.jit
+def _reads_neighbour(x, out, n, BLOCK: tl.constexpr):
+    """Each program stores its tile, then reads the next program's tile of the same output."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.load(x + offs) + 1.0)
+    nxt = (offs + BLOCK) % n
+    tl.store(out + offs, tl.load(out + offs) + tl.load(out + nxt))
+
+
+@triton.jit
+def _own_tile_twice(x, out, n, BLOCK: tl.constexpr):
+    """A program that reads back what it stored itself: one program, no race."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.load(x + offs))
+    tl.store(out + offs, tl.load(out + offs) * 3.0)
+
+
+@triton.jit
+def _locked_accumulate(x, out, lock, BLOCK: tl.constexpr):
+    """Tutorial 05's pattern: a spin lock taken with atomic_cas guards a plain read-modify-write."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    part = tl.sum(tl.load(x + offs))
+    while tl.atomic_cas(lock, 0, 1) == 1:
+        pass
+    tl.store(out, tl.load(out) + part)
+    tl.atomic_xchg(lock, 0)
+
+
+def _run(launch, *tensors):
+    """The race record of ``launch()`` with the executor's counter installed; the tensors are
+    the call's outputs and scratch (the launches' own tensors, as in a CPU grade)."""
+    named = []   # no inputs named: every tensor is one the launches were given
+    with Movement(named, confine=True, races=True) as m:
+        launch()
+    return m.race(output=tensors[0] if tensors else None)
+
+
+def test_split_k_with_a_plain_load_and_store_races():
+    x, out = torch.randn(64), torch.zeros(1)
+    race = _run(lambda: _split_k_plain[(4,)](x, out, 64, BLOCK=16, SPLIT=4), out)
+    assert torch.allclose(out, x.sum().reshape(1), atol=1e-5)   # right in the interpreter
+    # Every program also stores out[0]: the store-store conflict is the one named first.
+    assert race["kind"] == "store" and race["kernel"] == "_split_k_plain" and race["tensor"] == "out"
+    assert race["program"] == [0, 0, 0] and race["other"] == [1, 0, 0]
+
+
+def test_split_k_with_an_atomic_add_is_no_race():
+    x, out = torch.randn(64), torch.zeros(1)
+    assert _run(lambda: _split_k_atomic[(4,)](x, out, 64, BLOCK=16, SPLIT=4), out) == {}
+    assert torch.allclose(out, x.sum().reshape(1), atol=1e-5)
+
+
+def test_programs_storing_the_same_values_are_no_race():
+    x, out = torch.randn(40), torch.full((40,), float("nan"))
+    assert _run(lambda: _clamped_tiles[(3,)](x, out, 40, BLOCK=16), out) == {}
+    assert torch.equal(out, x * 2)
+
+
+def test_programs_storing_different_values_to_one_element_race():
+    x, out = torch.randn(40), torch.zeros(40)
+    race = _run(lambda: _overlapping_tiles[(4,)](x, out, 40, BLOCK=16), out)
+    assert race["kind"] == "store" and race["program"] == [0, 0, 0] and race["other"] == [1, 0, 0]
+
+
+def test_a_program_reading_another_programs_store_races():
+    x, out = torch.randn(32), torch.zeros(32)
+    race = _run(lambda: _reads_neighbour[(4,)](x, out, 32, BLOCK=8), out)
+    assert race["kind"] == "load" and race["tensor"] == "out"
+
+
+def test_a_program_reading_its_own_store_is_no_race():
+    x, out = torch.randn(32), torch.zeros(32)
+    assert _run(lambda: _own_tile_twice[(4,)](x, out, 32, BLOCK=8), out) == {}
+
+
+def test_a_second_launch_reading_the_first_ones_output_is_no_race():
+    """Two launches are ordered (a quantize pass, then the GEMM that reads its scratch)."""
+    x, scratch, out = torch.randn(32), torch.zeros(32), torch.zeros(32)
+
+    def both():
+        _own_tile_twice[(4,)](x, scratch, 32, BLOCK=8)
+        _clamped_tiles[(2,)](scratch, out, 32, BLOCK=16)
+
+    assert _run(both, out) == {}
+
+
+@triton.jit
+def _last_arriver_reduces(x, ws, out, counter, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    """The reference's split-K: each program stores its partial sum, counts itself in with an
+    atomic, and the last to arrive loads every partial (the atomic's acq_rel orders them)."""
+    pid = tl.program_id(0)
+    tl.store(ws + pid, tl.sum(tl.load(x + pid * BLOCK + tl.arange(0, BLOCK))))
+    if tl.atomic_add(counter, 1) == SPLIT - 1:
+        tl.store(out, tl.sum(tl.load(ws + tl.arange(0, SPLIT))))
+        tl.store(counter, 0)
+
+
+def test_the_last_arriver_reducing_partials_is_not_judged():
+    x, ws, out = torch.randn(32), torch.zeros(4), torch.zeros(1)
+    counter = torch.zeros(1, dtype=torch.int32)
+    assert _run(lambda: _last_arriver_reduces[(4,)](x, ws, out, counter, SPLIT=4, BLOCK=8), out) == {}
+    assert torch.allclose(out, x.sum().reshape(1), atol=1e-5)
+
+
+def test_a_launch_with_a_lock_is_not_judged():
+    x, out, lock = torch.randn(32), torch.zeros(1), torch.zeros(1, dtype=torch.int32)
+    assert _run(lambda: _locked_accumulate[(4,)](x, out, lock, BLOCK=8), out) == {}
+    assert torch.allclose(out, x.sum().reshape(1), atol=1e-5)
+
+
+def test_the_inputs_are_not_watched():
+    """Only the launches' own tensors are: a named input (the call's) that two programs read is
+    read-only; the record does not even allocate for it."""
+    x, out = torch.randn(64), torch.zeros(64)
+    named = [("0", *tensor_range(x))]
+    with Movement(named, confine=True, races=True) as m:
+        _clamped_tiles[(4,)](x, out, 64, BLOCK=16)
+    assert m.race(output=out) == {}
+
+
+def test_the_first_race_of_any_launch_is_kept():
+    x, out1, out2 = torch.randn(40), torch.zeros(40), torch.zeros(1)
+
+    def both():
+        _overlapping_tiles[(4,)](x, out1, 40, BLOCK=16)
+        _split_k_plain[(4,)](x, out2, 40, BLOCK=16, SPLIT=4)
+
+    race = _run(both, out1)
+    assert race["kernel"] == "_overlapping_tiles" and race["kind"] == "store"
