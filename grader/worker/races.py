@@ -26,7 +26,8 @@ already sees:
   shapes are far smaller).
 
 Memory: per watched buffer, two loaders and two storers (int32) per byte,
-allocated at its first access in the launch and dropped at its end. This file runs in the sandboxed executor and depends on numpy only.
+allocated at its first access in the launch and dropped at its end. This
+file runs in the sandboxed executor and depends on numpy only.
 """
 
 from __future__ import annotations
