@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-MAX_WATCHED = 64 << 20
+MAX_WATCHED = 16 << 20   # bytes: 256 MiB of record at most; the CPU shapes need a few kB
 MAX_TEXT = 100
 
 
