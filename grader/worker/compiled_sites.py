@@ -70,6 +70,10 @@ VALUE_CHECK = "__grader_value__"
 IS_CHECK = "__grader_is__"
 STEP_CHECK = "__grader_step__"
 VALUE = "value"   # the record of what an expression was to the compiler: canon()
+VALUE_IN = "value in"   # the same, in one specialization of its function (CONTEXT)
+CONTEXT = "context"     # a specialization the compiler made of a helper: canon() of its arguments
+ROOT = "root"           # the launched kernel's own specialization (one per launch)
+ENTER, LEAVE = "__grader_enter__", "__grader_leave__"
 RUN, OBJECT = "T", "O"   # canon(): a run-time value (a tensor); an object (a function, a module)
 
 
@@ -91,8 +95,19 @@ def record(visited: set):
     import triton.language as tl
     from triton.compiler.code_generator import CodeGenerator
 
-    original = CodeGenerator.visit
+    original, original_call = CodeGenerator.visit, CodeGenerator.call_JitFunction
     tests: dict[int, tuple] = {}   # id of an if's test -> the if's place, while the compiler is inside it
+    contexts = [ROOT]   # the specialization whose body the compiler is generating now (innermost last)
+
+    def call_JitFunction(self, fn, args, kwargs, *rest, **kw):
+        # The callee's body is generated (visited) inside this call, once per specialization.
+        context = arguments_context(fn.fn, args, kwargs)
+        visited.add((CONTEXT, getattr(fn.fn, "__module__", ""), getattr(fn.fn, "__name__", ""), context))
+        contexts.append(context)
+        try:
+            return original_call(self, fn, args, kwargs, *rest, **kw)
+        finally:
+            contexts.pop()
 
     def visit(self, node):
         if node is None or not hasattr(node, "lineno"):
@@ -105,6 +120,7 @@ def record(visited: set):
         value = original(self, node)
         if isinstance(node, ast.expr) and not isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del)):
             visited.add((VALUE, *where, *key(node), canon(value)))
+            visited.add((VALUE_IN, contexts[-1], *where, *key(node), canon(value)))
         if id(node) in tests:   # the test of an if: decided now (its value) or at run time
             place = tests.pop(id(node))
             if isinstance(value, tl.tensor):
@@ -114,11 +130,25 @@ def record(visited: set):
                     visited.add((ARM, *place, bool(value.value if isinstance(value, tl.constexpr) else value)))
         return value
 
-    CodeGenerator.visit = visit
+    CodeGenerator.visit, CodeGenerator.call_JitFunction = visit, call_JitFunction
     try:
         yield visited
     finally:
-        CodeGenerator.visit = original
+        CodeGenerator.visit, CodeGenerator.call_JitFunction = original, original_call
+
+
+def arguments_context(fn, args, kwargs) -> tuple | str:
+    """A helper's specialization as both sides can name it: canon() of its arguments in order,
+    defaults filled in (a tensor is run time, so the compiler's tensor types are not told
+    apart); ROOT when they cannot be bound."""
+    import inspect
+
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound.apply_defaults()
+    except (TypeError, ValueError):
+        return ROOT
+    return canon(tuple(bound.arguments.values()))
 
 
 def canon(value):
@@ -160,6 +190,10 @@ class _Launch:
     visited: frozenset | None = None   # what the compiler visited for the launch running now
     ok: set[int] = set()               # the sites already found compiled for it
     values: dict = {}                  # (module, function, *key) -> what the expression was to the compiler
+    values_in: dict = {}               # (context, module, function, *key) -> the same, in one specialization
+    contexts: dict = {}                # (module, function) -> the specializations the compiler made of it
+    stack: list = []                   # per function running now (innermost last): its specializations, or
+                                       # None where none is known (the values of every one are allowed)
 
 
 # Each check the instrumentation adds: (module, function, line in the file, the nodes that must have been
@@ -171,15 +205,45 @@ _SITES: list[tuple] = []
 def launch(visited):
     """Run one launch, its kernels allowed to run what the compiler visited for its variant."""
     _Launch.visited = frozenset(frozen(v) for v in visited)
-    _Launch.ok = set()
-    _Launch.values = {}
+    _Launch.ok, _Launch.values, _Launch.values_in, _Launch.contexts, _Launch.stack = set(), {}, {}, {}, []
     for v in _Launch.visited:
         if v[0] == VALUE:
             _Launch.values.setdefault(v[1:-1], set()).add(v[-1])
+        elif v[0] == VALUE_IN:
+            _Launch.values_in.setdefault(v[1:-1], set()).add(v[-1])
+        elif v[0] == CONTEXT:
+            _Launch.contexts.setdefault(v[1:3], set()).add(v[3])
     try:
         yield
     finally:
-        _Launch.visited, _Launch.ok, _Launch.values = None, set(), {}
+        _Launch.visited, _Launch.ok, _Launch.values, _Launch.values_in = None, set(), {}, {}
+        _Launch.contexts, _Launch.stack = {}, []
+
+
+def _enter(i: int, arguments: tuple) -> None:
+    """A kernel function starts: the launched kernel is ROOT; a helper is the compiler's
+    specializations that its arguments match (a compile-time argument must be the same value;
+    where the compiler had a tensor, anything)."""
+    if _Launch.visited is None:
+        return
+    module, name, _, _ = _SITES[i]
+    if not _Launch.stack:
+        _Launch.stack.append({ROOT})
+        return
+    mine = canon(tuple(arguments))
+    made = _Launch.contexts.get((module, name), set())
+    matching = {c for c in made if c != ROOT and _matches(frozen_canon(c), mine)}
+    _Launch.stack.append(matching or None)
+
+
+def _leave() -> None:
+    if _Launch.visited is not None and _Launch.stack:
+        _Launch.stack.pop()
+
+
+def frozen_canon(c):
+    """A canon() value that came back through JSON (lists) as canon() makes it (tuples)."""
+    return frozen(c)
 
 
 def frozen(record):
@@ -225,7 +289,12 @@ def _value(i: int, value):
     if _Launch.visited is None:
         return value
     module, name, line, (place,) = _SITES[i]
-    compiled = _Launch.values.get((module, name, *place))
+    contexts = _Launch.stack[-1] if _Launch.stack else None
+    if contexts is None:   # no specialization known: the values of every one
+        compiled = _Launch.values.get((module, name, *place))
+    else:
+        found = [_Launch.values_in.get((c, module, name, *place)) for c in contexts]
+        compiled = set().union(*[f for f in found if f]) or None
     if compiled is None:
         raise NotCompiledPath(
             f"line {line} of {name} evaluates an expression in the CPU interpreter that the GPU's compiler never "
@@ -456,10 +525,27 @@ def instrument(tree: ast.Module, fn, first_line: int) -> ast.Module:
     fn.__globals__[VALUE_CHECK] = _value
     fn.__globals__[IS_CHECK] = _is
     fn.__globals__[STEP_CHECK] = _step
+    fn.__globals__[ENTER] = _enter
+    fn.__globals__[LEAVE] = _leave
     (function,) = tree.body
     _drop_static_assert_messages(function)
     _Instrument(module, fn.__name__, first_line, function).generic_visit(function)   # its statements, not the def
+    _with_context(function, module, fn.__name__, first_line)
     return tree
+
+
+def _with_context(function: ast.FunctionDef, module: str, name: str, first_line: int) -> None:
+    """``function``'s body between ``_enter`` (with its arguments, which name its specialization)
+    and ``_leave``, however it ends."""
+    _SITES.append((module, name, first_line, ()))
+    arguments = ast.Tuple([ast.Name(a.arg, ast.Load()) for a in function.args.posonlyargs + function.args.args],
+                          ast.Load())
+    enter = ast.Expr(ast.Call(ast.Name(ENTER, ast.Load()), [ast.Constant(len(_SITES) - 1), arguments], []))
+    leave = ast.Expr(ast.Call(ast.Name(LEAVE, ast.Load()), [], []))
+    function.body = [enter, ast.Try(function.body, [], [], [leave])]
+    for node in (enter, function.body[1], leave):
+        ast.copy_location(node, function)
+    ast.fix_missing_locations(function)
 
 
 def _drop_static_assert_messages(function: ast.FunctionDef) -> None:

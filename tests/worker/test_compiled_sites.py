@@ -8,7 +8,7 @@ import ast
 import pytest
 
 from grader.worker import compiled_sites
-from grader.worker.compiled_sites import ARM, RUN, RUNTIME, VALUE, NotCompiledPath, canon, key
+from grader.worker.compiled_sites import ARM, ROOT, RUN, RUNTIME, VALUE, VALUE_IN, NotCompiledPath, canon, key
 
 MODULE = "grader_test_compiled_sites"
 
@@ -26,8 +26,16 @@ def _instrumented(src: str):
     nodes = [n for n in ast.walk(ast.parse(src)) if hasattr(n, "lineno")]
     visited = {(MODULE, "k", *key(n)) for n in nodes}
     # As if every expression had been a run-time value to the compiler: only the checks under test bite.
-    visited |= {(VALUE, MODULE, "k", *key(n), RUN) for n in nodes if isinstance(n, ast.expr)}
+    for n in nodes:
+        if isinstance(n, ast.expr):
+            visited |= _value(key(n), RUN)
     return ns["k"], visited
+
+
+def _value(place: tuple, value) -> set:
+    """The records the gate's child makes of one expression of the launched kernel ``k``: its value,
+    and its value in the kernel's own specialization."""
+    return frozenset({(VALUE, MODULE, "k", *place, value), (VALUE_IN, ROOT, MODULE, "k", *place, value)})
 
 
 IF_SRC = "def k(flag):\n    if flag:\n        return 1\n    return 2\n"
@@ -72,7 +80,7 @@ def test_plus_equals_and_list_displays_mean_what_they_mean_to_the_compiler():
     k, visited = _instrumented(src)
     # The compiler visits `b + [2]` as a BinOp at the augmented assignment's place (visit_AugAssign).
     aug = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.AugAssign))
-    visited.add((VALUE, MODULE, "k", "BinOp", *key(aug)[1:], RUN))
+    visited |= _value(("BinOp", *key(aug)[1:]), RUN)
     with compiled_sites.launch(visited):
         assert k() == ((1,), (1, 2))
 
@@ -85,8 +93,8 @@ def test_a_compile_time_value_must_be_the_compilers():
     src = "def k(v):\n    return len(v)\n"
     k, visited = _instrumented(src)
     call = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Call))
-    visited.discard((VALUE, MODULE, "k", *key(call), RUN))
-    with compiled_sites.launch(visited | {(VALUE, MODULE, "k", *key(call), canon(1))}):
+    visited -= _value(key(call), RUN)
+    with compiled_sites.launch(visited | _value(key(call), canon(1))):
         assert k("7") == 1
         with pytest.raises(NotCompiledPath, match="is 12 in the CPU interpreter and 1 to the GPU's compiler"):
             k("constexpr[7]")
@@ -117,3 +125,41 @@ def test_a_passing_static_asserts_message_is_never_evaluated():
 
     with compiled_sites.launch(visited):
         assert k(TL, 32) == 32
+
+
+HELPER_SRC = "def h(F):\n    return F * 2\n"
+
+
+def test_a_helpers_values_are_those_of_its_own_specialization():
+    """The compiler makes one specialization of a helper per set of compile-time arguments, and the
+    record keys each expression's value by it: a value right for another specialization of the same
+    helper is refused (before, the record was their union, and a value that two readings compute
+    differently could borrow another specialization's)."""
+    ns = {}
+    exec(compile(HELPER_SRC, "h.py", "exec"), ns)   # noqa: S102 - the test's own source
+    fn = ns["h"]
+    fn.__module__ = MODULE
+    compiled_sites._Launch.modules.add(MODULE)
+    tree = compiled_sites.instrument(ast.parse(HELPER_SRC), fn, 1)
+    exec(compile(ast.fix_missing_locations(tree), "h.py", "exec"), ns)   # noqa: S102
+    h = ns["h"]
+    binop = next(n for n in ast.walk(ast.parse(HELPER_SRC)) if isinstance(n, ast.BinOp))
+    one, two = canon((1,)), canon((2,))
+
+    def records(value_for_one, value_for_two):
+        place = key(binop)
+        nodes = [n for n in ast.walk(ast.parse(HELPER_SRC)) if hasattr(n, "lineno")]
+        others = {(VALUE_IN, c, MODULE, "h", *key(n), RUN) for n in nodes for c in (one, two)
+                  if isinstance(n, ast.expr) and key(n) != place}   # the rest: run time, unchecked
+        return others | {(MODULE, "h", *key(n)) for n in nodes} | {("context", MODULE, "h", one), ("context", MODULE, "h", two),
+                (VALUE, MODULE, "h", *place, canon(value_for_one)), (VALUE, MODULE, "h", *place, canon(value_for_two)),
+                (VALUE_IN, one, MODULE, "h", *place, canon(value_for_one)),
+                (VALUE_IN, two, MODULE, "h", *place, canon(value_for_two))}
+
+    with compiled_sites.launch(records(2, 4)):
+        compiled_sites._Launch.stack.append({ROOT})   # the launched kernel: h runs as a helper inside it
+        assert h(1) == 2 and h(2) == 4
+    with compiled_sites.launch(records(4, 2)):   # each specialization's value swapped: a union would pass
+        compiled_sites._Launch.stack.append({ROOT})
+        with pytest.raises(NotCompiledPath, match="is 2 in the CPU interpreter and 4 to the GPU's compiler"):
+            h(1)
