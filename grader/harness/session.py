@@ -114,11 +114,12 @@ def _outside(value) -> dict:
 
 def _race(value) -> dict:
     """The interpreter's race record of one call (worker/races.py): the kernel, the tensor
-    ("out" or "scratch"), the kind ("store" or "load"), two programs' grid coordinates and
-    the element's byte offset."""
+    ("out", "scratch", or "" for "too many"), the kind ("store", "load", or "too many": more
+    bytes touched than the record holds), two programs' grid coordinates and the byte offset."""
     bad = WorkerGone("the worker sent malformed evidence (field 'race')")
     if not isinstance(value, dict) or not isinstance(value.get("kernel"), str) \
-            or value.get("tensor") not in ("out", "scratch") or value.get("kind") not in ("store", "load"):
+            or value.get("tensor") not in ("out", "scratch", "") \
+            or value.get("kind") not in ("store", "load", "too many"):
         raise bad
     out = {"kernel": value["kernel"][:200], "tensor": value["tensor"], "kind": value["kind"]}
     byte = value.get("byte")

@@ -301,6 +301,8 @@ def _value(i: int, value):
             "evaluated for this launch (a comprehension's `if`, an f-string's format, an assertion's message); a "
             "kernel must mean the same to both")
     if RUN in compiled:
+        if compiled == {RUN} and type(value) in (int, float, bool):
+            return _as_tensor(value)
         return value
     mine = canon(value)
     if not any(_matches(c, mine) for c in compiled):
@@ -310,6 +312,17 @@ def _value(i: int, value):
             "compute differently: an f-string of a constexpr, `is` on a constexpr, a list against a tuple); a "
             "kernel must mean the same to both")
     return value
+
+
+def _as_tensor(value):
+    """A Python number where the compiler had a tensor (a loop index, a name bound by unpacking or
+    an annotated assignment, a helper's ``return -1``), made the tensor the compiler made of it
+    (``to_tensor``: int32 or int64, float32, int1): Python's ``//`` and ``%`` round toward minus
+    infinity and its ints never wrap, where the GPU truncates and wraps at 32 bits (red team
+    round 8)."""
+    from triton.runtime.interpreter import interpreter_semantic
+
+    return interpreter_semantic.to_tensor(value, False)
 
 
 def _is(left, right, negated: bool) -> bool:
@@ -579,6 +592,7 @@ def install(module_name: str) -> None:
     FunctionRewriter._transform_ast = _transform_ast
     _instrument_combine_functions()
     _ieee_min_max()
+    _ptx_float_to_int()
     _reflected_constexpr_operators()
     FunctionRewriter._grader_instrumented = True
 
@@ -605,6 +619,33 @@ def _ieee_min_max() -> None:
 
     InterpreterBuilder.create_minnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmin)
     InterpreterBuilder.create_maxnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmax)
+
+
+def _ptx_float_to_int() -> None:
+    """A float made an integer as the GPU makes it (PTX ``cvt.rzi``): toward zero, NaN to 0, saturated
+    to the range, and an 8-bit one through 16 bits and then truncated (``cvt.rzi.s16.f32``, stored
+    as a byte), where numpy's ``astype`` gives INT_MIN for a NaN and wraps (red team round 8)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle, _get_np_dtype
+
+    original_si, original_ui = InterpreterBuilder.create_fp_to_si, InterpreterBuilder.create_fp_to_ui
+
+    def convert(self, src, dst_type, original):
+        dtype = _get_np_dtype(dst_type)
+        if src.dtype.scalar == tl.bfloat16 or not np.issubdtype(dtype, np.integer):
+            return original(self, src, dst_type)   # bfloat16 is held as uint16 bits: the interpreter's own way
+        bits = 16 if dtype.itemsize == 1 else 8 * dtype.itemsize
+        signed = np.issubdtype(dtype, np.signedinteger)
+        lo, hi = (-(2.0 ** (bits - 1)), 2.0 ** (bits - 1) - 1) if signed else (0.0, 2.0 ** bits - 1)
+        hi = min(hi, float(np.nextafter(2.0 ** bits if not signed else 2.0 ** (bits - 1), 0)))
+        x = np.trunc(np.asarray(src.data, dtype=np.float64))
+        x = np.clip(np.where(np.isnan(x), 0.0, x), lo, hi)
+        wide = x.astype(np.int64 if signed else np.uint64)
+        return TensorHandle(wide.astype(dtype), dst_type.scalar)   # 8 bits: the low byte, as the store keeps
+
+    InterpreterBuilder.create_fp_to_si = lambda self, src, dst_type: convert(self, src, dst_type, original_si)
+    InterpreterBuilder.create_fp_to_ui = lambda self, src, dst_type: convert(self, src, dst_type, original_ui)
 
 
 class _Instrumented:

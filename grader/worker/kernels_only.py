@@ -166,6 +166,40 @@ def _check_scopes(fn: ast.FunctionDef, module_names: set[str]) -> None:
                 + ("module-level name" if node.id in module_names else "builtin")
                 + " of the kernel file; Triton's compiler forgets a name first set inside a loop or a run-time "
                 "`if` when the block ends and then reads the module's, where Python reads the local: rename it")
+    _check_loop_variables(fn)
+
+
+def _ends(node: ast.AST) -> tuple[int, int]:
+    return (node.end_lineno or node.lineno, node.end_col_offset or 0)
+
+
+def _check_loop_variables(fn: ast.FunctionDef) -> None:
+    """- The variable of a run-time ``for`` loop read after the loop: the compiler leaves it
+      undefined there (the loop's placeholder, ``ub.poison``), where Python keeps the last index,
+      or the name's earlier value when the loop made no trip (red team round 8). A
+      ``tl.static_range`` loop is unrolled, and both keep its last index."""
+    loops = [n for n in ast.walk(fn) if isinstance(n, ast.For) and isinstance(n.target, ast.Name)
+             and not (isinstance(n.iter, ast.Call) and getattr(n.iter.func, "attr", getattr(n.iter.func, "id", ""))
+                      == "static_range")]
+    if not loops:
+        return
+    stores = [(n.id, (n.lineno, n.col_offset)) for n in ast.walk(fn) if isinstance(n, ast.Name)
+              and isinstance(n.ctx, ast.Store)]
+    for loop in loops:
+        name, end = loop.target.id, _ends(loop)
+        for node in ast.walk(fn):
+            if not (isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)):
+                continue
+            at = (node.lineno, node.col_offset)
+            if at <= end:
+                continue
+            # Set again between the loop's end and this read (another loop, an assignment): that value.
+            if any(n == name and end < where < at for n, where in stores):
+                continue
+            raise KernelRefused(
+                f"{fn.name} (line {node.lineno}) reads {name}, the variable of the loop at line {loop.lineno}, after "
+                "that loop: Triton's compiler leaves a run-time loop's variable undefined after it, where Python "
+                "keeps its last value; keep what you need in another name inside the loop")
 
 
 def kernel_tree(source: str, filename: str) -> ast.Module:

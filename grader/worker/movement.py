@@ -208,7 +208,7 @@ class Movement:
 
     def _race(self, ptrs, mask, store: bool, changed=None) -> None:
         """Tell the race record which elements of the launches' own tensors the current program
-        loaded, or changed with a store (``changed``: per lane, its bits differ from memory's)."""
+        loaded, or changed with a store (``changed``: per lane, whether it changed the element)."""
         if self.races is None or self._paused or self._current is None:
             return
         import triton.runtime.interpreter as interp
@@ -221,6 +221,7 @@ class Movement:
         addr = data[lanes].astype(np.uint64, copy=False)
         if addr.size == 0 or not self.ranges.keys:
             return
+        nbytes = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
         b = interp.interpreter_builder
         program = linear(b.grid_idx, b.grid_dim)
         idx = np.searchsorted(self.ranges.starts, addr, side="right").astype(np.int64) - 1
@@ -229,7 +230,7 @@ class Movement:
             if key.startswith("storage:"):   # the launches' own tensors, not the call's inputs
                 start, end = int(self.ranges.starts[j]), int(self.ranges.ends[j])
                 mine = addr[idx == j]
-                self.races.access(key, start, end, mine[mine < np.uint64(end)], program, store)
+                self.races.access(key, start, mine[mine < np.uint64(end)], nbytes, program, store)
 
     def _dot(self, a, b):
         if self._paused:
@@ -384,7 +385,8 @@ class Movement:
         out_key = None
         if output is not None and hasattr(output, "untyped_storage"):
             out_key = self._storage_keys.get(output.untyped_storage().data_ptr())
-        return {**self.races.found, "tensor": "out" if self.races.found["tensor"] == out_key else "scratch"}
+        found = self.races.found
+        return {**found, "tensor": "out" if found["tensor"] == out_key else "scratch" if found["tensor"] else ""}
 
     def report(self, output=None) -> dict:
         """Totals as plain JSON. Byte keys: the named ranges' keys, "out" (the
@@ -413,11 +415,22 @@ class Movement:
 
 
 def _changed(old, new) -> np.ndarray:
-    """Per lane, whether storing ``new`` over ``old`` changes the element's bits."""
+    """Per lane, whether storing ``new`` over ``old`` changes the element. Integers: any bit.
+    Floats: beyond 8 units of the dtype's precision at the scale of the tile being stored (the
+    largest magnitude among its lanes), so that two programs computing the same element in
+    different places of a tile (numpy's matmul rounds a row by its place) store "the same"; a NaN
+    over a NaN is no change, a number over a NaN (a fresh allocation) is one."""
     old = np.asarray(old)
     new = np.broadcast_to(np.asarray(new), old.shape)
     if new.dtype != old.dtype:
         new = new.astype(old.dtype)
+    if np.issubdtype(old.dtype, np.floating):
+        o, n = old.astype(np.float64), new.astype(np.float64)
+        finite = np.isfinite(n)
+        scale = float(np.abs(n[finite]).max()) if finite.any() else 0.0
+        close = np.abs(o - n) <= 8 * float(np.finfo(old.dtype).eps) * scale
+        same_special = (np.isnan(o) & np.isnan(n)) | (np.isinf(o) & (o == n))
+        return ~(close | same_special)
     if old.dtype.itemsize in (1, 2, 4, 8):
         kind = f"u{old.dtype.itemsize}"
         return np.ascontiguousarray(old).view(kind) != np.ascontiguousarray(new).view(kind)

@@ -10,9 +10,12 @@ already sees:
 
 - a *conflict* is an element that one program stores and another program
   loads or stores, in the same launch, neither access atomic;
-- a store that leaves the element as it was (the same bits) is no conflict:
-  programs that store the same value to the same element (a clamped tile
-  that overlaps its neighbour's) give the same result in any order;
+- a store that leaves the element as it was is no conflict: programs that
+  store the same value to the same element (a clamped tile that overlaps its
+  neighbour's) give the same result in any order. For floats "the same" is
+  within a few units of the element's precision at the tile's scale, since
+  the interpreter's ``tl.dot`` (numpy's matmul) rounds a row differently
+  depending on where it sits in the tile (movement.py ``_changed``);
 - a launch that can order its programs itself is not judged: any atomic
   (a lock taken with ``tl.atomic_cas``; a counter whose last arriver reduces
   the others' partial tiles, as the reference's split-K does) or a volatile
@@ -20,61 +23,22 @@ already sees:
   them are. A kernel can hide a race behind an atomic that orders nothing;
   that costs it nothing on the CPU and its points on a GPU;
 - only the tensors the wrapper made (outputs, scratch) are watched, not the
-  call's inputs; an element is its first byte, so two views of one buffer
-  with different element sizes are not compared byte by byte;
-- a buffer larger than ``MAX_WATCHED`` bytes is not watched (the CPU tests'
-  shapes are far smaller).
+  call's inputs; every byte of an element is, so two views of one buffer
+  with different element sizes meet where their bytes do.
 
-Memory: per watched buffer, two loaders and two storers (int32) per byte,
-allocated at its first access in the launch and dropped at its end. This
-file runs in the sandboxed executor and depends on numpy only.
+Memory: the bytes each program touched in the launch (sparse, whatever the
+buffer's size), resolved at its end; a launch that touches more than
+``MAX_BYTES`` of them fails closed (its race cannot be ruled out; the CPU
+tests' shapes touch far fewer). This file runs in the sandboxed executor and
+depends on numpy only.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-MAX_WATCHED = 16 << 20   # bytes: 256 MiB of record at most; the CPU shapes need a few kB
+MAX_BYTES = 64 << 20   # byte touches recorded per launch (loads and stores, per program)
 MAX_TEXT = 100
-
-
-class _Buffer:
-    """Who loaded and who stored each byte of one buffer in the current launch: the first
-    program and a second, different one (-1: none)."""
-
-    def __init__(self, nbytes: int):
-        self.loader = np.full((2, nbytes), -1, dtype=np.int32)
-        self.storer = np.full((2, nbytes), -1, dtype=np.int32)
-
-    @staticmethod
-    def _mark(who: np.ndarray, offs: np.ndarray, program: int) -> None:
-        offs = np.unique(offs)
-        seen = who[0, offs]
-        who[0, offs[seen < 0]] = program
-        clash = offs[(seen >= 0) & (seen != program)]
-        who[1, clash[who[1, clash] < 0]] = program
-
-    def load(self, offs: np.ndarray, program: int) -> None:
-        self._mark(self.loader, offs, program)
-
-    def store(self, offs: np.ndarray, program: int) -> None:
-        self._mark(self.storer, offs, program)
-
-    def conflict(self) -> tuple[str, int, int, int] | None:
-        """(kind, byte offset, a program that stored it, another that stored or loaded it) of
-        the first conflicting element, or None."""
-        stored = self.storer[0] >= 0
-        both = np.flatnonzero(stored & (self.storer[1] >= 0))
-        if both.size:
-            off = int(both[0])
-            return "store", off, int(self.storer[0, off]), int(self.storer[1, off])
-        first = self.loader[0]
-        other = np.where(first != self.storer[0], first, self.loader[1])   # a loader that is not the storer
-        loaded = np.flatnonzero(stored & (other >= 0))
-        if loaded.size:
-            off = int(loaded[0])
-            return "load", off, int(self.storer[0, off]), int(other[off])
-        return None
 
 
 class Races:
@@ -82,47 +46,74 @@ class Races:
 
     def __init__(self):
         self.found: dict = {}            # the first race: kernel, tensor, kind, programs, element byte
-        self._buffers: dict[str, tuple[int, _Buffer]] = {}
+        self._touches: dict[str, list] = {}   # buffer key -> [(byte offsets, program, store), ...]
+        self._count = 0
         self._synchronised = False
         self._kernel = ""
 
     def begin(self, kernel: str) -> None:
-        self._buffers, self._synchronised, self._kernel = {}, False, kernel
+        self._touches, self._count, self._synchronised, self._kernel = {}, 0, False, kernel
 
     def synchronised(self) -> None:
         """The launch used an atomic or a volatile load, which can order its programs: not judged."""
         self._synchronised = True
 
-    def _buffer(self, key: str, start: int, end: int) -> _Buffer | None:
-        if key not in self._buffers:
-            if end - start > MAX_WATCHED:
-                return None
-            self._buffers[key] = (start, _Buffer(end - start))
-        return self._buffers[key][1]
-
-    def access(self, key: str, start: int, end: int, addr: np.ndarray, program: int, store: bool) -> None:
-        """Plain accesses of ``program`` to buffer ``key`` ([start, end) in bytes) at ``addr``
-        (element addresses inside it; for a store, only those whose bits changed)."""
+    def access(self, key: str, start: int, addr: np.ndarray, nbytes: int, program: int, store: bool) -> None:
+        """Plain accesses of ``program`` to the elements at ``addr`` (``nbytes`` each) of buffer
+        ``key`` (its first byte at ``start``); for a store, only the elements it changed."""
         if self._synchronised or self.found or addr.size == 0:
             return
-        buf = self._buffer(key, start, end)
-        if buf is None:
-            return
-        offs = (addr - np.uint64(start)).astype(np.int64)
-        (buf.store if store else buf.load)(offs, program)
+        first = (addr - np.uint64(start)).astype(np.int64)
+        offs = np.unique((first[:, None] + np.arange(nbytes, dtype=np.int64)[None, :]).reshape(-1))
+        self._count += offs.size
+        self._touches.setdefault(key, []).append((offs, program, store))
 
     def end(self, grid: tuple[int, int, int]) -> None:
-        buffers, self._buffers = self._buffers, {}
+        touches, self._touches = self._touches, {}
         if self._synchronised or self.found:
             return
-        for key, (_, buf) in buffers.items():
-            hit = buf.conflict()
-            if hit is None:
-                continue
-            kind, off, first, other = hit
-            self.found = {"kernel": self._kernel[:MAX_TEXT], "tensor": key[:MAX_TEXT], "kind": kind,
-                          "byte": off, "program": list(_coords(first, grid)), "other": list(_coords(other, grid))}
+        if self._count > MAX_BYTES:
+            self.found = {"kernel": self._kernel[:MAX_TEXT], "tensor": "", "kind": "too many", "byte": 0,
+                          "program": [0, 0, 0], "other": [0, 0, 0]}
             return
+        for key, parts in touches.items():
+            hit = _conflict(parts)
+            if hit is not None:
+                kind, off, first, other = hit
+                self.found = {"kernel": self._kernel[:MAX_TEXT], "tensor": key[:MAX_TEXT], "kind": kind,
+                              "byte": off, "program": list(_coords(first, grid)), "other": list(_coords(other, grid))}
+                return
+
+
+def _conflict(parts: list) -> tuple[str, int, int, int] | None:
+    """(kind, byte offset, a program that changed it, another that changed or loaded it) of the
+    first byte two programs share with at least one store, or None."""
+    def pairs(store: bool):
+        chosen = [(o, p) for o, p, s in parts if s == store]
+        if not chosen:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        offs = np.concatenate([o for o, _ in chosen])
+        progs = np.concatenate([np.full(o.size, p, np.int64) for o, p in chosen])
+        both = np.unique(np.stack([offs, progs]), axis=1)   # (offset, program) once each, sorted by offset
+        return both[0], both[1]
+
+    s_off, s_prog = pairs(True)
+    if s_off.size == 0:
+        return None
+    # Two storers of one byte: sorted by (offset, program), a repeated offset has two programs.
+    same = np.flatnonzero(s_off[1:] == s_off[:-1])
+    if same.size:
+        i = int(same[0])
+        return "store", int(s_off[i]), int(s_prog[i]), int(s_prog[i + 1])
+    l_off, l_prog = pairs(False)
+    where = np.searchsorted(s_off, l_off)
+    inside = where < s_off.size
+    hit = np.zeros(l_off.shape, dtype=bool)
+    hit[inside] = (s_off[where[inside]] == l_off[inside]) & (s_prog[where[inside]] != l_prog[inside])
+    if hit.any():
+        j = int(np.flatnonzero(hit)[0])
+        return "load", int(l_off[j]), int(s_prog[where[j]]), int(l_prog[j])
+    return None
 
 
 def linear(idx: tuple[int, int, int], grid: tuple[int, int, int]) -> int:

@@ -119,6 +119,16 @@ def test_every_autotune_config_is_checked_on_the_cpu(tmp_path):
     "redteam7_helper_two_specializations_isnone",
     "redteam7_runtime_negative_step",
     "redteam7_minnum_nan_fingerprint",
+    # Red team, round 8: a Python number where the compiler had an i32 tensor (a loop index under `%`,
+    # names bound by unpacking under `//`); a loop's variable read after the loop (undefined on the
+    # GPU); NaN made an int (numpy's INT_MIN, the GPU's 0); split-K without atomics in a 20 MiB
+    # buffer and through a view of wider elements, past the race record's first limits.
+    "redteam8_loop_index_python_modulo",
+    "redteam8_unpacked_python_floordiv",
+    "redteam8_loop_variable_after_the_loop",
+    "redteam8_nan_to_int",
+    "redteam8_race_in_a_big_buffer",
+    "redteam8_race_through_a_wider_view",
 ])
 def test_host_code_beside_the_values_gets_nothing(tmp_path, attack):
     """Each computed the product in numpy or torch inside the executor and got full marks against

@@ -8,7 +8,7 @@ import ast
 import pytest
 
 from grader.worker import compiled_sites
-from grader.worker.compiled_sites import ARM, ROOT, RUN, RUNTIME, VALUE, VALUE_IN, NotCompiledPath, canon, key
+from grader.worker.compiled_sites import ARM, OBJECT, ROOT, RUN, RUNTIME, VALUE, VALUE_IN, NotCompiledPath, canon, key
 
 MODULE = "grader_test_compiled_sites"
 
@@ -25,10 +25,12 @@ def _instrumented(src: str):
     exec(compile(tree, "k.py", "exec"), ns)   # noqa: S102
     nodes = [n for n in ast.walk(ast.parse(src)) if hasattr(n, "lineno")]
     visited = {(MODULE, "k", *key(n)) for n in nodes}
-    # As if every expression had been a run-time value to the compiler: only the checks under test bite.
+    # As if every expression had been a run-time value to the compiler, and an object in another
+    # context (so that a Python number stays one: these functions run outside a Triton launch, where
+    # a tensor made of it would not read as a bool): only the checks under test bite.
     for n in nodes:
         if isinstance(n, ast.expr):
-            visited |= _value(key(n), RUN)
+            visited |= _value(key(n), RUN) | _value(key(n), OBJECT)
     return ns["k"], visited
 
 
@@ -80,7 +82,7 @@ def test_plus_equals_and_list_displays_mean_what_they_mean_to_the_compiler():
     k, visited = _instrumented(src)
     # The compiler visits `b + [2]` as a BinOp at the augmented assignment's place (visit_AugAssign).
     aug = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.AugAssign))
-    visited |= _value(("BinOp", *key(aug)[1:]), RUN)
+    visited |= _value(("BinOp", *key(aug)[1:]), RUN) | _value(("BinOp", *key(aug)[1:]), OBJECT)
     with compiled_sites.launch(visited):
         assert k() == ((1,), (1, 2))
 
@@ -93,7 +95,7 @@ def test_a_compile_time_value_must_be_the_compilers():
     src = "def k(v):\n    return len(v)\n"
     k, visited = _instrumented(src)
     call = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Call))
-    visited -= _value(key(call), RUN)
+    visited -= _value(key(call), RUN) | _value(key(call), OBJECT)
     with compiled_sites.launch(visited | _value(key(call), canon(1))):
         assert k("7") == 1
         with pytest.raises(NotCompiledPath, match="is 12 in the CPU interpreter and 1 to the GPU's compiler"):
@@ -149,12 +151,13 @@ def test_a_helpers_values_are_those_of_its_own_specialization():
     def records(value_for_one, value_for_two):
         place = key(binop)
         nodes = [n for n in ast.walk(ast.parse(HELPER_SRC)) if hasattr(n, "lineno")]
-        others = {(VALUE_IN, c, MODULE, "h", *key(n), RUN) for n in nodes for c in (one, two)
-                  if isinstance(n, ast.expr) and key(n) != place}   # the rest: run time, unchecked
-        return others | {(MODULE, "h", *key(n)) for n in nodes} | {("context", MODULE, "h", one), ("context", MODULE, "h", two),
-                (VALUE, MODULE, "h", *place, canon(value_for_one)), (VALUE, MODULE, "h", *place, canon(value_for_two)),
-                (VALUE_IN, one, MODULE, "h", *place, canon(value_for_one)),
-                (VALUE_IN, two, MODULE, "h", *place, canon(value_for_two))}
+        others = {(VALUE_IN, c, MODULE, "h", *key(n), v) for n in nodes for c in (one, two) for v in (RUN, OBJECT)
+                  if isinstance(n, ast.expr) and key(n) != place}   # the rest: unchecked (as in _instrumented)
+        return others | {(MODULE, "h", *key(n)) for n in nodes} | {
+            ("context", MODULE, "h", one), ("context", MODULE, "h", two),
+            (VALUE, MODULE, "h", *place, canon(value_for_one)), (VALUE, MODULE, "h", *place, canon(value_for_two)),
+            (VALUE_IN, one, MODULE, "h", *place, canon(value_for_one)),
+            (VALUE_IN, two, MODULE, "h", *place, canon(value_for_two))}
 
     with compiled_sites.launch(records(2, 4)):
         compiled_sites._Launch.stack.append({ROOT})   # the launched kernel: h runs as a helper inside it
@@ -163,3 +166,22 @@ def test_a_helpers_values_are_those_of_its_own_specialization():
         compiled_sites._Launch.stack.append({ROOT})
         with pytest.raises(NotCompiledPath, match="is 2 in the CPU interpreter and 4 to the GPU's compiler"):
             h(1)
+
+
+def test_a_float_becomes_an_integer_as_on_the_gpu():
+    """PTX cvt.rzi: toward zero, NaN to 0, saturated; int8 through int16, then its low byte (red
+    team round 8 stored only where numpy's NaN-to-INT_MIN made a flag true)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    from grader.worker import compiled_sites as cs
+
+    cs.install("grader_test_compiled_sites")
+    from triton.runtime.interpreter import interpreter_builder as b
+
+    src = TensorHandle(np.array([np.nan, -1.7, 2.9, 3e9, -3e9, 300.0, -300.0], dtype=np.float32), tl.float32)
+    assert b.create_fp_to_si(src, tl.int32).data.tolist() == [0, -1, 2, 2147483647, -2147483648, 300, -300]
+    assert b.create_fp_to_si(src, tl.int16).data.tolist() == [0, -1, 2, 32767, -32768, 300, -300]
+    assert b.create_fp_to_si(src, tl.int8).data.tolist() == [0, -1, 2, -1, 0, 44, -44]
+    assert b.create_fp_to_ui(src, tl.uint32).data.tolist() == [0, 0, 2, 3000000000, 0, 300, 0]

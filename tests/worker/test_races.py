@@ -161,6 +161,55 @@ def test_a_launch_with_a_lock_is_not_judged():
     assert torch.allclose(out, x.sum().reshape(1), atol=1e-5)
 
 
+@triton.jit
+def _overlapping_dots(a, b, out, M, N: tl.constexpr, K: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The last row tile shifted back to end at M: it overlaps its neighbour and recomputes its
+    rows with tl.dot at other places in the tile (numpy's matmul rounds a row by its place)."""
+    start = tl.minimum(tl.program_id(0) * BLOCK_M, M - BLOCK_M)
+    rows = start + tl.arange(0, BLOCK_M)
+    cols, ks = tl.arange(0, N), tl.arange(0, K)
+    x = tl.load(a + rows[:, None] * K + ks[None, :])
+    w = tl.load(b + ks[:, None] * N + cols[None, :])
+    tl.store(out + rows[:, None] * N + cols[None, :], tl.dot(x, w))
+
+
+def test_programs_recomputing_a_tile_with_dots_are_no_race():
+    """A false verdict found by writing honest kernels: the overlapping rows' results differ in
+    their last bits between the two programs in the interpreter (numpy's matmul), never on a
+    GPU's same instructions."""
+    torch.manual_seed(0)
+    a, b = torch.randn(40, 64), torch.randn(64, 32)
+    out = torch.full((40, 32), float("nan"))
+    assert _run(lambda: _overlapping_dots[(2,)](a, b, out, 40, N=32, K=64, BLOCK_M=32), out) == {}
+    assert torch.allclose(out, a @ b, atol=1e-4, rtol=1e-4)
+
+
+@triton.jit
+def _wide_reads_narrow(ws, out, BLOCK: tl.constexpr):
+    """Program 1 reads, as int64, the fp32 slots program 0 writes (red team round 8)."""
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    if pid == 0:
+        tl.store(ws + 2 * offs + 1, offs.to(tl.float32) + 1.0)
+    else:
+        wide = tl.load(ws.to(tl.pointer_type(tl.int64)) + offs)
+        tl.store(out + offs, (wide >> 32).to(tl.int32))
+
+
+def test_views_of_other_element_sizes_meet_where_their_bytes_do():
+    ws, out = torch.zeros(32), torch.zeros(16, dtype=torch.int32)
+    race = _run(lambda: _wide_reads_narrow[(2,)](ws, out, BLOCK=16), out)
+    assert race["kind"] == "load" and race["program"] == [0, 0, 0] and race["other"] == [1, 0, 0]
+
+
+def test_a_buffer_of_any_size_is_watched():
+    """Red team round 8 put round 7's split-K in a view of a 20 MiB buffer, past the old size limit."""
+    x, big = torch.randn(64), torch.zeros(5 << 20)
+    out = big[-1:]
+    race = _run(lambda: _split_k_plain[(4,)](x, out, 64, BLOCK=16, SPLIT=4), big)
+    assert race["kind"] == "store" and race["kernel"] == "_split_k_plain"
+
+
 def test_the_inputs_are_not_watched():
     """Only the launches' own tensors are: a named input (the call's) that two programs read is
     read-only; the record does not even allocate for it."""
