@@ -47,11 +47,22 @@ So the executor runs a launch only as the compiler read it:
   IEEE minNum/maxNum and ``tl.constexpr`` gets its missing reflected
   operators (``install``).
 
-What this cannot see: a value that differs in one specialization of a helper
-or one iteration of a ``tl.static_range`` and matches another's (the records
-are a union over them), programs of one launch that read each other's stores
-(the interpreter runs them one after another), and run-time arithmetic that
-numpy and the GPU round differently (docs/integrity.md).
+- **the compiler's specializations**: a helper's values are keyed by its
+  specialization (``arguments_context``: its arguments as the compiler's
+  ``call_JitFunction`` binds them); the executor checks a helper's
+  expressions against the specializations its own arguments match
+  (``_enter``), the union only where none is known;
+- **the compiler's tensors**: where the compiler had a tensor and the
+  interpreter a Python number (a loop index, an unpacked name, a helper's
+  ``return -1``), the number becomes that tensor (``_as_tensor``), so that
+  ``//``, ``%`` and overflow are the GPU's; a float made an integer is PTX's
+  ``cvt.rzi`` (``_ptx_float_to_int``).
+
+What this cannot see: a value that differs in one iteration of a
+``tl.static_range`` and matches another's (the record is a union over
+them), and run-time arithmetic that numpy and the GPU round differently
+(docs/integrity.md). Programs of one launch that share memory are
+races.py's.
 
 This file runs in the sandboxed executor and its gate child; it depends on
 triton and the standard library only.
