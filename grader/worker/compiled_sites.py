@@ -47,21 +47,21 @@ So the executor runs a launch only as the compiler read it:
   IEEE minNum/maxNum and ``tl.constexpr`` gets its missing reflected
   operators (``install``).
 
-- **the compiler's specializations**: a helper's values are keyed by its
-  specialization (``arguments_context``: its arguments as the compiler's
-  ``call_JitFunction`` binds them); the executor checks a helper's
-  expressions against the specializations its own arguments match
-  (``_enter``), the union only where none is known;
+- **the compiler's specializations and iterations**: a helper's values are
+  keyed by its specialization (``arguments_context``: its arguments as the
+  compiler's ``call_JitFunction`` binds them), and the body of a loop the
+  compiler unrolled (``tl.static_range``, ``STATIC_LOOP``) by its iteration;
+  the executor checks a helper's expressions against the specializations its
+  own arguments match (``_enter``; the union only where none is known), an
+  unrolled body against its iteration (``_iterate``);
 - **the compiler's tensors**: where the compiler had a tensor and the
   interpreter a Python number (a loop index, an unpacked name, a helper's
   ``return -1``), the number becomes that tensor (``_as_tensor``), so that
   ``//``, ``%`` and overflow are the GPU's; a float made an integer is PTX's
   ``cvt.rzi`` (``_ptx_float_to_int``).
 
-What this cannot see: a value that differs in one iteration of a
-``tl.static_range`` and matches another's (the record is a union over
-them), and run-time arithmetic that numpy and the GPU round differently
-(docs/integrity.md). Programs of one launch that share memory are
+What this cannot see: run-time arithmetic that numpy and the GPU round
+differently (docs/integrity.md). Programs of one launch that share memory are
 races.py's.
 
 This file runs in the sandboxed executor and its gate child; it depends on
@@ -81,7 +81,10 @@ VALUE_CHECK = "__grader_value__"
 IS_CHECK = "__grader_is__"
 STEP_CHECK = "__grader_step__"
 VALUE = "value"   # the record of what an expression was to the compiler: canon()
-VALUE_IN = "value in"   # the same, in one specialization of its function (CONTEXT)
+VALUE_IN = "value in"   # the same, in one specialization of its function (CONTEXT) and one iteration of
+                        # each tl.static_range loop around it (STATIC_LOOP)
+STATIC_LOOP = "static loop"   # a for loop the compiler unrolled (tl.static_range), by its place
+ITERATE, END_LOOP = "__grader_iterate__", "__grader_end_loop__"
 CONTEXT = "context"     # a specialization the compiler made of a helper: canon() of its arguments
 ROOT = "root"           # the launched kernel's own specialization (one per launch)
 ENTER, LEAVE = "__grader_enter__", "__grader_leave__"
@@ -107,8 +110,29 @@ def record(visited: set):
     from triton.compiler.code_generator import CodeGenerator
 
     original, original_call = CodeGenerator.visit, CodeGenerator.call_JitFunction
+    original_body, original_static = CodeGenerator.visit_compound_statement, tl.static_range.__init__
     tests: dict[int, tuple] = {}   # id of an if's test -> the if's place, while the compiler is inside it
     contexts = [ROOT]   # the specialization whose body the compiler is generating now (innermost last)
+    # The for loops being visited, innermost last: [code generator, node, unrolled?, iteration]. A helper's
+    # generator visits inside its caller's loop; each generator's values see its own loops only.
+    loops: list[list] = []
+
+    def static_init(self, *args, **kwargs):   # built by visit_For's unrolled path, before the body
+        original_static(self, *args, **kwargs)
+        if loops and loops[-1][2] is None:
+            loops[-1][2] = True
+
+    def visit_compound_statement(self, stmts):
+        top = next((f for f in reversed(loops) if f[0] is self), None)
+        if top is not None and stmts is top[1].body:
+            if top[2] is None:
+                top[2] = False    # the run-time path reached the body with no static_range built
+            if top[2]:
+                top[3] += 1       # the unrolled path visits the body once per iteration
+        return original_body(self, stmts)
+
+    def iterations(self) -> tuple:
+        return tuple((key(f[1]), f[3]) for f in loops if f[0] is self and f[2])
 
     def call_JitFunction(self, fn, args, kwargs, *rest, **kw):
         # The callee's body is generated (visited) inside this call, once per specialization.
@@ -128,10 +152,19 @@ def record(visited: set):
         visited.add((*where, *key(node)))
         if isinstance(node, (ast.If, ast.IfExp)):
             tests[id(node.test)] = (*where, *key(node))
+        if isinstance(node, ast.For):
+            loops.append([self, node, None, -1])
+            try:
+                value = original(self, node)
+            finally:
+                static = loops.pop()[2]
+            if static:
+                visited.add((STATIC_LOOP, *where, *key(node)))
+            return value
         value = original(self, node)
         if isinstance(node, ast.expr) and not isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del)):
             visited.add((VALUE, *where, *key(node), canon(value)))
-            visited.add((VALUE_IN, contexts[-1], *where, *key(node), canon(value)))
+            visited.add((VALUE_IN, contexts[-1], iterations(self), *where, *key(node), canon(value)))
         if id(node) in tests:   # the test of an if: decided now (its value) or at run time
             place = tests.pop(id(node))
             if isinstance(value, tl.tensor):
@@ -142,10 +175,12 @@ def record(visited: set):
         return value
 
     CodeGenerator.visit, CodeGenerator.call_JitFunction = visit, call_JitFunction
+    CodeGenerator.visit_compound_statement, tl.static_range.__init__ = visit_compound_statement, static_init
     try:
         yield visited
     finally:
         CodeGenerator.visit, CodeGenerator.call_JitFunction = original, original_call
+        CodeGenerator.visit_compound_statement, tl.static_range.__init__ = original_body, original_static
 
 
 def arguments_context(fn, args, kwargs) -> tuple | str:
@@ -203,8 +238,9 @@ class _Launch:
     values: dict = {}                  # (module, function, *key) -> what the expression was to the compiler
     values_in: dict = {}               # (context, module, function, *key) -> the same, in one specialization
     contexts: dict = {}                # (module, function) -> the specializations the compiler made of it
-    stack: list = []                   # per function running now (innermost last): its specializations, or
-                                       # None where none is known (the values of every one are allowed)
+    stack: list = []                   # per function running now (innermost last): [its specializations, or
+                                       # None where none is known (the values of every one are allowed),
+                                       # its unrolled loops running now: [place, iteration], innermost last]
 
 
 # Each check the instrumentation adds: (module, function, line in the file, the nodes that must have been
@@ -239,12 +275,35 @@ def _enter(i: int, arguments: tuple) -> None:
         return
     module, name, _, _ = _SITES[i]
     if not _Launch.stack:
-        _Launch.stack.append({ROOT})
+        _Launch.stack.append([{ROOT}, []])
         return
     mine = canon(tuple(arguments))
     made = _Launch.contexts.get((module, name), set())
     matching = {c for c in made if c != ROOT and _matches(frozen_canon(c), mine)}
-    _Launch.stack.append(matching or None)
+    _Launch.stack.append([matching or None, []])
+
+
+def _iterate(i: int) -> None:
+    """An iteration of a for loop starts: counted if the compiler unrolled the loop (static_range)."""
+    if _Launch.visited is None or not _Launch.stack:
+        return
+    module, name, _, (place,) = _SITES[i]
+    if (STATIC_LOOP, module, name, *place) not in _Launch.visited:
+        return
+    loops = _Launch.stack[-1][1]
+    if loops and loops[-1][0] == place:
+        loops[-1][1] += 1
+    else:
+        loops.append([place, 0])
+
+
+def _end_loop(i: int) -> None:
+    if _Launch.visited is None or not _Launch.stack:
+        return
+    _, _, _, (place,) = _SITES[i]
+    loops = _Launch.stack[-1][1]
+    if loops and loops[-1][0] == place:
+        loops.pop()
 
 
 def _leave() -> None:
@@ -300,11 +359,12 @@ def _value(i: int, value):
     if _Launch.visited is None:
         return value
     module, name, line, (place,) = _SITES[i]
-    contexts = _Launch.stack[-1] if _Launch.stack else None
+    contexts, loops = _Launch.stack[-1] if _Launch.stack else (None, [])
     if contexts is None:   # no specialization known: the values of every one
         compiled = _Launch.values.get((module, name, *place))
     else:
-        found = [_Launch.values_in.get((c, module, name, *place)) for c in contexts]
+        iterations = tuple((p, n) for p, n in loops)
+        found = [_Launch.values_in.get((c, iterations, module, name, *place)) for c in contexts]
         compiled = set().union(*[f for f in found if f]) or None
     if compiled is None:
         raise NotCompiledPath(
@@ -499,14 +559,6 @@ class _Instrument(ast.NodeTransformer):
         if isinstance(node, ast.ListComp) and len(node.generators) == 1 \
                 and isinstance(node.generators[0].target, ast.Name):
             return self._comprehension(super().generic_visit(node))
-        if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and len(node.iter.args) == 3 \
-                and not isinstance(node.iter.args[2], ast.Constant):
-            step = node.iter.args[2]
-            _SITES.append((self.module, self.name, node.lineno + self.first_line - 1, (key(step),)))
-            site = len(_SITES) - 1
-            node = super().generic_visit(node)
-            node.iter.args[2] = ast.Call(ast.Name(STEP_CHECK, ast.Load()), [ast.Constant(site), node.iter.args[2]], [])
-            return node
         if isinstance(node, ast.List) and isinstance(node.ctx, ast.Load):
             # A list display is a tuple to the compiler (visit_List): nothing can change it in place.
             return super().generic_visit(ast.copy_location(ast.Tuple(node.elts, ast.Load()), node))
@@ -524,6 +576,26 @@ class _Instrument(ast.NodeTransformer):
             return ast.Call(ast.Name(BOOLOP, ast.Load()), [ast.Constant(isinstance(node.op, ast.Or)), *thunks], [])
         if isinstance(node, ast.If):
             self._arm_test(node)
+        if isinstance(node, ast.For):   # its iterations counted where the compiler unrolled it
+            step_site = None
+            if isinstance(node.iter, ast.Call) and len(node.iter.args) == 3 \
+                    and not isinstance(node.iter.args[2], ast.Constant):
+                _SITES.append((self.module, self.name, node.lineno + self.first_line - 1, (key(node.iter.args[2]),)))
+                step_site = len(_SITES) - 1
+            _SITES.append((self.module, self.name, node.lineno + self.first_line - 1, (key(node),)))
+            site = ast.Constant(len(_SITES) - 1)
+            node = self._statements(node)
+            if step_site is not None:   # a run-time step must count up (_step)
+                node.iter.args[2] = ast.Call(ast.Name(STEP_CHECK, ast.Load()),
+                                             [ast.Constant(step_site), node.iter.args[2]], [])
+            node.body.insert(0, ast.copy_location(ast.Expr(ast.Call(ast.Name(ITERATE, ast.Load()), [site], [])), node))
+            node.orelse.insert(0, ast.copy_location(ast.Expr(ast.Call(ast.Name(END_LOOP, ast.Load()), [site], [])),
+                                                    node))
+            return node
+        return self._statements(node)
+
+    def _statements(self, node):
+        """The node with a check before each statement of its bodies, and its parts instrumented."""
         checks = {}
         for field in ("body", "orelse", "finalbody"):   # keys from the statements as written, before the rest
             stmts = getattr(node, field, None)
@@ -551,6 +623,8 @@ def instrument(tree: ast.Module, fn, first_line: int) -> ast.Module:
     fn.__globals__[STEP_CHECK] = _step
     fn.__globals__[ENTER] = _enter
     fn.__globals__[LEAVE] = _leave
+    fn.__globals__[ITERATE] = _iterate
+    fn.__globals__[END_LOOP] = _end_loop
     (function,) = tree.body
     _drop_static_assert_messages(function)
     _Instrument(module, fn.__name__, first_line, function).generic_visit(function)   # its statements, not the def

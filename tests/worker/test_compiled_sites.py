@@ -37,7 +37,7 @@ def _instrumented(src: str):
 def _value(place: tuple, value) -> set:
     """The records the gate's child makes of one expression of the launched kernel ``k``: its value,
     and its value in the kernel's own specialization."""
-    return frozenset({(VALUE, MODULE, "k", *place, value), (VALUE_IN, ROOT, MODULE, "k", *place, value)})
+    return frozenset({(VALUE, MODULE, "k", *place, value), (VALUE_IN, ROOT, (), MODULE, "k", *place, value)})
 
 
 IF_SRC = "def k(flag):\n    if flag:\n        return 1\n    return 2\n"
@@ -151,19 +151,19 @@ def test_a_helpers_values_are_those_of_its_own_specialization():
     def records(value_for_one, value_for_two):
         place = key(binop)
         nodes = [n for n in ast.walk(ast.parse(HELPER_SRC)) if hasattr(n, "lineno")]
-        others = {(VALUE_IN, c, MODULE, "h", *key(n), v) for n in nodes for c in (one, two) for v in (RUN, OBJECT)
+        others = {(VALUE_IN, c, (), MODULE, "h", *key(n), v) for n in nodes for c in (one, two) for v in (RUN, OBJECT)
                   if isinstance(n, ast.expr) and key(n) != place}   # the rest: unchecked (as in _instrumented)
         return others | {(MODULE, "h", *key(n)) for n in nodes} | {
             ("context", MODULE, "h", one), ("context", MODULE, "h", two),
             (VALUE, MODULE, "h", *place, canon(value_for_one)), (VALUE, MODULE, "h", *place, canon(value_for_two)),
-            (VALUE_IN, one, MODULE, "h", *place, canon(value_for_one)),
-            (VALUE_IN, two, MODULE, "h", *place, canon(value_for_two))}
+            (VALUE_IN, one, (), MODULE, "h", *place, canon(value_for_one)),
+            (VALUE_IN, two, (), MODULE, "h", *place, canon(value_for_two))}
 
     with compiled_sites.launch(records(2, 4)):
-        compiled_sites._Launch.stack.append({ROOT})   # the launched kernel: h runs as a helper inside it
+        compiled_sites._Launch.stack.append([{ROOT}, []])   # the launched kernel: h runs as a helper inside it
         assert h(1) == 2 and h(2) == 4
     with compiled_sites.launch(records(4, 2)):   # each specialization's value swapped: a union would pass
-        compiled_sites._Launch.stack.append({ROOT})
+        compiled_sites._Launch.stack.append([{ROOT}, []])
         with pytest.raises(NotCompiledPath, match="is 2 in the CPU interpreter and 4 to the GPU's compiler"):
             h(1)
 
@@ -185,3 +185,36 @@ def test_a_float_becomes_an_integer_as_on_the_gpu():
     assert b.create_fp_to_si(src, tl.int16).data.tolist() == [0, -1, 2, 32767, -32768, 300, -300]
     assert b.create_fp_to_si(src, tl.int8).data.tolist() == [0, -1, 2, -1, 0, 44, -44]
     assert b.create_fp_to_ui(src, tl.uint32).data.tolist() == [0, 0, 2, 3000000000, 0, 300, 0]
+
+
+LOOP_SRC = "def k(v):\n    t = 0\n    for i in range(2):\n        t = t + len(v[i])\n    return t\n"
+
+
+def test_an_unrolled_loops_values_are_those_of_its_own_iteration():
+    """The compiler unrolls a tl.static_range loop and the record keys each value in its body by
+    the iteration: a value right for another iteration is refused (before, the record was their
+    union). The loop here is a plain range: the record says whether the compiler unrolled it."""
+    k, _ = _instrumented(LOOP_SRC)
+    tree = ast.parse(LOOP_SRC)
+    loop = next(n for n in ast.walk(tree) if isinstance(n, ast.For))
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "len")
+    inside = {id(n) for n in ast.walk(loop)} - {id(n) for n in ast.walk(loop.iter)} - {id(loop.target)}
+
+    def records(first, second):
+        out = {(MODULE, "k", *key(n)) for n in ast.walk(tree) if hasattr(n, "lineno")}
+        out.add((compiled_sites.STATIC_LOOP, MODULE, "k", *key(loop)))
+        for n in ast.walk(tree):
+            if not isinstance(n, ast.expr) or n is call:
+                continue
+            for iterations in ((((key(loop), 0),), ((key(loop), 1),)) if id(n) in inside else ((),)):
+                out |= {(VALUE_IN, ROOT, iterations, MODULE, "k", *key(n), v) for v in (RUN, OBJECT)}
+        for i, value in enumerate((first, second)):
+            out.add((VALUE, MODULE, "k", *key(call), canon(value)))
+            out.add((VALUE_IN, ROOT, ((key(loop), i),), MODULE, "k", *key(call), canon(value)))
+        return out
+
+    with compiled_sites.launch(records(1, 2)):   # k is the launched kernel
+        assert k(("a", "bb")) == 3
+    with compiled_sites.launch(records(1, 2)):   # the iterations' values swapped: a union would pass
+        with pytest.raises(NotCompiledPath, match="is 2 in the CPU interpreter and 1 to the GPU's compiler"):
+            k(("bb", "a"))
