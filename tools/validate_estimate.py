@@ -382,6 +382,10 @@ def main(argv=None) -> int:
         print(f"measuring only: {no_predictions}", flush=True)
     started = time.time()
     rows = []
+    kept = []   # --append: the rows of other kernel sets already in the file, read before it is rewritten
+    if args.append and results.exists():
+        kept = [r for r in json.loads(results.read_text()).get("estimate", {}).get("rows", [])
+                if r["kernels"] not in chosen]
     for name, task in jobs:   # measured first, then predicted (predict_rows), as --predict does
         print(f"timing {name} {task} ...", flush=True)
         try:
@@ -392,11 +396,13 @@ def main(argv=None) -> int:
         for spec in rubric.tests_for(task, "performance"):
             rows.append(compare(name, spec, {"error": "not predicted yet"}, meas.get(spec.name, {})))
             _print_row(rows[-1])
+        # Written after every kernel set and task: a run stopped by its time limit keeps what it measured.
+        record["estimate"] = {"command": "python -m tools.validate_estimate", "target": target.name,
+                              "rows": kept + rows, "summary": {"pending": "measuring (partial file)"}}
+        results.write_text(json.dumps(record, indent=1) + "\n")
     if not no_predictions:
         rows = predict_rows(rows, rubric, target, jobs, predictions(jobs, rubric, [target], workers=6), record=record)
-    if args.append and results.exists():
-        old = json.loads(results.read_text()).get("estimate", {}).get("rows", [])
-        rows = [r for r in old if r["kernels"] not in chosen] + rows
+    rows = kept + rows
     record["estimate"] = {"command": "python -m tools.validate_estimate", "target": target.name,
                           "seconds": round(time.time() - started), "rows": rows, "summary": summary(rows),
                           "predicted_on": None if no_predictions else _this_machine()}
