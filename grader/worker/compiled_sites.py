@@ -279,7 +279,7 @@ def _enter(i: int, arguments: tuple) -> None:
         return
     mine = canon(tuple(arguments))
     made = _Launch.contexts.get((module, name), set())
-    matching = {c for c in made if c != ROOT and _matches(frozen_canon(c), mine)}
+    matching = {c for c in made if c != ROOT and _matches(c, mine)}
     _Launch.stack.append([matching or None, []])
 
 
@@ -310,10 +310,6 @@ def _leave() -> None:
     if _Launch.visited is not None and _Launch.stack:
         _Launch.stack.pop()
 
-
-def frozen_canon(c):
-    """A canon() value that came back through JSON (lists) as canon() makes it (tuples)."""
-    return frozen(c)
 
 
 def frozen(record):

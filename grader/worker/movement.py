@@ -431,7 +431,4 @@ def _changed(old, new) -> np.ndarray:
         close = np.abs(o - n) <= 8 * float(np.finfo(old.dtype).eps) * scale
         same_special = (np.isnan(o) & np.isnan(n)) | (np.isinf(o) & (o == n))
         return ~(close | same_special)
-    if old.dtype.itemsize in (1, 2, 4, 8):
-        kind = f"u{old.dtype.itemsize}"
-        return np.ascontiguousarray(old).view(kind) != np.ascontiguousarray(new).view(kind)
     return old != new

@@ -212,7 +212,7 @@ def test_a_buffer_of_any_size_is_watched():
 
 def test_the_inputs_are_not_watched():
     """Only the launches' own tensors are: a named input (the call's) that two programs read is
-    read-only; the record does not even allocate for it."""
+    read-only, and none of its bytes is recorded."""
     x, out = torch.randn(64), torch.zeros(64)
     named = [("0", *tensor_range(x))]
     with Movement(named, confine=True, races=True) as m:
