@@ -268,7 +268,8 @@ class Movement:
                 mask = me._store(ptrs, mask)
                 if me.races is not None:
                     old = orig[B, "create_masked_load"](self, ptrs, mask, None, None, None, False)
-                    me._race(ptrs, mask, store=True, changed=_changed(old.data, value.data))
+                    bf16 = str(ptrs.get_element_ty()) == "bf16"
+                    me._race(ptrs, mask, store=True, changed=_changed(old.data, value.data, bf16))
                 return orig[B, "create_masked_store"](self, ptrs, value, mask, *rest, **kw)
 
             def atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **kw):
@@ -414,21 +415,36 @@ class Movement:
                 "launch_count": self.launch_count, "launches": self.launches}
 
 
-def _changed(old, new) -> np.ndarray:
+def _changed(old, new, bf16: bool = False) -> np.ndarray:
     """Per lane, whether storing ``new`` over ``old`` changes the element. Integers: any bit.
-    Floats: beyond 8 units of the dtype's precision at the scale of the tile being stored (the
-    largest magnitude among its lanes), so that two programs computing the same element in
-    different places of a tile (numpy's matmul rounds a row by its place) store "the same"; a NaN
-    over a NaN is no change, a number over a NaN (a fresh allocation) is one."""
+    Floats: beyond a few units of the dtype's precision at the scale of the tile being stored
+    (the largest magnitude among its lanes), so that two programs computing the same element in
+    different places of a tile store "the same": numpy's matmul rounds a row by its place, a few
+    float32 units at the tile's scale, and a 16-bit store can round that either way, one unit of
+    its own (so 8 float32 units; 2 fp16 or bf16 ones). A NaN over a NaN is no change, a number over
+    a NaN (a fresh allocation) is one. ``bf16``: the interpreter holds bfloat16 as its 16 bits in
+    uint16; they are the top half of a float32."""
     old = np.asarray(old)
     new = np.broadcast_to(np.asarray(new), old.shape)
     if new.dtype != old.dtype:
         new = new.astype(old.dtype)
+    units = None
+    if bf16 and old.dtype == np.uint16:
+        old, new = _bf16_values(old), _bf16_values(new)
+        units = 2 * 2.0 ** -7   # bfloat16 keeps 8 significant bits
     if np.issubdtype(old.dtype, np.floating):
         o, n = old.astype(np.float64), new.astype(np.float64)
         finite = np.isfinite(n)
         scale = float(np.abs(n[finite]).max()) if finite.any() else 0.0
-        close = np.abs(o - n) <= 8 * float(np.finfo(old.dtype).eps) * scale
+        if units is None:
+            eps = float(np.finfo(old.dtype).eps)
+            units = (2 if old.dtype.itemsize == 2 else 8) * eps
+        close = np.abs(o - n) <= units * scale
         same_special = (np.isnan(o) & np.isnan(n)) | (np.isinf(o) & (o == n))
         return ~(close | same_special)
     return old != new
+
+
+def _bf16_values(bits: np.ndarray) -> np.ndarray:
+    """float32 values of bfloat16 bit patterns (uint16)."""
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)

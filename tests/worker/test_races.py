@@ -7,12 +7,13 @@ wrong on a GPU; the honest ones must never be called racy (a false verdict)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import triton
 import triton.language as tl
 
-from grader.worker.movement import Movement, tensor_range
+from grader.worker.movement import Movement, _changed, tensor_range
 from tests.helpers import HAS_CUDA
 
 pytestmark = pytest.mark.skipif(HAS_CUDA, reason="the race record runs in the CPU interpreter")
@@ -229,3 +230,35 @@ def test_the_first_race_of_any_launch_is_kept():
 
     race = _run(both, out1)
     assert race["kernel"] == "_overlapping_tiles" and race["kind"] == "store"
+
+
+def test_a_bfloat16_store_is_compared_by_value():
+    """The interpreter holds bfloat16 as its bits in uint16: one unit of the last place of a small
+    element, at the scale of a tile that holds large ones, is the same value (as for fp16 and
+    fp32); a different value is a change; the bits alone would call the first one a change."""
+    bits = torch.tensor([1.0, 100.0, -3.0], dtype=torch.bfloat16).view(torch.int16).numpy().view("uint16")
+    last_bit = bits.copy()
+    last_bit[0] += 1
+    other = bits.copy()
+    other[2] ^= 0x4000
+    assert not _changed(bits, last_bit, bf16=True).any()
+    assert _changed(bits, last_bit, bf16=False)[0]   # what the record did before
+    assert _changed(bits, other, bf16=True).tolist() == [False, False, True]
+
+
+def test_a_16_bit_store_may_differ_by_its_rounding_alone():
+    """Two units of an fp16 at the tile's scale are the same value (a rounding either way of
+    float32 results that differ in their last bits); four are a change, which the window of 8
+    units this record once had would have let through."""
+    old = np.array([1.0, 100.0, -3.0], dtype=np.float16)
+    two, four = old.copy(), old.copy()
+    two[1] += np.float16(0.125)      # 2 units at 100 (fp16 keeps 11 bits: a unit there is 1/16)
+    four[1] += np.float16(0.25)
+    assert not _changed(old, two).any()
+    assert _changed(old, four).tolist() == [False, True, False]
+
+
+def test_programs_storing_different_bfloat16_values_race():
+    x, out = torch.randn(40), torch.zeros(40, dtype=torch.bfloat16)
+    race = _run(lambda: _overlapping_tiles[(4,)](x, out, 40, BLOCK=16), out)
+    assert race["kind"] == "store" and race["program"] == [0, 0, 0] and race["other"] == [1, 0, 0]
