@@ -238,6 +238,12 @@ def race_words(race: dict) -> str:
                 "than the CPU grade's race record holds, so it cannot rule out that two of its programs share an "
                 "element without an atomic (the interpreter runs programs one after another, a GPU at the same "
                 "time); the CPU tests' shapes need far fewer: does a launch loop over a whole large buffer?")
+    if race.get("kind") == "input":
+        place = str(race.get("tensor", "?"))
+        return (f"kernel {race.get('kernel', '?')} stores into the call's input (argument {place}, counting from 0); "
+                "the inputs are read-only. A value a program leaves in an input for another program to read is "
+                "a race the interpreter hides (it runs programs one after another, a GPU at the same time), and "
+                "the caller's tensors must come back as they were given: write to a tensor the wrapper allocates")
     where = "the output" if race.get("tensor") == "out" else "a tensor the wrapper made"
     first = tuple(race.get("program") or ())
     other = tuple(race.get("other") or ())

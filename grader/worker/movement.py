@@ -208,7 +208,8 @@ class Movement:
 
     def _race(self, ptrs, mask, store: bool, changed=None) -> None:
         """Tell the race record which elements of the launches' own tensors the current program
-        loaded, or changed with a store (``changed``: per lane, whether it changed the element)."""
+        loaded or stored (``changed``: per lane, whether the store changed the element), and
+        any store into the call's inputs."""
         if self.races is None or self._paused or self._current is None:
             return
         import triton.runtime.interpreter as interp
@@ -216,21 +217,30 @@ class Movement:
         data = np.asarray(ptrs.data)
         lanes = np.ones(data.shape, dtype=bool) if mask is None else \
             np.broadcast_to(np.asarray(mask.data, dtype=bool), data.shape)
-        if changed is not None:
-            lanes = lanes & changed
         addr = data[lanes].astype(np.uint64, copy=False)
         if addr.size == 0 or not self.ranges.keys:
             return
+        kinds = np.zeros(addr.shape, dtype=np.int8)    # 0 load; for a store: 1 changed, 2 the same
+        if store:
+            kinds[:] = 2
+            if changed is not None:
+                kinds[np.broadcast_to(changed, data.shape)[lanes]] = 1
         nbytes = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
         b = interp.interpreter_builder
         program = linear(b.grid_idx, b.grid_dim)
         idx = np.searchsorted(self.ranges.starts, addr, side="right").astype(np.int64) - 1
         for j in np.unique(idx[idx >= 0]):
             key = self.ranges.keys[j]
-            if key.startswith("storage:"):   # the launches' own tensors, not the call's inputs
-                start, end = int(self.ranges.starts[j]), int(self.ranges.ends[j])
-                mine = addr[idx == j]
-                self.races.access(key, start, mine[mine < np.uint64(end)], nbytes, program, store)
+            start, end = int(self.ranges.starts[j]), int(self.ranges.ends[j])
+            here = (idx == j) & (addr < np.uint64(end))
+            if not key.startswith("storage:"):   # the call's inputs: read-only
+                if store and here.any():
+                    self.races.input_store(key, program, tuple(b.grid_dim))
+                continue
+            for code, kind in ((0, "load"), (1, "store"), (2, "same")):
+                mine = addr[here & (kinds == code)]
+                if mine.size:
+                    self.races.access(key, start, mine, nbytes, program, kind)
 
     def _dot(self, a, b):
         if self._paused:
@@ -275,7 +285,7 @@ class Movement:
             def atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **kw):
                 me._load(ptr, mask)
                 mask = me._store(ptr, mask)
-                if me.races is not None:
+                if me.races is not None and (mask is None or np.asarray(mask.data).any()):
                     me.races.synchronised()   # its result can order programs (the last to arrive reduces)
                 return orig[B, "create_atomic_rmw"](self, rmwOp, ptr, val, mask, *rest, **kw)
 
@@ -301,6 +311,20 @@ class Movement:
             patches[B, "create_dot"] = dot
             if hasattr(B, "create_dot_scaled"):   # a Triton whose interpreter has no dot_scaled runs none
                 patches[B, "create_dot_scaled"] = dot_scaled
+
+        if self.races is not None:
+            # One rounding, in float64: numpy's float32 matmul rounds a row by its place in the tile, so
+            # two programs computing one element in different places would store values a few bits apart
+            # (overlapping clamped tiles); this way they store the same, and the race record compares values
+            # element by element (_changed), with no tolerance a kernel could stretch.
+            def exact_dot(self, a, b, d, *rest, **kw):
+                if not all(np.asarray(t.data).dtype in _EXACT_DOT for t in (a, b, d)):
+                    return orig[B, "create_dot"](self, a, b, d, *rest, **kw)
+                wide = np.matmul(np.asarray(a.data, np.float64), np.asarray(b.data, np.float64))
+                return interp.TensorHandle((wide + np.asarray(d.data, np.float64)).astype(d.data.dtype),
+                                           d.dtype.scalar)
+
+            patches[B, "create_dot"] = exact_dot
 
         def bench(self, *args, **kwargs):
             me._paused += 1
@@ -387,6 +411,8 @@ class Movement:
         if output is not None and hasattr(output, "untyped_storage"):
             out_key = self._storage_keys.get(output.untyped_storage().data_ptr())
         found = self.races.found
+        if found["kind"] == "input":   # the key of a call's input: its argument's place ("0", "1.values")
+            return dict(found)
         return {**found, "tensor": "out" if found["tensor"] == out_key else "scratch" if found["tensor"] else ""}
 
     def report(self, output=None) -> dict:
@@ -415,34 +441,41 @@ class Movement:
                 "launch_count": self.launch_count, "launches": self.launches}
 
 
+# The element types whose dots exact_dot computes in float64 (the interpreter holds bfloat16 as uint16 bits and
+# fp8 as bytes: those, and integer dots, which are exact already, keep the interpreter's own).
+_EXACT_DOT = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _changed(old, new, bf16: bool = False) -> np.ndarray:
     """Per lane, whether storing ``new`` over ``old`` changes the element. Integers: any bit.
-    Floats: beyond a few units of the dtype's precision at the scale of the tile being stored
-    (the largest magnitude among its lanes), so that two programs computing the same element in
-    different places of a tile store "the same": numpy's matmul rounds a row by its place, a few
-    float32 units at the tile's scale, and a 16-bit store can round that either way, one unit of
-    its own (so 8 float32 units; 2 fp16 or bf16 ones). A NaN over a NaN is no change, a number over
-    a NaN (a fresh allocation) is one. ``bf16``: the interpreter holds bfloat16 as its 16 bits in
-    uint16; they are the top half of a float32."""
+    Floats: more than two units of the element's own last place apart (elementwise numpy
+    functions may round a lane differently by its place in the array, by a unit; exact_dot
+    leaves dots none), +0 and -0 the same, a NaN over a NaN no change, a number over a NaN (a
+    fresh allocation) one. Element by element: no value elsewhere in the tile widens it.
+    ``bf16``: the interpreter holds bfloat16 as its 16 bits in uint16."""
     old = np.asarray(old)
     new = np.broadcast_to(np.asarray(new), old.shape)
     if new.dtype != old.dtype:
         new = new.astype(old.dtype)
-    units = None
     if bf16 and old.dtype == np.uint16:
-        old, new = _bf16_values(old), _bf16_values(new)
-        units = 2 * 2.0 ** -7   # bfloat16 keeps 8 significant bits
-    if np.issubdtype(old.dtype, np.floating):
-        o, n = old.astype(np.float64), new.astype(np.float64)
-        finite = np.isfinite(n)
-        scale = float(np.abs(n[finite]).max()) if finite.any() else 0.0
-        if units is None:
-            eps = float(np.finfo(old.dtype).eps)
-            units = (2 if old.dtype.itemsize == 2 else 8) * eps
-        close = np.abs(o - n) <= units * scale
-        same_special = (np.isnan(o) & np.isnan(n)) | (np.isinf(o) & (o == n))
-        return ~(close | same_special)
-    return old != new
+        values_old, values_new = _bf16_values(old), _bf16_values(new)
+    elif np.issubdtype(old.dtype, np.floating):
+        values_old, values_new = old, new
+    else:
+        return old != new
+    apart = np.abs(_ordinal(old) - _ordinal(new))    # units of the last place between the two
+    finite = np.isfinite(values_old) & np.isfinite(values_new)
+    same_special = (np.isnan(values_old) & np.isnan(values_new)) | (~finite & (values_old == values_new))
+    return ~((finite & (apart <= 2)) | same_special)
+
+
+def _ordinal(x: np.ndarray) -> np.ndarray:
+    """The float bit patterns of ``x`` (any width) as integers in the floats' order, +0 and -0 both 0:
+    adjacent floats differ by one."""
+    bits = x.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize])
+    top = bits.dtype.type(1) << bits.dtype.type(8 * x.dtype.itemsize - 1)
+    magnitude = (bits & ~top).astype(np.int64)
+    return np.where(bits & top, -magnitude, magnitude)
 
 
 def _bf16_values(bits: np.ndarray) -> np.ndarray:

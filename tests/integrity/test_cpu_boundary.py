@@ -129,6 +129,12 @@ def test_every_autotune_config_is_checked_on_the_cpu(tmp_path):
     "redteam8_nan_to_int",
     "redteam8_race_in_a_big_buffer",
     "redteam8_race_through_a_wider_view",
+    # Red team, round 9: split-K without atomics hidden behind a masked-off lane of 1e30 (the race
+    # record's float tolerance was a share of the tile's largest value), behind an atomic that never
+    # runs, and through the call's input x (a channel the record did not watch).
+    "redteam9_race_hidden_by_masked_lane_scale",
+    "redteam9_race_behind_dead_atomic",
+    "redteam9_race_through_input_memory",
 ])
 def test_host_code_beside_the_values_gets_nothing(tmp_path, attack):
     """Each computed the product in numpy or torch inside the executor and got full marks against

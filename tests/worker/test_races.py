@@ -233,9 +233,9 @@ def test_the_first_race_of_any_launch_is_kept():
 
 
 def test_a_bfloat16_store_is_compared_by_value():
-    """The interpreter holds bfloat16 as its bits in uint16: one unit of the last place of a small
-    element, at the scale of a tile that holds large ones, is the same value (as for fp16 and
-    fp32); a different value is a change; the bits alone would call the first one a change."""
+    """The interpreter holds bfloat16 as its bits in uint16: one unit of the last place is the same
+    value (as for fp16 and fp32), a different value is a change; the bits alone would call the
+    first one a change."""
     bits = torch.tensor([1.0, 100.0, -3.0], dtype=torch.bfloat16).view(torch.int16).numpy().view("uint16")
     last_bit = bits.copy()
     last_bit[0] += 1
@@ -246,19 +246,110 @@ def test_a_bfloat16_store_is_compared_by_value():
     assert _changed(bits, other, bf16=True).tolist() == [False, False, True]
 
 
-def test_a_16_bit_store_may_differ_by_its_rounding_alone():
-    """Two units of an fp16 at the tile's scale are the same value (a rounding either way of
-    float32 results that differ in their last bits); four are a change, which the window of 8
-    units this record once had would have let through."""
-    old = np.array([1.0, 100.0, -3.0], dtype=np.float16)
-    two, four = old.copy(), old.copy()
-    two[1] += np.float16(0.125)      # 2 units at 100 (fp16 keeps 11 bits: a unit there is 1/16)
-    four[1] += np.float16(0.25)
-    assert not _changed(old, two).any()
-    assert _changed(old, four).tolist() == [False, True, False]
-
-
 def test_programs_storing_different_bfloat16_values_race():
     x, out = torch.randn(40), torch.zeros(40, dtype=torch.bfloat16)
     race = _run(lambda: _overlapping_tiles[(4,)](x, out, 40, BLOCK=16), out)
     assert race["kind"] == "store" and race["program"] == [0, 0, 0] and race["other"] == [1, 0, 0]
+
+
+def test_a_float_store_is_compared_element_by_element():
+    """Two units of an element's own last place are the same value; more are a change, whatever
+    else the tile holds: red team round 9 hid a race behind a masked-off lane of 1e30, when the
+    tolerance was a share of the tile's largest value."""
+    old = np.array([1.0, 100.0, -3.0, 0.0], dtype=np.float16)
+    two, four = old.copy(), old.copy()
+    two[1] += np.float16(0.125)      # 2 units at 100 (fp16 keeps 11 bits: a unit there is 1/16)
+    four[1] += np.float16(0.25)
+    assert not _changed(old, two).any()
+    assert _changed(old, four).tolist() == [False, True, False, False]
+    partial = np.array([0.0, 0.0], dtype=np.float32)
+    assert _changed(partial, np.array([1.5, 1e30], dtype=np.float32)).tolist() == [True, True]
+    assert not _changed(np.array([0.0], np.float32), np.array([-0.0], np.float32)).any()
+
+
+@triton.jit
+def _split_k_beside_a_huge_lane(x, ws, K, BLOCK: tl.constexpr, SPLIT: tl.constexpr):
+    """Round 7's split-K with a second, masked-off row of 1e30 in the stored tile (red team round 9)."""
+    pid = tl.program_id(0)
+    offs = pid * (K // SPLIT) + tl.arange(0, BLOCK)
+    part = tl.sum(tl.load(x + offs, mask=offs < (pid + 1) * (K // SPLIT), other=0.0))
+    row = tl.arange(0, 2)[:, None]
+    value = tl.where(row == 0, tl.load(ws + tl.zeros((2, 1), tl.int32)) + part, 1e30)
+    tl.store(ws + row, value, mask=row == 0)
+
+
+def test_a_huge_value_beside_a_race_does_not_hide_it():
+    x, ws = torch.randn(64), torch.zeros(2)
+    race = _run(lambda: _split_k_beside_a_huge_lane[(4,)](x, ws, 64, BLOCK=16, SPLIT=4), ws)
+    assert race["kind"] == "store" and race["kernel"] == "_split_k_beside_a_huge_lane"
+
+
+@triton.jit
+def _quantize_shared_rows_then_read(x, scratch, out, n, BLOCK: tl.constexpr):
+    """Every program writes the same whole scratch (the rows all of them need), then reads all of it
+    back: each reads its own store or an equal one, in any order (red team round 9's honest kernel)."""
+    offs = tl.arange(0, BLOCK)
+    tl.store(scratch + offs, tl.load(x + offs) * 2.0, mask=offs < n)
+    tl.debug_barrier()
+    total = tl.sum(tl.load(scratch + offs, mask=offs < n, other=0.0))
+    tl.store(out + tl.program_id(0), total)
+
+
+@triton.jit
+def _read_then_store_the_same(x, scratch, out, n, BLOCK: tl.constexpr):
+    """Program 0 writes the scratch; the others read it first and store the same values after:
+    their read can come before program 0's store on a GPU."""
+    offs = tl.arange(0, BLOCK)
+    pid = tl.program_id(0)
+    if pid == 0:
+        tl.store(scratch + offs, tl.load(x + offs) * 2.0, mask=offs < n)
+    else:
+        tl.store(out + pid, tl.sum(tl.load(scratch + offs, mask=offs < n, other=0.0)))
+        tl.store(scratch + offs, tl.load(x + offs) * 2.0, mask=offs < n)
+
+
+def test_programs_reading_back_what_they_all_stored_are_no_race():
+    x, scratch, out = torch.randn(16), torch.zeros(16), torch.zeros(4)
+    assert _run(lambda: _quantize_shared_rows_then_read[(4,)](x, scratch, out, 16, BLOCK=16), out) == {}
+    assert torch.allclose(out, (2 * x).sum().expand(4))
+
+
+def test_a_load_before_the_programs_own_store_of_the_same_value_races():
+    x, scratch, out = torch.randn(16), torch.zeros(16), torch.zeros(4)
+    race = _run(lambda: _read_then_store_the_same[(4,)](x, scratch, out, 16, BLOCK=16), out)
+    assert race["kind"] == "load" and race["tensor"] == "scratch" and race["program"] == [0, 0, 0]
+
+
+@triton.jit
+def _through_an_input(x, out, n, BLOCK: tl.constexpr):
+    """Programs pass a value through the call's input x and put it back (red team round 9)."""
+    offs = tl.arange(0, BLOCK)
+    saved = tl.load(x + offs)
+    tl.store(x + offs, saved + 1.0)
+    tl.store(out + tl.program_id(0) * BLOCK + offs, tl.load(x + offs))
+    tl.store(x + offs, saved)
+
+
+def test_a_store_into_the_calls_input_is_found():
+    x, out = torch.randn(16), torch.zeros(32)
+    named = [("x", *tensor_range(x))]
+    with Movement(named, confine=True, races=True) as m:
+        _through_an_input[(2,)](x, out, 16, BLOCK=16)
+    race = m.race(output=out)
+    assert race["kind"] == "input" and race["tensor"] == "x" and race["kernel"] == "_through_an_input"
+
+
+@triton.jit
+def _split_k_beside_a_dead_atomic(x, out, counter, K, BLOCK: tl.constexpr, SPLIT: tl.constexpr):
+    """Round 7's split-K plus an atomic whose every lane is masked off (red team round 9)."""
+    pid = tl.program_id(0)
+    offs = pid * (K // SPLIT) + tl.arange(0, BLOCK)
+    part = tl.sum(tl.load(x + offs, mask=offs < (pid + 1) * (K // SPLIT), other=0.0))
+    tl.atomic_add(counter + tl.arange(0, 2), 1, mask=tl.arange(0, 2) < 0)
+    tl.store(out, tl.load(out) + part)
+
+
+def test_an_atomic_that_touches_nothing_orders_nothing():
+    x, out, counter = torch.randn(64), torch.zeros(1), torch.zeros(2, dtype=torch.int32)
+    race = _run(lambda: _split_k_beside_a_dead_atomic[(4,)](x, out, counter, 64, BLOCK=16, SPLIT=4), out)
+    assert race["kind"] == "store" and race["kernel"] == "_split_k_beside_a_dead_atomic"
