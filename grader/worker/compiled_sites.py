@@ -83,6 +83,7 @@ STEP_CHECK = "__grader_step__"
 VALUE = "value"   # the record of what an expression was to the compiler: canon()
 VALUE_IN = "value in"   # the same, in one specialization of its function (CONTEXT) and one iteration of
                         # each tl.static_range loop around it (STATIC_LOOP)
+VALUE_TYPE = "value type"   # the element type of a run-time value the compiler had there (a tensor's dtype)
 STATIC_LOOP = "static loop"   # a for loop the compiler unrolled (tl.static_range), by its place
 ITERATE, END_LOOP = "__grader_iterate__", "__grader_end_loop__"
 CONTEXT = "context"     # a specialization the compiler made of a helper: canon() of its arguments
@@ -165,6 +166,8 @@ def record(visited: set):
         if isinstance(node, ast.expr) and not isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del)):
             visited.add((VALUE, *where, *key(node), canon(value)))
             visited.add((VALUE_IN, contexts[-1], iterations(self), *where, *key(node), canon(value)))
+            if isinstance(value, tl.tensor):
+                visited.add((VALUE_TYPE, *where, *key(node), str(value.dtype)))
         if id(node) in tests:   # the test of an if: decided now (its value) or at run time
             place = tests.pop(id(node))
             if isinstance(value, tl.tensor):
@@ -237,6 +240,7 @@ class _Launch:
     ok: set[int] = set()               # the sites already found compiled for it
     values: dict = {}                  # (module, function, *key) -> what the expression was to the compiler
     values_in: dict = {}               # (context, module, function, *key) -> the same, in one specialization
+    types: dict = {}                   # (module, function, *key) -> the dtypes of its run-time values there
     contexts: dict = {}                # (module, function) -> the specializations the compiler made of it
     stack: list = []                   # per function running now (innermost last): [its specializations, or
                                        # None where none is known (the values of every one are allowed),
@@ -253,6 +257,7 @@ def launch(visited):
     """Run one launch, its kernels allowed to run what the compiler visited for its variant."""
     _Launch.visited = frozenset(frozen(v) for v in visited)
     _Launch.ok, _Launch.values, _Launch.values_in, _Launch.contexts, _Launch.stack = set(), {}, {}, {}, []
+    _Launch.types = {}
     for v in _Launch.visited:
         if v[0] == VALUE:
             _Launch.values.setdefault(v[1:-1], set()).add(v[-1])
@@ -260,11 +265,13 @@ def launch(visited):
             _Launch.values_in.setdefault(v[1:-1], set()).add(v[-1])
         elif v[0] == CONTEXT:
             _Launch.contexts.setdefault(v[1:3], set()).add(v[3])
+        elif v[0] == VALUE_TYPE:
+            _Launch.types.setdefault(v[1:-1], set()).add(v[-1])
     try:
         yield
     finally:
         _Launch.visited, _Launch.ok, _Launch.values, _Launch.values_in = None, set(), {}, {}
-        _Launch.contexts, _Launch.stack = {}, []
+        _Launch.contexts, _Launch.stack, _Launch.types = {}, [], {}
 
 
 def _enter(i: int, arguments: tuple) -> None:
@@ -369,7 +376,7 @@ def _value(i: int, value):
             "kernel must mean the same to both")
     if RUN in compiled:
         if compiled == {RUN} and type(value) in (int, float, bool):
-            return _as_tensor(value)
+            return _as_tensor(value, _Launch.types.get((module, name, *place), set()))
         return value
     mine = canon(value)
     if not any(_matches(c, mine) for c in compiled):
@@ -381,15 +388,23 @@ def _value(i: int, value):
     return value
 
 
-def _as_tensor(value):
+def _as_tensor(value, dtypes: set):
     """A Python number where the compiler had a tensor (a loop index, a name bound by unpacking or
-    an annotated assignment, a helper's ``return -1``), made the tensor the compiler made of it
-    (``to_tensor``: int32 or int64, float32, int1): Python's ``//`` and ``%`` round toward minus
-    infinity and its ints never wrap, where the GPU truncates and wraps at 32 bits (red team
-    round 8)."""
+    an annotated assignment, a helper's ``return -1``), made the tensor the compiler made of it:
+    Python's ``//`` and ``%`` round toward minus infinity and its ints never wrap, where the GPU
+    truncates and wraps (red team round 8). Its type is the compiler's where the compiler had one
+    there (``dtypes``; a loop's index is int64 when its bounds are: red team round 9), else what
+    ``to_tensor`` makes of it (int32 or int64, float32, int1)."""
+    import triton.language as tl
     from triton.runtime.interpreter import interpreter_semantic
 
-    return interpreter_semantic.to_tensor(value, False)
+    tensor = interpreter_semantic.to_tensor(value, False)
+    if len(dtypes) == 1:
+        (name,) = dtypes
+        dtype = tl.dtype(name)
+        if dtype != tensor.dtype and (dtype.is_int() or dtype.is_floating()):
+            tensor = interpreter_semantic.cast(tensor, dtype)
+    return tensor
 
 
 def _is(left, right, negated: bool) -> bool:
@@ -704,8 +719,12 @@ def _ieee_min_max() -> None:
 
 def _ptx_float_to_int() -> None:
     """A float made an integer as the GPU makes it (PTX ``cvt.rzi``): toward zero, NaN to 0, saturated
-    to the range, and an 8-bit one through 16 bits and then truncated (``cvt.rzi.s16.f32``, stored
-    as a byte), where numpy's ``astype`` gives INT_MIN for a NaN and wraps (red team round 8)."""
+    to the range, where numpy's ``astype`` gives INT_MIN for a NaN and wraps (red team round 8). An
+    8-bit integer has no fixed answer out of its range: the GPU converts through 16 bits
+    (``cvt.rzi.s16.f32``) into a 16-bit register, a store keeps the low byte and arithmetic may read
+    all 16 (LLVM's ``fptosi`` of an out-of-range value is poison; red team round 9 read 300 where the
+    byte holds 44). Such a lane (a NaN too) gets random bytes here, a different draw each time, so no
+    kernel can count on a value for it; one that only stores masked-off lanes of it is unaffected."""
     import numpy as np
     import triton.language as tl
     from triton.runtime.interpreter import InterpreterBuilder, TensorHandle, _get_np_dtype
@@ -722,8 +741,15 @@ def _ptx_float_to_int() -> None:
         hi = min(hi, float(np.nextafter(2.0 ** bits if not signed else 2.0 ** (bits - 1), 0)))
         x = np.trunc(np.asarray(src.data, dtype=np.float64))
         x = np.clip(np.where(np.isnan(x), 0.0, x), lo, hi)
-        wide = x.astype(np.int64 if signed else np.uint64)
-        return TensorHandle(wide.astype(dtype), dst_type.scalar)   # 8 bits: the low byte, as the store keeps
+        out = x.astype(np.int64 if signed else np.uint64).astype(dtype)
+        if dtype.itemsize == 1:
+            info = np.iinfo(dtype)
+            t = np.trunc(np.asarray(src.data, dtype=np.float64))
+            undefined = np.isnan(t) | (t < info.min) | (t > info.max)
+            if undefined.any():
+                noise = np.random.default_rng().integers(info.min, info.max + 1, size=out.shape, dtype=dtype)
+                out = np.where(undefined, noise, out)
+        return TensorHandle(out, dst_type.scalar)
 
     InterpreterBuilder.create_fp_to_si = lambda self, src, dst_type: convert(self, src, dst_type, original_si)
     InterpreterBuilder.create_fp_to_ui = lambda self, src, dst_type: convert(self, src, dst_type, original_ui)
