@@ -8,8 +8,19 @@ import ast
 import pytest
 
 from grader.worker import compiled_sites
-from grader.worker.compiled_sites import (ARM, OBJECT, ROOT, RUN, RUNTIME, VALUE, VALUE_IN, VALUE_TYPE,
-                                          NotCompiledPath, canon, key)
+from grader.worker.compiled_sites import (
+    ARM,
+    OBJECT,
+    ROOT,
+    RUN,
+    RUNTIME,
+    VALUE,
+    VALUE_IN,
+    VALUE_TYPE,
+    NotCompiledPath,
+    canon,
+    key,
+)
 
 MODULE = "grader_test_compiled_sites"
 
