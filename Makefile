@@ -99,7 +99,7 @@ runner:
 
 test:
 	@REQUIREMENTS=requirements-dev.txt bash tools/setup_env.sh
-	$(PY) -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile
+	$(PY) -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile --durations=25
 
 # The tests not marked slow: none grades in the interpreter (tests/conftest.py).
 test-fast:

