@@ -1,7 +1,7 @@
 """Check the CPU run's speed estimate against the grader's own clock, on a GPU.
 
     python -m tools.validate_estimate OUT [--kernels NAME,...] [--rounds N] [--append] [--measure-only]   (a GPU)
-    python -m tools.validate_estimate OUT|FILE... --predict                              (any machine)
+    python -m tools.validate_estimate OUT|FILE... --predict [--cache DIR] [--workers N]  (any machine)
 
 For every kernel set below and every performance test of the rubric, the
 estimate is made exactly as a CPU grade makes it (a sandboxed worker in the
@@ -37,6 +37,14 @@ the predictions for OUT/results.json on a machine whose interpreter works (a
 laptop, CI; no GPU needed), as a student's CPU grade would, and fills in the
 comparison and the summary. Each row keeps what was measured
 (``measurement``), so the predictions can be made again at any time.
+``--cache DIR`` keeps what each kernel file's CPU run captured (``run.capture``
+and ``run.kernels``, pickled) in DIR, one file per kernel set and task, named
+by a hash of the kernel file, of the task's performance tests and of the code
+that produces them (grader/worker, grader/harness, grader/tasks; see
+``capture_key``): with it, predicting every row again after a change of
+grader/estimate.py alone takes seconds instead of the interpreter's hour. A
+change to that code, the kernel file or the tests makes a new key (old files
+are simply no longer read; delete DIR to drop them).
 Both clocks are understood: the prediction models the kernels alone, as the
 grader times a call (tools.gpu_session.CLOCK, recorded as ``clock``); rows of
 a file recorded while each timed call also copied its output have that copy
@@ -124,31 +132,77 @@ def target_for(gpu: str, device: dict, bench: dict):
     return Target(name=gpu, copy_gbs=bench["copy_gbs"], tflops=bench["peaks"], source="this run", **fields)
 
 
-def predict(name: str, folder: str, task: str, rubric, targets: list) -> dict:
-    """{GPU name: {test: prediction}} for one task of one kernel set, as a CPU grade makes it
-    (one capture, predicted for each of ``targets``); {"error": why} when there is none."""
-    from grader.estimate import estimate
-    from grader.facts import TaskRun
+# What a CPU run's capture depends on besides the kernel file and the tests: the code that
+# captures, counts and compiles (a change there makes every cached capture stale).
+CAPTURE_CODE = ("grader/worker", "grader/harness", "grader/tasks")
+
+
+def capture_key(folder: str, task: str, rubric) -> str:
+    """The cache's name for one kernel file's CPU run: a hash of the kernel file, of the task's
+    performance tests (names, shapes, options) and of every file under ``CAPTURE_CODE``."""
+    import hashlib
+
+    from grader.tasks import get
+
+    h = hashlib.sha256()
+    kernel = ROOT / folder / get(task).file
+    h.update(task.encode() + b"\0" + (kernel.read_bytes() if kernel.exists() else b"") + b"\0")
+    for spec in rubric.tests_for(task, "performance"):
+        h.update(repr((spec.name, tuple(spec.shape), sorted((spec.options or {}).items()))).encode())
+    for code in CAPTURE_CODE:
+        for f in sorted((ROOT / code).rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts:
+                h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:24]
+
+
+def captured_run(folder: str, task: str, rubric, cache: Path | None = None):
+    """(run.capture, run.kernels) of one task of one kernel set, as a CPU grade makes them (a
+    sandboxed worker in Triton's interpreter), or (None, why) when there are none. ``cache``: a
+    folder that keeps them by ``capture_key`` (a capture that failed is not kept)."""
+    import pickle
+
     from grader.harness import capture
     from grader.harness.session import Session, WorkerGone
     from grader.submission import load_submission
     from grader.tasks import get
 
+    path = None
+    if cache is not None:
+        path = cache / f"{folder.replace('/', '+')}+{task}+{capture_key(folder, task, rubric)}.pickle"
+        if path.exists():
+            return pickle.loads(path.read_bytes())
     t = get(task)
-    sub = load_submission(ROOT / folder)
-    specs = rubric.tests_for(task, "performance")
-    run = TaskRun(task=task)
-    session = Session(sub, t.file, t.entry, "cpu", time.monotonic() + 600)
+    session = Session(load_submission(ROOT / folder), t.file, t.entry, "cpu", time.monotonic() + 600)
     try:
         if not session.hello["ok"]:
-            return {"error": "the kernel file could not be imported"}
-        run.capture = capture.capture(session, task, specs, 240)
+            return None, "the kernel file could not be imported"
+        got = capture.capture(session, task, rubric.tests_for(task, "performance"), 240)
         reply = session.request({"op": "compile", "budget_s": 240, "gpu_only": True})
-        run.kernels = reply.get("compile", [])
+        kernels = reply.get("compile", [])
     except WorkerGone as e:
-        return {"error": f"the CPU worker ended: {e}"}
+        return None, f"the CPU worker ended: {e}"
     finally:
         session.close()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".tmp").write_bytes(pickle.dumps((got, kernels)))
+        path.with_suffix(".tmp").replace(path)
+    return got, kernels
+
+
+def predict(name: str, folder: str, task: str, rubric, targets: list, cache: Path | None = None) -> dict:
+    """{GPU name: {test: prediction}} for one task of one kernel set, as a CPU grade makes it
+    (one capture, predicted for each of ``targets``); {"error": why} when there is none.
+    ``cache``: see ``captured_run``."""
+    from grader.estimate import estimate
+    from grader.facts import TaskRun
+
+    run = TaskRun(task=task)
+    got, kernels = captured_run(folder, task, rubric, cache)
+    if got is None:
+        return {"error": kernels}
+    run.capture, run.kernels = got, kernels
     for r in run.kernels:
         if r.get("status") == "error" or r.get("launchable") is False:
             for test in r.get("tests", []):
@@ -244,12 +298,14 @@ def compare(kernels: str, spec, pred: dict, meas: dict, copy_ms: float = 0.0) ->
     return row
 
 
-def predictions(jobs: list[tuple], rubric, targets: list, workers: int = 2) -> dict:
+def predictions(jobs: list[tuple], rubric, targets: list, workers: int = 2, cache: Path | None = None) -> dict:
     """{(kernel set, task): predict()'s answer} for ``jobs``, made on this machine
-    (``workers`` kernel files at once: each prediction is a sandboxed CPU worker)."""
+    (``workers`` kernel files at once: each prediction is a sandboxed CPU worker;
+    ``cache``: see ``captured_run``)."""
     out = {}
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {job: pool.submit(predict, job[0], KERNELS[job[0]], job[1], rubric, targets) for job in jobs}
+        futures = {job: pool.submit(predict, job[0], KERNELS[job[0]], job[1], rubric, targets, cache)
+                   for job in jobs}
         for job, future in futures.items():
             try:
                 out[job] = future.result()
@@ -348,13 +404,17 @@ def main(argv=None) -> int:
                          "(saves device time: the predictions run in Triton's interpreter, on the CPU)")
     ap.add_argument("--predict", action="store_true",
                     help="make the predictions for OUT/results.json's measurements on this machine (no GPU needed)")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="with --predict: a folder keeping each kernel file's CPU capture (see capture_key), "
+                         "so that a change of the model alone is predicted again in seconds")
+    ap.add_argument("--workers", type=int, default=2, help="with --predict: kernel files captured at once")
     args = ap.parse_args(argv)
     from grader.rubric import load_rubric
 
     rubric = load_rubric()
     if args.predict:
         files = [p if p.suffix == ".json" else p / "results.json" for p in args.out]
-        return _predict_recorded(files, rubric, workers_interpreter_problem())
+        return _predict_recorded(files, rubric, workers_interpreter_problem(), args.cache, args.workers)
     if len(args.out) != 1:
         ap.error("a GPU run writes one folder")
     args.out = args.out[0]
@@ -417,9 +477,10 @@ def main(argv=None) -> int:
     return _said(record["estimate"]["summary"])
 
 
-def _predict_recorded(files: list[Path], rubric, problem: str) -> int:
+def _predict_recorded(files: list[Path], rubric, problem: str, cache: Path | None = None,
+                      workers: int = 2) -> int:
     """--predict: the predictions for results files' measurements, made here; each kernel
-    file is captured once and predicted for every file's GPU."""
+    file is captured once (or read from ``cache``) and predicted for every file's GPU."""
     if problem:
         print(f"tools.validate_estimate --predict: {problem}", file=sys.stderr)
         return 2
@@ -444,7 +505,7 @@ def _predict_recorded(files: list[Path], rubric, problem: str) -> int:
     every_job = list(dict.fromkeys(job for js in jobs.values() for job in js))
     gpus = list({t.name: t for t in targets.values()}.values())
     print(f"predicting {len(every_job)} kernel files for {', '.join(t.name for t in gpus)} ...", flush=True)
-    made = predictions(every_job, rubric, gpus)
+    made = predictions(every_job, rubric, gpus, workers=workers, cache=cache)
     worst = 0
     for results, record in records.items():
         est = record["estimate"]
