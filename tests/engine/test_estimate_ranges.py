@@ -146,3 +146,29 @@ def test_a_launch_the_capture_had_no_time_to_count_gets_no_prediction():
     est = model.estimate(TaskRun(task="dds", capture=capture, kernels=rows), load_rubric(), bands={})
     assert "ran out before it counted k" in est["tests"][TEST]["error"]
     assert "gpus" not in est["tests"][TEST]
+
+
+def test_the_prediction_cache_is_keyed_by_the_kernel_file_and_the_capture_code(tmp_path, monkeypatch):
+    """tools/validate_estimate.py --cache: a kernel file's capture is read back while the kernel
+    file, the tests and grader/worker, grader/harness, grader/tasks are as they were, and made
+    again (not read) once the kernel file changes."""
+    import pickle
+    import shutil
+
+    from tools import validate_estimate as ve
+
+    real = ve.ROOT
+    folder = tmp_path / "kernels"
+    shutil.copytree(real / "solutions", folder)
+    monkeypatch.setattr(ve, "ROOT", tmp_path)
+    for code in ve.CAPTURE_CODE:   # the capture code as it is here
+        (tmp_path / code).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / code).symlink_to(real / code)
+    rubric = load_rubric()
+    key = ve.capture_key("kernels", "w8a8", rubric)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / f"kernels+w8a8+{key}.pickle").write_bytes(pickle.dumps((["captured"], ["compiled"])))
+    assert ve.captured_run("kernels", "w8a8", rubric, cache) == (["captured"], ["compiled"])
+    (folder / "w8a8.py").write_text((folder / "w8a8.py").read_text() + "\n# changed\n")
+    assert ve.capture_key("kernels", "w8a8", rubric) != key
