@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from grader.staticcheck import MAX_SOURCE_BYTES, Finding, check_source
+from tests.helpers import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "static"
@@ -488,10 +489,13 @@ def test_specific_pathological_outcomes():
 
 
 def test_time_is_bounded_for_the_largest_file_checked():
+    """10 s on the project's idle 2-core machine, scaled to this one's load now (tests.helpers.scaled):
+    the bound is on the check's work, not on the machine's speed."""
     big = (b"y = torch.empty(1).contiguous().view(-1)[0:1] + a * b - c\n" * (MAX_SOURCE_BYTES // 60))
+    limit = scaled(10)
     start = time.perf_counter()
     check_source(b"import torch\n" + big, set())
-    assert time.perf_counter() - start < 10
+    assert time.perf_counter() - start < limit
 
 
 def test_fuzzed_sources_never_raise():
